@@ -1,0 +1,30 @@
+# The two set-up commands: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test venv profiles clean-demo
+
+$(BIN)/waypost: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/waypost
+
+# Make `snakemake --profile local` work by bare name (never overwrites a
+# profile of yours with the same name).
+profiles: venv
+	$(BIN)/waypost profiles install
+
+demo: profiles
+	$(BIN)/snakemake --profile local
+	@echo
+	@$(BIN)/waypost status
+	@echo
+	@echo "Report: $$(pwd)/results/_all/sample/report/report.md (and report.html)"
+
+test: profiles
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,33 @@
+# Back-translation: a target→source model turns monolingual target text into
+# synthetic parallel data for the teachers.
+
+rule train_backward:
+    input:
+        corpus=wp.input("clean_corpus", "clean.tsv"),
+        vocab=wp.input("train_vocab", "vocab.json"),
+    output:
+        model=wp.path("train_backward", "model.json"),
+    params:
+        step=wp.step("train_backward"),
+        epochs=wp.setting("train_backward", "epochs"),
+        seed=lambda wc: wp.settings(wc.experiment, wc.pair, "train_backward").get("seed", 0),
+        subsample=lambda wc: wp.settings(wc.experiment, wc.pair, "train_backward").get("subsample", 1.0),
+        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
+    shell:
+        "{params.step} " + wp.script("train_model.py") +
+        " --corpus {input.corpus} --direction trg-src --vocab {input.vocab}"
+        " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
+        " --checkpoint-dir {params.checkpoints} --output {output.model}"
+
+
+rule translate_mono:
+    input:
+        model=wp.input("train_backward", "model.json"),
+        mono=wp.input("fetch_corpus", "mono.txt"),
+    output:
+        corpus=wp.path("translate_mono", "backtranslated.tsv"),
+    params:
+        step=wp.step("translate_mono"),
+    shell:
+        "{params.step} " + wp.script("translate.py") +
+        " --model {input.model} --input-text {input.mono} --output {output.corpus}"

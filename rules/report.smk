@@ -1,0 +1,22 @@
+# Report: one per experiment, a table of BLEU and chrF per pair and model.
+
+def report_entries(experiment):
+    """(pair, model) of every evaluation in the experiment, in a fixed order."""
+    return [(pair, model) for pair in wp.pairs(experiment) for model in evaluated_models(experiment)]
+
+
+rule report:
+    input:
+        lambda wc: [wp.mark(wp.path("evaluate", "metrics.json", model, pair=pair).format(experiment=wc.experiment))
+                    for pair, model in report_entries(wc.experiment)],
+    output:
+        markdown=wp.report_path("{experiment}", "report.md"),
+        html=wp.report_path("{experiment}", "report.html"),
+    params:
+        step=wp.step("report"),
+        entries=lambda wc, input: " ".join(
+            f"--entry {pair} {model} {path}" for (pair, model), path in zip(report_entries(wc.experiment), input)),
+    shell:
+        "{params.step} " + wp.script("report.py") +
+        " --experiment {wildcards.experiment} {params.entries}"
+        " --output-md {output.markdown} --output-html {output.html}"

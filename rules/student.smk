@@ -1,0 +1,68 @@
+# Student: trained on the distilled corpus, then every model is evaluated and
+# the student exported.
+
+rule train_student:
+    input:
+        distilled=wp.input("translate_corpus", "distilled.tsv"),
+        synthetic=wp.input("translate_mono", "backtranslated.tsv"),
+        vocab=wp.input("train_vocab", "vocab.json"),
+    output:
+        model=wp.path("train_student", "model.json"),
+    params:
+        step=wp.step("train_student"),
+        epochs=wp.setting("train_student", "epochs"),
+        seed=lambda wc: wp.settings(wc.experiment, wc.pair, "train_student").get("seed", 0),
+        subsample=lambda wc: wp.settings(wc.experiment, wc.pair, "train_student").get("subsample", 1.0),
+        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
+    shell:
+        "{params.step} " + wp.script("train_model.py") +
+        " --corpus {input.distilled} --corpus {input.synthetic} --direction src-trg --vocab {input.vocab}"
+        " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
+        " --checkpoint-dir {params.checkpoints} --output {output.model}"
+
+
+def evaluated_models(experiment):
+    """The evaluate instances of an experiment: every model it trains."""
+    return ["backward"] + [f"teacher-{i}" for i in range(wp.teachers(experiment))] + ["student"]
+
+
+def model_of(wildcards):
+    name = wildcards.instance
+    if name == "backward":
+        path = wp.path("train_backward", "model.json")
+    elif name == "student":
+        path = wp.path("train_student", "model.json")
+    else:
+        path = wp.path("train_teacher", "model.json", name.removeprefix("teacher-"))
+    return wp.mark(path.format(pair=wildcards.pair, experiment=wildcards.experiment))
+
+
+rule evaluate:
+    input:
+        model=model_of,
+        test=wp.input("fetch_corpus", "test.tsv"),
+    output:
+        metrics=wp.path("evaluate", "metrics.json", INSTANCE),
+    params:
+        step=wp.step("evaluate"),
+        hypotheses=lambda wc, output: os.path.join(os.path.dirname(output.metrics), "hypotheses.txt"),
+    wildcard_constraints:
+        instance=r"backward|student|teacher-\d+",
+    shell:
+        "{params.step} " + wp.script("evaluate.py") +
+        " --model {input.model} --test {input.test} --output {output.metrics}"
+        " --hypotheses {params.hypotheses}"
+
+
+rule export:
+    input:
+        model=wp.input("train_student", "model.json"),
+        vocab=wp.input("train_vocab", "vocab.json"),
+        metrics=wp.input("evaluate", "metrics.json", "student"),
+    output:
+        package=wp.path("export", "package.tar.gz"),
+    params:
+        step=wp.step("export"),
+    shell:
+        "{params.step} " + wp.script("export.py") +
+        " --model {input.model} --vocab {input.vocab} --metrics {input.metrics} --output {output.package}"

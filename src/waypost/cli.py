@@ -1,0 +1,138 @@
+"""The ``waypost`` command: looking at and steering the file state.
+
+Thin over the engine modules, and it never imports Snakemake unless a command
+needs it (importing Snakemake with the Slurm plugin probes the controller).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import __version__
+from . import config as wconfig
+
+STYLE = {
+    "SUCCESS": ("done", "green"),
+    "adopted": ("adopted", "cyan"),
+    "missing": ("missing", "bright_black"),
+    "running": ("running", "yellow"),
+    "interrupted": ("interrupted", "magenta"),
+    "corrupt": ("corrupt", "bold red"),
+    "SKIPPED": ("skipped", "yellow"),
+}
+FAILED_STYLE = "bold red"
+
+
+def load_config(args) -> dict:
+    return wconfig.load(args.config, args.workflow)
+
+
+def cmd_status(args) -> int:
+    from . import status
+
+    cfg = load_config(args)
+    grid = status.collect(cfg, wconfig.experiment_scoped_stages(args.workflow))
+    if args.json:
+        json.dump(grid, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    render_status(grid)
+    return 0
+
+
+def _label(cell: dict) -> tuple[str, str]:
+    state = cell["state"]
+    text, style = STYLE.get(state, (state.lower(), FAILED_STYLE))
+    attempts = cell.get("attempts", 0)
+    if "instances" in cell:
+        instances = cell["instances"].values()
+        done = sum(1 for c in instances if c["state"] in ("SUCCESS", "adopted"))
+        text = f"{text} {done}/{len(cell['instances'])}"
+        attempts = max((c.get("attempts", 0) for c in instances), default=0)
+    if attempts > 1:
+        text += f" ×{attempts}"
+    return text, style
+
+
+def render_status(grid: dict) -> None:
+    """One table per experiment: a row per stage, a column per pair."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    for experiment, columns in grid["experiments"].items():
+        table = Table(title=f"experiment [bold]{experiment}[/]  (root {grid['root']})", title_justify="left")
+        table.add_column("stage", style="bold")
+        for pair in columns:
+            table.add_column("all pairs" if pair.startswith("_") else pair)
+        for stage in grid["stages"]:
+            cells = [Text(*_label(col[stage])) if stage in col else Text("") for col in columns.values()]
+            table.add_row(stage, *cells)
+        console.print(table)
+    legend = Text("legend: ")
+    for key in ("SUCCESS", "adopted", "missing", "running", "interrupted", "SKIPPED"):
+        text, style = STYLE[key]
+        legend.append(text, style=style).append("  ")
+    legend.append("failed/timeout/oom/…", style=FAILED_STYLE)
+    legend.append("   n/m: instances done   ×k: attempts")
+    console.print(legend)
+
+
+def cmd_profiles_install(args) -> int:
+    """Link the repo's profiles where Snakemake looks for bare names."""
+    source_dir = os.path.abspath(args.source)
+    target_dir = os.path.expanduser(args.target)
+    os.makedirs(target_dir, exist_ok=True)
+    for name in sorted(os.listdir(source_dir)):
+        source = os.path.join(source_dir, name)
+        if not os.path.isdir(source):
+            continue
+        target = os.path.join(target_dir, name)
+        if os.path.islink(target) and os.path.realpath(target) == os.path.realpath(source):
+            print(f"profile {name}: already installed ({target})")
+        elif os.path.lexists(target):
+            print(f"profile {name}: {target} exists and is not waypost's; left alone "
+                  f"(use --profile {os.path.relpath(source)} instead)", file=sys.stderr)
+        else:
+            os.symlink(source, target)
+            print(f"profile {name}: installed {target} -> {source}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="waypost", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"waypost {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p):
+        p.add_argument("--config", default="config/config.yaml", help="config file (default: %(default)s)")
+        p.add_argument("--workflow", default="workflow", help="workflow dir with schemas/ (default: %(default)s)")
+        return p
+
+    p = with_config(sub.add_parser("status", help="experiments × pairs × stages, from the stage directories"))
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+
+    profiles = sub.add_parser("profiles", help="Snakemake profiles").add_subparsers(dest="action", required=True)
+    p = profiles.add_parser("install", help="make the repo's profiles usable by bare name (--profile local)")
+    p.add_argument("--source", default="profiles", help="the repo's profiles dir (default: %(default)s)")
+    p.add_argument("--target", default="~/.config/snakemake", help="where Snakemake looks (default: %(default)s)")
+    p.set_defaults(func=cmd_profiles_install)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except wconfig.ConfigError as exc:
+        print(f"waypost: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

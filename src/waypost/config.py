@@ -1,0 +1,194 @@
+"""Loading, defaults, validation and merging of the pipeline config.
+
+Errors name the file, the key and what was expected, and are raised before
+anything runs. The schema lives with the workflow (``workflow/schemas/``), so
+the engine stays pipeline-agnostic; it is a plain JSON schema of the kind
+``snakemake.utils.validate`` takes, validated here with jsonschema so the
+messages can be precise.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from functools import lru_cache
+
+import jsonschema
+import yaml
+
+from .layout import NAME_RULE
+
+SCHEMA_FILE = os.path.join("schemas", "config.schema.yaml")
+
+
+class ConfigError(ValueError):
+    """The config cannot be used; the message says where and why."""
+
+
+def load_yaml(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+@lru_cache(maxsize=8)
+def load_schema(workflow_dir: str) -> dict:
+    return load_yaml(os.path.join(workflow_dir, SCHEMA_FILE))
+
+
+def _key_path(parts) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
+    """(key path, what is wrong and what was expected) for one schema error."""
+    path = list(error.absolute_path)
+    expected = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        key = extra[0] if extra else "?"
+        hint = f"expected one of: {', '.join(allowed)}" if allowed else "no keys are allowed here"
+        return _key_path(path + [key]), f"unknown key {key!r} ({hint})"
+    if error.validator == "required":
+        return _key_path(path), f"{error.message.split(' is a required')[0]} is required but missing"
+    if error.validator in ("pattern", "not") or (error.validator == "$ref" and "name" in str(error.schema)):
+        return _key_path(path), f"{error.instance!r} is not a valid name (expected {NAME_RULE})"
+    if error.validator == "type":
+        want = error.validator_value
+        want = " or ".join(want) if isinstance(want, list) else want
+        detail = f" ({expected})" if expected else ""
+        return _key_path(path), f"expected {want}{detail}, got {error.instance!r}"
+    if error.validator == "enum":
+        choices = ", ".join(map(str, error.validator_value))
+        return _key_path(path), f"{error.instance!r} is not one of: {choices}"
+    message = error.message
+    if expected:
+        message += f" (expected {expected})"
+    return _key_path(path), message
+
+
+def _name_errors(error: jsonschema.ValidationError):
+    # propertyNames failures point at the parent; say which name is wrong.
+    if error.validator == "propertyNames":
+        for sub in error.context or []:
+            yield _key_path(list(error.absolute_path) + [sub.instance]), \
+                f"{sub.instance!r} is not a valid name (expected {NAME_RULE})"
+        return
+    yield _describe(error)
+
+
+def validate(config: dict, schema: dict, source: str) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = list(dict.fromkeys(f"{source}: {key}: {what}" for e in errors for key, what in _name_errors(e)))
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines[:10]))
+
+
+def _resolve(schema: dict, root: dict) -> dict:
+    while isinstance(schema, dict) and "$ref" in schema:
+        target = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def _fill_defaults(value: dict, schema: dict, root: dict, descend: bool) -> None:
+    schema = _resolve(schema, root)
+    for key, sub in schema.get("properties", {}).items():
+        sub = _resolve(sub, root)
+        if key not in value and "default" in sub:
+            value[key] = copy.deepcopy(sub["default"])
+        if descend and isinstance(value.get(key), dict):
+            _fill_defaults(value[key], sub, root, descend)
+
+
+def apply_defaults(config: dict, schema: dict) -> dict:
+    """Schema defaults for the top level, the global stage settings and each
+    experiment's own keys (not its overrides: those only hold what was set)."""
+    config = copy.deepcopy(config)
+    _fill_defaults(config, schema, schema, descend=False)
+    stages = config.setdefault("stages", {})
+    _fill_defaults(stages, schema["$defs"]["stages"], schema, descend=True)
+    # Pipeline order (the schema's), whatever order the file lists them in.
+    order = list(schema["$defs"]["stages"]["properties"])
+    config["stages"] = {name: stages[name] for name in order if name in stages}
+    for experiment in (config.get("experiments") or {}).values():
+        if isinstance(experiment, dict):
+            _fill_defaults(experiment, schema["$defs"]["experiment"], schema, descend=False)
+    return config
+
+
+def check_semantics(config: dict, source: str) -> None:
+    problems = []
+    for name, experiment in config["experiments"].items():
+        pairs = experiment["pairs"]
+        for pair in experiment.get("per_pair", {}):
+            if pair not in pairs:
+                problems.append(f"{source}: experiments.{name}.per_pair.{pair}: unknown pair {pair!r} "
+                                f"(expected one of this experiment's pairs: {', '.join(pairs)})")
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def prepare(config: dict, workflow_dir: str, source: str) -> dict:
+    """Validate a loaded config and fill in its defaults."""
+    schema = load_schema(os.path.abspath(workflow_dir))
+    validate(config, schema, source)
+    config = apply_defaults(config, schema)
+    check_semantics(config, source)
+    return config
+
+
+def experiment_scoped_stages(workflow_dir: str) -> list[str]:
+    """Stages that run once per experiment over all its pairs (funnels),
+    marked ``x-scope: experiment`` in the workflow's schema."""
+    stages = load_schema(os.path.abspath(workflow_dir))["$defs"]["stages"]["properties"]
+    return [name for name, sub in stages.items() if sub.get("x-scope") == "experiment"]
+
+
+def load(path: str, workflow_dir: str) -> dict:
+    return prepare(load_yaml(path), workflow_dir, path)
+
+
+def merge(base: dict, override: dict) -> dict:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
+    """Global stage settings ← the experiment's ← the pair's (last wins)."""
+    exp = config["experiments"][experiment]
+    settings = config["stages"].get(stage, {})
+    settings = merge(settings, exp.get("stages", {}).get(stage, {}))
+    settings = merge(settings, exp.get("per_pair", {}).get(pair, {}).get(stage, {}))
+    return settings
+
+
+def settings_hash(settings: dict) -> str:
+    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,60 @@
+"""Names → stage paths: ``{root}/{pair}/{experiment}/{stage}[/{instance}]``.
+
+Pair first, so all work on one language pair sits together. Every name that
+becomes a path component is validated here: letters, digits, ``.``, ``_`` and
+``-``, starting with a letter or digit (so no ``..``, no hidden names, no
+option-looking names, nothing a shell would interpret).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
+NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+# Where per-experiment funnels (the report) live: a pair slot no real pair can
+# take, because names must start with a letter or digit.
+ALL_PAIRS = "_all"
+
+MANIFEST = "_manifest.json"
+RUNNING = "_running.json"
+LOGS = "_logs"
+ATTEMPTS = ".attempts"
+# Files the engine writes into a stage directory; everything else is the step's.
+ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS}
+
+
+class NameError_(ValueError):
+    """A name that cannot be used as a path component."""
+
+
+def is_valid_name(name: object) -> bool:
+    return isinstance(name, str) and bool(NAME_RE.match(name)) and ".." not in name
+
+
+def check_name(name: object, what: str) -> str:
+    if not is_valid_name(name):
+        raise NameError_(f"{what} {name!r} is not a valid name (expected {NAME_RULE})")
+    return name  # type: ignore[return-value]
+
+
+def is_gcs(root: str) -> bool:
+    return root.startswith("gs://")
+
+
+def join(root: str, *parts: str) -> str:
+    if is_gcs(root):
+        return "/".join([root.rstrip("/"), *parts])
+    return os.path.join(root, *parts)
+
+
+def stage_dir(root: str, pair: str, experiment: str, stage: str, instance: str | None = None) -> str:
+    parts = [check_name(pair, "pair") if pair != ALL_PAIRS else pair,
+             check_name(experiment, "experiment"), check_name(stage, "stage")]
+    if instance is not None:
+        parts.append(check_name(instance, "instance"))
+    return join(root, *parts)
+

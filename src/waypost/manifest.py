@@ -1,0 +1,158 @@
+"""The stage manifest: what a stage directory holds, how it came to be, and
+whether it is done.
+
+``_manifest.json`` is written last and atomically (temp file + rename in the
+same directory), so a reader sees either the previous manifest or the new one,
+never half of one; a step killed mid-way leaves no new manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime, timezone
+
+from . import __version__
+from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST
+
+SCHEMA_VERSION = 1
+STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", "SKIPPED")
+HASH_CHUNK = 1 << 20
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be read or does not have the expected shape."""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
+    """Size and sha256 of each output, with paths relative to the stage dir."""
+    described = []
+    for path in paths:
+        described.append({
+            "path": os.path.relpath(path, stage_dir),
+            "size": os.path.getsize(path),
+            "sha256": sha256_file(path),
+        })
+    return described
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def manifest_path(stage_dir: str) -> str:
+    return os.path.join(stage_dir, MANIFEST)
+
+
+def read(stage_dir: str) -> dict | None:
+    """The manifest of a stage directory; None when there is none.
+
+    Raises ManifestError when the file exists but is not a usable manifest.
+    """
+    path = manifest_path(stage_dir)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: unreadable manifest ({exc})") from exc
+    if not isinstance(data, dict) or data.get("state") not in STATES or not isinstance(data.get("attempts"), list):
+        raise ManifestError(f"{path}: not a waypost manifest (missing state or attempts)")
+    return data
+
+
+def verify_outputs(stage_dir: str, data: dict, checksums: bool = True) -> list[str]:
+    """Problems with the outputs a manifest lists (missing, size or checksum)."""
+    problems = []
+    for out in data.get("outputs", []):
+        path = os.path.join(stage_dir, out["path"])
+        if not os.path.exists(path):
+            problems.append(f"{out['path']}: missing")
+        elif os.path.getsize(path) != out.get("size"):
+            problems.append(f"{out['path']}: size {os.path.getsize(path)} != {out.get('size')}")
+        elif checksums and sha256_file(path) != out.get("sha256"):
+            problems.append(f"{out['path']}: checksum differs")
+    return problems
+
+
+def build(*, experiment: str, pair: str, stage: str, instance: str | None, state: str,
+          attempts: list[dict], outputs: list[dict], inputs: list[dict], settings: dict,
+          config_hash: str, code_version: str, reused_from: str | None = None,
+          adopted: bool = False) -> dict:
+    return {
+        "schema": SCHEMA_VERSION,
+        "experiment": experiment,
+        "pair": pair,
+        "stage": stage,
+        "instance": instance,
+        "state": state,
+        "created": now_iso(),
+        "attempts": attempts,
+        "outputs": outputs,
+        "inputs": inputs,
+        "settings": settings,
+        "config_hash": config_hash,
+        "code_version": code_version,
+        "reused_from": reused_from,
+        "adopted": adopted,
+        "waypost_version": __version__,
+    }
+
+
+def workspace_entries(stage_dir: str) -> list[str]:
+    """What an attempt left in the stage dir (everything but the archive)."""
+    try:
+        return sorted(e for e in os.listdir(stage_dir) if e != ATTEMPTS)
+    except FileNotFoundError:
+        return []
+
+
+def archive_workspace(stage_dir: str) -> str | None:
+    """Move everything in the stage dir into ``.attempts/<n>/``; never delete.
+
+    Returns the archive path relative to the stage dir, or None if there was
+    nothing to archive.
+    """
+    entries = workspace_entries(stage_dir)
+    if not entries:
+        return None
+    attempts_dir = os.path.join(stage_dir, ATTEMPTS)
+    os.makedirs(attempts_dir, exist_ok=True)
+    n = 1 + max((int(e) for e in os.listdir(attempts_dir) if e.isdigit()), default=0)
+    target = os.path.join(attempts_dir, str(n))
+    os.makedirs(target)
+    for entry in entries:
+        shutil.move(os.path.join(stage_dir, entry), os.path.join(target, entry))
+    return os.path.relpath(target, stage_dir)
+
+
+def is_engine_file(name: str) -> bool:
+    return name in ENGINE_FILES or name.startswith(".tmp-")

@@ -1,0 +1,136 @@
+"""The state of every stage, read from the stage directories alone.
+
+A stage directory is, in order of precedence:
+  running / interrupted  an attempt is in progress (``_running.json``);
+                         interrupted when its process is gone
+  corrupt                ``_manifest.json`` exists but can't be read
+  SUCCESS (done)         its manifest says SUCCESS and its outputs are there
+  missing                its manifest says SUCCESS but an output was deleted
+  FAILED, TIMEOUT, …     its manifest records a failed last attempt
+  adopted                files are there without a manifest of this stage
+                         (placed by hand or copied from elsewhere): done
+  missing                nothing there
+A stage with instances (``stage/<instance>/``) shows the worst instance.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from . import layout, manifest
+
+DONE = ("SUCCESS", "adopted")
+# Worst first: the order in which an aggregate cell picks its state.
+SEVERITY = ["corrupt", "FAILED", "OOM", "TIMEOUT", "HWFAILURE", "PREEMPTED", "CANCELLED", "SKIPPED",
+            "interrupted", "running", "missing", "adopted", "SUCCESS"]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _running_state(stage_dir: str) -> str | None:
+    path = os.path.join(stage_dir, layout.RUNNING)
+    if not os.path.exists(path):
+        return None
+    try:
+        import json
+        with open(path) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return "interrupted"
+    if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", 0))):
+        return "interrupted"
+    return "running"
+
+
+def stage_state(stage_dir: str, expected: dict) -> dict:
+    """State of one stage (or instance) directory.
+
+    ``expected`` holds the experiment/pair/stage/instance this directory is
+    for; a manifest that names another location was copied here by hand.
+    """
+    cell = {"state": "missing", "attempts": 0, "path": stage_dir, "log": None, "last": None}
+    running = _running_state(stage_dir)
+    try:
+        data = manifest.read(stage_dir)
+    except manifest.ManifestError as exc:
+        cell.update(state="corrupt", error=str(exc))
+        return cell
+    files = [e for e in manifest.workspace_entries(stage_dir) if not manifest.is_engine_file(e)]
+    if data is not None:
+        attempts = data["attempts"]
+        cell["attempts"] = len(attempts)
+        cell["history"] = [{k: a.get(k) for k in ("number", "action", "state", "exit_code", "signal",
+                                                    "duration_s", "workspace", "log", "host", "slurm_job_id")}
+                           for a in attempts]
+        if attempts:
+            cell["log"] = os.path.join(stage_dir, attempts[-1].get("log") or "")
+            cell["last"] = attempts[-1].get("state")
+        own = all(data.get(k) == v for k, v in expected.items())
+        if running:
+            cell["state"] = running
+        elif not own:
+            cell["state"] = "adopted" if files else "missing"
+        elif data["state"] == "SUCCESS":
+            missing = [o["path"] for o in data.get("outputs", [])
+                       if not os.path.exists(os.path.join(stage_dir, o["path"]))]
+            cell["state"] = "missing" if missing else "SUCCESS"
+            if missing:
+                cell["missing_outputs"] = missing
+        else:
+            cell["state"] = data["state"]
+    elif running:
+        cell["state"] = running
+    elif files:
+        cell["state"] = "adopted"
+    return cell
+
+
+def worst(states: list[str]) -> str:
+    return min(states, key=lambda s: SEVERITY.index(s) if s in SEVERITY else 0)
+
+
+def stage_cell(root: str, experiment: str, pair: str, stage: str) -> dict:
+    stage_dir = layout.stage_dir(root, pair, experiment, stage)
+    expected = {"experiment": experiment, "pair": pair, "stage": stage}
+    entries = manifest.workspace_entries(stage_dir)
+    has_own_files = any(manifest.is_engine_file(e) or os.path.isfile(os.path.join(stage_dir, e)) for e in entries)
+    instances = [e for e in entries if os.path.isdir(os.path.join(stage_dir, e)) and layout.is_valid_name(e)]
+    if has_own_files or not instances:
+        return stage_state(stage_dir, {**expected, "instance": None})
+    cells = {name: stage_state(os.path.join(stage_dir, name), {**expected, "instance": name})
+             for name in sorted(instances)}
+    return {
+        "state": worst([c["state"] for c in cells.values()]),
+        "attempts": sum(c["attempts"] for c in cells.values()),
+        "path": stage_dir,
+        "instances": cells,
+    }
+
+
+def collect(config: dict, funnels: list[str]) -> dict:
+    """experiments → pairs (and the per-experiment funnel slot) → stages → cell.
+
+    ``funnels`` are the stages that run once per experiment (``_all`` slot).
+    """
+    root = config["root"]
+    stages = list(config["stages"])
+    per_pair = [s for s in stages if s not in funnels]
+    grid = {}
+    for experiment, settings in config["experiments"].items():
+        rows = {}
+        for pair in settings["pairs"]:
+            rows[pair] = {stage: stage_cell(root, experiment, pair, stage) for stage in per_pair}
+        if funnels:
+            rows[layout.ALL_PAIRS] = {stage: stage_cell(root, experiment, layout.ALL_PAIRS, stage)
+                                      for stage in funnels}
+        grid[experiment] = rows
+    return {"root": root, "stages": stages, "experiments": grid}

@@ -1,0 +1,98 @@
+"""Shared helpers: real `snakemake` runs of the repo's workflow in temp dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SNAKEFILE = REPO / "workflow" / "Snakefile"
+LOCAL_PROFILE = REPO / "profiles" / "local"
+
+# Small enough that a whole run takes seconds, big enough that the models learn.
+SMALL_CONFIG = {
+    "root": "results",
+    "experiments": {"exp1": {"pairs": ["en-xa", "en-xb"], "teachers": 2}},
+    "stages": {
+        "fetch_corpus": {"sentences": 400, "mono": 200, "test": 60},
+        "train_backward": {"epochs": 2},
+        "train_teacher": {"epochs": 2, "subsample": 0.6},
+        "train_student": {"epochs": 2},
+    },
+}
+
+
+def write_config(workdir: Path, config: dict, name: str = "config.yaml") -> Path:
+    path = workdir / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, configfile: str = "config.yaml", snakefile: Path = SNAKEFILE,
+              profile: Path | str = LOCAL_PROFILE, check: bool = True, timeout: float = 600,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(workdir),
+           "--profile", str(profile), "--configfile", str(workdir / configfile), *args]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+JOB_LINE = re.compile(r"^(\w+)\s+(\d+)$")
+
+
+def planned(workdir: Path, *args: str, **kwargs) -> dict[str, int]:
+    """Jobs a dry run would run, by rule (without the `all` target)."""
+    proc = snakemake(workdir, "-n", *args, **kwargs)
+    out = proc.stdout + proc.stderr
+    jobs: dict[str, int] = {}
+    if "Job stats:" in out:
+        table = out.split("Job stats:", 1)[1].split("total", 1)[0]
+        for line in table.splitlines():
+            m = JOB_LINE.match(line.strip())
+            if m and m.group(1) != "all":
+                jobs[m.group(1)] = int(m.group(2))
+    else:
+        assert "Nothing to be done" in out, out
+    return jobs
+
+
+def waypost(workdir: Path, *args: str, check: bool = True, config: str = "config.yaml") -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "waypost.cli", *args]
+    if args and args[0] in ("status",):
+        cmd += ["--config", str(workdir / config), "--workflow", str(REPO / "workflow")]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"waypost failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def read_manifest(stage_dir: Path) -> dict:
+    return json.loads((stage_dir / "_manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    """One full run of the small pipeline; tests copy it, never change it."""
+    workdir = tmp_path_factory.mktemp("finished")
+    write_config(workdir, SMALL_CONFIG)
+    snakemake(workdir)
+    return workdir
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path) -> Path:
+    """A private copy of the finished run (timestamps kept)."""
+    target = tmp_path / "run"
+    shutil.copytree(finished_run, target, symlinks=True, copy_function=shutil.copy2)
+    return target

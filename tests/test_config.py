@@ -1,0 +1,91 @@
+"""Config validation: clear errors naming file, key and expectation; nothing
+runs and nothing is written on bad input."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SMALL_CONFIG, snakemake, write_config
+from waypost import config as wconfig
+
+WORKFLOW = str(REPO / "workflow")
+
+
+def check(raw: dict):
+    return wconfig.prepare(raw, WORKFLOW, "test.yaml")
+
+
+def with_change(change) -> dict:
+    cfg = copy.deepcopy(SMALL_CONFIG)
+    change(cfg)
+    return cfg
+
+
+def test_defaults_are_filled_and_merged():
+    cfg = check(with_change(lambda c: c["experiments"]["exp1"].update(
+        stages={"train_teacher": {"epochs": 9}}, per_pair={"en-xb": {"train_teacher": {"seed": 4}}})))
+    assert cfg["rerun_policy"] == "presence"
+    assert cfg["stages"]["clean_corpus"] == {"max_ratio": 2.0, "max_length": 80}
+    assert wconfig.stage_settings(cfg, "exp1", "en-xa", "train_teacher") == {"epochs": 9, "subsample": 0.6}
+    assert wconfig.stage_settings(cfg, "exp1", "en-xb", "train_teacher") == {"epochs": 9, "subsample": 0.6, "seed": 4}
+    # Experiment overrides stay as written (defaults don't leak into them).
+    assert cfg["experiments"]["exp1"]["stages"] == {"train_teacher": {"epochs": 9}}
+
+
+BAD = {
+    "wrong type": (lambda c: c["stages"]["train_student"].update(epochs="many"),
+                   "stages.train_student.epochs: expected integer"),
+    "unknown key": (lambda c: c["stages"]["train_student"].update(learning_rate=1),
+                    "stages.train_student.learning_rate: unknown key 'learning_rate'"),
+    "unknown top-level key": (lambda c: c.update(roots="x"), "roots: unknown key 'roots'"),
+    "unknown stage": (lambda c: c["stages"].update(train_giant={}), "stages.train_giant: unknown key"),
+    "unknown pair": (lambda c: c["experiments"]["exp1"].update(per_pair={"en-zz": {}}),
+                     "experiments.exp1.per_pair.en-zz: unknown pair 'en-zz'"),
+    "slash in pair": (lambda c: c["experiments"]["exp1"].update(pairs=["en/xa"]),
+                      "experiments.exp1.pairs[0]: 'en/xa' is not a valid name"),
+    "dotdot experiment": (lambda c: c["experiments"].update({"..": {"pairs": ["en-xa"]}}),
+                          "'..' is not a valid name"),
+    "space in pair": (lambda c: c["experiments"]["exp1"].update(pairs=["en xa"]), "'en xa' is not a valid name"),
+    "bad policy": (lambda c: c.update(rerun_policy="sometimes"), "rerun_policy: 'sometimes' is not one of"),
+    "missing pairs": (lambda c: c["experiments"]["exp1"].pop("pairs"), "'pairs' is required"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_is_a_clear_error(case):
+    change, expected = BAD[case]
+    with pytest.raises(wconfig.ConfigError) as err:
+        check(with_change(change))
+    assert "test.yaml" in str(err.value)
+    assert expected in str(err.value)
+
+
+def test_yaml_error_names_file_and_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("experiments:\n  a: {pairs: [en-xa]\n")
+    with pytest.raises(wconfig.ConfigError, match=rf"{path}:3:1: invalid YAML"):
+        wconfig.load(str(path), WORKFLOW)
+
+
+@pytest.mark.parametrize("case", ["wrong type", "unknown stage", "slash in pair", "unknown pair"])
+def test_snakemake_refuses_bad_config_before_any_job(tmp_path: Path, case):
+    change, expected = BAD[case]
+    write_config(tmp_path, with_change(change))
+    proc = snakemake(tmp_path, check=False)
+    assert proc.returncode != 0
+    assert expected in proc.stderr + proc.stdout
+    assert str(tmp_path / "config.yaml") in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_snakemake_default_config_yaml_error_names_file(tmp_path: Path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("experiments: [\n")
+    import subprocess, sys
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"),
+                           "-n", "-c1"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "config/config.yaml:2:1: invalid YAML" in proc.stderr + proc.stdout

@@ -1,0 +1,154 @@
+"""The reference pipeline end to end, and file-state semantics (presence and
+mtime), with real snakemake runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
+
+PAIRS = ("en-xa", "en-xb")
+MODELS = ("backward", "teacher-0", "teacher-1", "student")
+PER_PAIR_STAGES = ("fetch_corpus", "clean_corpus", "train_vocab", "train_backward", "translate_mono",
+                   "translate_corpus", "train_student", "export")
+
+
+def stage(workdir: Path, pair: str, name: str, instance: str | None = None, experiment: str = "exp1") -> Path:
+    path = workdir / "results" / pair / experiment / name
+    return path / instance if instance else path
+
+
+def manifests(workdir: Path) -> dict[str, dict]:
+    return {str(p.parent.relative_to(workdir)): json.loads(p.read_text())
+            for p in (workdir / "results").rglob("_manifest.json") if ".attempts" not in p.parts}
+
+
+def test_full_run_produces_report_and_manifests(finished_run):
+    work = finished_run
+    report = (work / "results/_all/exp1/report/report.md").read_text()
+    for pair in PAIRS:
+        for model in MODELS:
+            assert any(pair in line and model in line for line in report.splitlines()), (pair, model, report)
+    html = (work / "results/_all/exp1/report/report.html").read_text()
+    assert "<table" in html and "http" not in html.split("<body", 1)[1]  # self-contained
+
+    found = manifests(work)
+    # 11 stages per pair (2 teachers, 4 evaluations) + the report
+    assert len(found) == 2 * (len(PER_PAIR_STAGES) + 2 + 4) + 1
+    for where, data in found.items():
+        assert data["state"] == "SUCCESS", where
+        assert data["schema"] == 1 and data["waypost_version"]
+        assert data["config_hash"] and data["code_version"]
+        attempt = data["attempts"][-1]
+        assert attempt["exit_code"] == 0 and attempt["host"] and attempt["start"] <= attempt["end"]
+        for out in data["outputs"]:
+            blob = (work / where / out["path"]).read_bytes()
+            assert hashlib.sha256(blob).hexdigest() == out["sha256"] and len(blob) == out["size"]
+    student = read_manifest(stage(work, "en-xa", "train_student"))
+    sources = {Path(i["path"]).parent.name: i for i in student["inputs"]}
+    assert sources["translate_corpus"]["state"] == "SUCCESS"
+    assert sources["translate_corpus"]["manifest"].endswith("translate_corpus/_manifest.json")
+    assert student["settings"]["epochs"] == SMALL_CONFIG["stages"]["train_student"]["epochs"]
+
+    metrics = json.loads((stage(work, "en-xa", "evaluate", "student") / "metrics.json").read_text())
+    assert 0 < metrics["bleu"] < 100 and 0 < metrics["chrf"] < 100
+
+
+def test_presence_nothing_to_do_after_full_run(run_copy):
+    assert planned(run_copy) == {}
+
+
+def test_presence_ignores_newer_inputs(run_copy):
+    # Touch every file so that upstream files are newer than their outputs.
+    future = time.time() + 3600
+    for path in sorted((run_copy / "results").rglob("*")):
+        if path.is_file() and "fetch_corpus" in path.parts:
+            os.utime(path, (future, future))
+    assert planned(run_copy) == {}
+
+
+def test_presence_ignores_changed_params_and_code(run_copy, tmp_path):
+    config = json.loads(json.dumps(SMALL_CONFIG))
+    config["stages"]["train_student"]["epochs"] = 7
+    config["stages"]["clean_corpus"] = {"max_ratio": 1.5}
+    write_config(run_copy, config)
+    assert planned(run_copy) == {}
+    # A copy of the workflow whose rule code changed too.
+    repo = Path(__file__).resolve().parent.parent
+    copy = tmp_path / "repo"
+    for part in ("workflow", "rules", "scripts"):
+        shutil.copytree(repo / part, copy / part)
+    smk = copy / "rules" / "student.smk"
+    smk.write_text(smk.read_text().replace("--epochs {params.epochs}", "--epochs {params.epochs} --seed 0", 1))
+    assert planned(run_copy, snakefile=copy / "workflow" / "Snakefile") == {}
+
+
+def test_presence_deleting_an_output_reruns_exactly_that_job(run_copy):
+    before = manifests(run_copy)
+    (stage(run_copy, "en-xa", "train_student") / "model.json").unlink()
+    assert planned(run_copy) == {"train_student": 1}
+    snakemake(run_copy)
+    after = manifests(run_copy)
+    changed = sorted(k for k in after if after[k]["created"] != before[k]["created"])
+    assert changed == ["results/en-xa/exp1/train_student"]
+    student = after["results/en-xa/exp1/train_student"]
+    assert [a["number"] for a in student["attempts"]] == [1, 2]
+    # The earlier workspace was archived, not deleted.
+    archived = stage(run_copy, "en-xa", "train_student") / ".attempts" / "1"
+    assert (archived / "_manifest.json").exists() and (archived / "checkpoints").is_dir()
+    assert student["attempts"][0]["workspace"] == ".attempts/1"
+
+
+def test_presence_missing_intermediate_is_rebuilt_only_itself(run_copy):
+    shutil.rmtree(stage(run_copy, "en-xb", "clean_corpus"))
+    assert planned(run_copy) == {"clean_corpus": 1}
+
+
+def test_mtime_mode_deletion_reruns_downstream(run_copy):
+    config = json.loads(json.dumps(SMALL_CONFIG))
+    config["rerun_policy"] = "mtime"
+    write_config(run_copy, config)
+    (stage(run_copy, "en-xa", "train_student") / "model.json").unlink()
+    assert planned(run_copy) == {"train_student": 1, "evaluate": 1, "export": 1, "report": 1}
+
+
+def test_adding_files_by_hand_makes_a_stage_done(run_copy):
+    config = json.loads(json.dumps(SMALL_CONFIG))
+    config["experiments"]["exp2"] = {"pairs": ["en-xa"], "teachers": 2}
+    write_config(run_copy, config)
+    # Copy exp1's finished teachers (just the model files) into exp2 by hand.
+    for i in ("0", "1"):
+        target = stage(run_copy, "en-xa", "train_teacher", i, experiment="exp2")
+        target.mkdir(parents=True)
+        shutil.copy2(stage(run_copy, "en-xa", "train_teacher", i) / "model.json", target / "model.json")
+    jobs = planned(run_copy)
+    assert "train_teacher" not in jobs
+    assert jobs["train_student"] == 1 and jobs["fetch_corpus"] == 1
+    snakemake(run_copy)
+    teacher = stage(run_copy, "en-xa", "train_teacher", "0", experiment="exp2")
+    assert not (teacher / "_manifest.json").exists()
+    distilled = read_manifest(stage(run_copy, "en-xa", "translate_corpus", experiment="exp2"))
+    assert {i["state"] for i in distilled["inputs"] if "train_teacher" in i["path"]} == {"ADOPTED"}
+
+    grid = json.loads(waypost(run_copy, "status", "--json").stdout)
+    cell = grid["experiments"]["exp2"]["en-xa"]["train_teacher"]
+    assert cell["state"] == "adopted"
+    assert grid["experiments"]["exp2"]["en-xa"]["train_student"]["state"] == "SUCCESS"
+
+
+def test_status_grid(run_copy):
+    (stage(run_copy, "en-xb", "export") / "package.tar.gz").unlink()
+    grid = json.loads(waypost(run_copy, "status", "--json").stdout)
+    rows = grid["experiments"]["exp1"]
+    assert rows["en-xa"]["export"]["state"] == "SUCCESS"
+    assert rows["en-xb"]["export"]["state"] == "missing"
+    assert rows["en-xa"]["train_teacher"]["state"] == "SUCCESS"
+    assert set(rows["en-xa"]["train_teacher"]["instances"]) == {"0", "1"}
+    assert rows["_all"]["report"]["state"] == "SUCCESS"
+    text = waypost(run_copy, "status").stdout
+    assert "en-xa" in text and "legend" in text and "missing" in text

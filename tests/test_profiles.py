@@ -1,0 +1,60 @@
+"""Profiles work by bare name after set-up, and by path; a user's own profile
+of the same name is never overwritten."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, SMALL_CONFIG, write_config
+
+
+def waypost_install(home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "waypost.cli", "profiles", "install",
+                           "--source", str(REPO / "profiles"), "--target", str(home / ".config/snakemake")],
+                          capture_output=True, text=True, check=True)
+
+
+def dry_run(workdir: Path, profile: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("XDG_CONFIG_HOME", None)
+    env.pop("SNAKEMAKE_PROFILE", None)
+    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow/Snakefile"),
+                           "--profile", profile, "--configfile", "config.yaml", "-n"],
+                          cwd=workdir, capture_output=True, text=True, env=env)
+
+
+def test_bare_name_after_install(tmp_path):
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, SMALL_CONFIG)
+    assert dry_run(work, "local", home).returncode != 0  # not findable before set-up
+    out = waypost_install(home)
+    assert "installed" in out.stdout
+    link = home / ".config/snakemake/local"
+    assert link.is_symlink() and link.resolve() == (REPO / "profiles/local").resolve()
+    proc = dry_run(work, "local", home)
+    assert proc.returncode == 0, proc.stderr
+    assert "fetch_corpus" in proc.stdout
+    # Installing again is a no-op.
+    assert "already installed" in waypost_install(home).stdout
+
+
+def test_users_own_profile_is_left_alone(tmp_path):
+    home = tmp_path / "home"
+    mine = home / ".config/snakemake/local"
+    mine.mkdir(parents=True)
+    (mine / "config.yaml").write_text("cores: 1\n")
+    out = waypost_install(home)
+    assert "left alone" in out.stderr
+    assert not mine.is_symlink() and (mine / "config.yaml").read_text() == "cores: 1\n"
+
+
+def test_profile_by_path(tmp_path):
+    write_config(tmp_path, SMALL_CONFIG)
+    (tmp_path / "profiles").symlink_to(REPO / "profiles")
+    proc = dry_run(tmp_path, "profiles/local", tmp_path / "nohome")
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,136 @@
+"""The step runner on its own: manifests, outcomes, archiving, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from waypost import manifest
+
+
+def run_step(stage_dir: Path, command: list[str], outputs=(), inputs=(), **kw) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage_dir), "--experiment", "e",
+            "--pair", "p", "--stage", "s", "--settings", '{"k": 1}', "--config-hash", "h", "--code-version", "v"]
+    for o in outputs:
+        argv += ["--output", str(o)]
+    for i in inputs:
+        argv += ["--input", str(i)]
+    return subprocess.run(argv + ["--", *command], capture_output=True, text=True, **kw)
+
+
+def sh(script: str) -> list[str]:
+    return ["bash", "-c", script]
+
+
+def test_success_writes_manifest_with_checksums(tmp_path):
+    stage = tmp_path / "p/e/s"
+    out = stage / "out.txt"
+    proc = run_step(stage, sh(f"echo hello; printf data > {out}"), outputs=[out])
+    assert proc.returncode == 0, proc.stderr
+    data = manifest.read(str(stage))
+    assert data["state"] == "SUCCESS"
+    assert data["outputs"] == [{"path": "out.txt", "size": 4, "sha256": manifest.sha256_file(str(out))}]
+    assert data["settings"] == {"k": 1} and data["config_hash"] == "h" and data["code_version"] == "v"
+    (attempt,) = data["attempts"]
+    assert attempt["state"] == "SUCCESS" and attempt["exit_code"] == 0 and attempt["number"] == 1
+    assert "hello" in (stage / attempt["log"]).read_text()
+    assert "hello" in proc.stderr  # teed to the job's own log too
+    assert not (stage / "_running.json").exists()
+
+
+def test_failure_keeps_exit_code_and_records_failed(tmp_path):
+    stage = tmp_path / "p/e/s"
+    proc = run_step(stage, sh("exit 3"), outputs=[stage / "out.txt"])
+    assert proc.returncode == 3
+    data = manifest.read(str(stage))
+    assert data["state"] == "FAILED" and data["outputs"] == []
+    assert data["attempts"][0]["exit_code"] == 3
+
+
+def test_exit_zero_without_output_is_failed(tmp_path):
+    stage = tmp_path / "p/e/s"
+    proc = run_step(stage, ["true"], outputs=[stage / "out.txt"])
+    assert proc.returncode != 0
+    data = manifest.read(str(stage))
+    assert data["state"] == "FAILED" and "did not write" in data["attempts"][0]["error"]
+
+
+def test_killed_step_records_signal(tmp_path):
+    stage = tmp_path / "p/e/s"
+    proc = run_step(stage, sh("kill -9 $$"), outputs=[stage / "out.txt"])
+    assert proc.returncode == 128 + 9
+    attempt = manifest.read(str(stage))["attempts"][0]
+    assert attempt["signal"] == 9 and attempt["exit_code"] is None and attempt["state"] == "FAILED"
+
+
+def test_terminated_runner_forwards_and_records_cancelled(tmp_path):
+    stage = tmp_path / "p/e/s"
+    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage), "--experiment", "e",
+            "--pair", "p", "--stage", "s", "--", "sleep", "30"]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    deadline = time.time() + 10
+    while not (stage / "_running.json").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) != 0
+    data = manifest.read(str(stage))
+    assert data["state"] == "CANCELLED" and data["attempts"][0]["signal"] == signal.SIGTERM
+
+
+def test_rerun_archives_previous_workspace_and_keeps_history(tmp_path):
+    stage = tmp_path / "p/e/s"
+    out = stage / "out.txt"
+    run_step(stage, sh(f"echo one > {out}; echo scratch > {stage}/notes"), outputs=[out])
+    out.unlink()
+    proc = run_step(stage, sh(f"echo two > {out}"), outputs=[out])
+    assert proc.returncode == 0
+    data = manifest.read(str(stage))
+    assert [a["number"] for a in data["attempts"]] == [1, 2]
+    assert data["attempts"][0]["workspace"] == os.path.join(".attempts", "1")
+    archived = stage / ".attempts" / "1"
+    assert (archived / "notes").read_text() == "scratch\n"
+    assert json.loads((archived / "_manifest.json").read_text())["state"] == "SUCCESS"
+    assert not (stage / "notes").exists()
+
+
+def test_inputs_point_at_their_manifests(tmp_path):
+    up = tmp_path / "p/e/up"
+    run_step(up, sh(f"echo x > {up}/a.txt"), outputs=[up / "a.txt"])
+    adopted = tmp_path / "p/e/hand"
+    adopted.mkdir(parents=True)
+    (adopted / "b.txt").write_text("by hand")
+    down = tmp_path / "p/e/down"
+    proc = run_step(down, sh(f"cat {up}/a.txt > {down}/c.txt"), outputs=[down / "c.txt"],
+                    inputs=[up / "a.txt", adopted / "b.txt"])
+    assert proc.returncode == 0
+    inputs = manifest.read(str(down))["inputs"]
+    assert inputs[0]["state"] == "SUCCESS" and inputs[0]["sha256"] == manifest.sha256_file(str(up / "a.txt"))
+    assert inputs[0]["manifest"] == str(up / "_manifest.json")
+    assert inputs[1]["state"] == "ADOPTED" and inputs[1]["manifest"] is None
+
+
+def test_corrupt_manifest_is_archived_not_trusted(tmp_path):
+    stage = tmp_path / "p/e/s"
+    stage.mkdir(parents=True)
+    (stage / "_manifest.json").write_text("{truncated")
+    with pytest.raises(manifest.ManifestError):
+        manifest.read(str(stage))
+    out = stage / "out.txt"
+    assert run_step(stage, sh(f"echo ok > {out}"), outputs=[out]).returncode == 0
+    assert (stage / ".attempts/1/_manifest.json").read_text() == "{truncated"
+    assert manifest.read(str(stage))["state"] == "SUCCESS"
+
+
+def test_command_is_not_run_through_a_shell(tmp_path):
+    stage = tmp_path / "p/e/s"
+    marker = tmp_path / "pwned"
+    proc = run_step(stage, ["echo", f"; touch {marker}"])
+    assert proc.returncode == 0 and not marker.exists()
