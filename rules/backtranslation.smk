@@ -3,8 +3,7 @@
 
 rule train_backward:
     input:
-        corpus=wp.input("clean_corpus", "clean.tsv"),
-        vocab=wp.input("train_vocab", "vocab.json"),
+        **wp.needs("train_backward", corpus=("clean_corpus", "clean.tsv"), vocab=("train_vocab", "vocab.json")),
     output:
         model=wp.path("train_backward", "model.json"),
     params:
@@ -19,11 +18,12 @@ rule train_backward:
         " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
         " --checkpoint-dir {params.checkpoints} --output {output.model}"
 
+wp.track(rules.train_backward)
+
 
 rule translate_mono:
     input:
-        model=wp.input("train_backward", "model.json"),
-        mono=wp.input("fetch_corpus", "mono.txt"),
+        **wp.needs("translate_mono", model=("train_backward", "model.json"), mono=("fetch_corpus", "mono.txt")),
     output:
         corpus=wp.path("translate_mono", "backtranslated.tsv"),
     params:
@@ -31,3 +31,5 @@ rule translate_mono:
     shell:
         "{params.step} " + wp.script("translate.py") +
         " --model {input.model} --input-text {input.mono} --output {output.corpus}"
+
+wp.track(rules.translate_mono)

@@ -18,10 +18,12 @@ rule fetch_corpus:
         " --mono {params.mono} --test {params.test} --seed {params.seed}"
         " --out-train {output.train} --out-mono {output.mono} --out-test {output.test}"
 
+wp.track(rules.fetch_corpus)
+
 
 rule clean_corpus:
     input:
-        train=wp.input("fetch_corpus", "train.tsv"),
+        **wp.needs("clean_corpus", train=("fetch_corpus", "train.tsv")),
     output:
         corpus=wp.path("clean_corpus", "clean.tsv"),
     params:
@@ -33,11 +35,12 @@ rule clean_corpus:
         " --input {input.train} --output {output.corpus}"
         " --max-ratio {params.max_ratio} --max-length {params.max_length}"
 
+wp.track(rules.clean_corpus)
+
 
 rule train_vocab:
     input:
-        corpus=wp.input("clean_corpus", "clean.tsv"),
-        mono=wp.input("fetch_corpus", "mono.txt"),
+        **wp.needs("train_vocab", corpus=("clean_corpus", "clean.tsv"), mono=("fetch_corpus", "mono.txt")),
     output:
         vocab=wp.path("train_vocab", "vocab.json"),
     params:
@@ -48,3 +51,5 @@ rule train_vocab:
         "{params.step} " + wp.script("train_vocab.py") +
         " --corpus {input.corpus} --mono {input.mono} --output {output.vocab}"
         " --min-count {params.min_count} --max-size {params.max_size}"
+
+wp.track(rules.train_vocab)

@@ -7,16 +7,19 @@ def report_entries(experiment):
 
 rule report:
     input:
-        lambda wc: [wp.mark(wp.path("evaluate", "metrics.json", model, pair=pair).format(experiment=wc.experiment))
-                    for pair, model in report_entries(wc.experiment)],
+        **wp.needs("report", metrics=lambda wc: [
+            wp.path("evaluate", "metrics.json", model, pair=pair).format(experiment=wc.experiment)
+            for pair, model in report_entries(wc.experiment)]),
     output:
         markdown=wp.report_path("{experiment}", "report.md"),
         html=wp.report_path("{experiment}", "report.html"),
     params:
         step=wp.step("report"),
         entries=lambda wc, input: " ".join(
-            f"--entry {pair} {model} {path}" for (pair, model), path in zip(report_entries(wc.experiment), input)),
+            f"--entry {pair} {model} {path}" for (pair, model), path in zip(report_entries(wc.experiment), input.metrics)),
     shell:
         "{params.step} " + wp.script("report.py") +
         " --experiment {wildcards.experiment} {params.entries}"
         " --output-md {output.markdown} --output-html {output.html}"
+
+wp.track(rules.report)

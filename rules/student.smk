@@ -3,9 +3,10 @@
 
 rule train_student:
     input:
-        distilled=wp.input("translate_corpus", "distilled.tsv"),
-        synthetic=wp.input("translate_mono", "backtranslated.tsv"),
-        vocab=wp.input("train_vocab", "vocab.json"),
+        **wp.needs("train_student",
+                   distilled=("translate_corpus", "distilled.tsv"),
+                   synthetic=("translate_mono", "backtranslated.tsv"),
+                   vocab=("train_vocab", "vocab.json")),
     output:
         model=wp.path("train_student", "model.json"),
     params:
@@ -19,6 +20,8 @@ rule train_student:
         " --corpus {input.distilled} --corpus {input.synthetic} --direction src-trg --vocab {input.vocab}"
         " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
         " --checkpoint-dir {params.checkpoints} --output {output.model}"
+
+wp.track(rules.train_student)
 
 
 def evaluated_models(experiment):
@@ -34,13 +37,12 @@ def model_of(wildcards):
         path = wp.path("train_student", "model.json")
     else:
         path = wp.path("train_teacher", "model.json", name.removeprefix("teacher-"))
-    return wp.mark(path.format(pair=wildcards.pair, experiment=wildcards.experiment))
+    return path.format(pair=wildcards.pair, experiment=wildcards.experiment)
 
 
 rule evaluate:
     input:
-        model=model_of,
-        test=wp.input("fetch_corpus", "test.tsv"),
+        **wp.needs("evaluate", model=model_of, test=("fetch_corpus", "test.tsv")),
     output:
         metrics=wp.path("evaluate", "metrics.json", INSTANCE),
     params:
@@ -53,12 +55,15 @@ rule evaluate:
         " --model {input.model} --test {input.test} --output {output.metrics}"
         " --hypotheses {params.hypotheses}"
 
+wp.track(rules.evaluate, instances=evaluated_models)
+
 
 rule export:
     input:
-        model=wp.input("train_student", "model.json"),
-        vocab=wp.input("train_vocab", "vocab.json"),
-        metrics=wp.input("evaluate", "metrics.json", "student"),
+        **wp.needs("export",
+                   model=("train_student", "model.json"),
+                   vocab=("train_vocab", "vocab.json"),
+                   metrics=("evaluate", "metrics.json", "student")),
     output:
         package=wp.path("export", "package.tar.gz"),
     params:
@@ -66,3 +71,5 @@ rule export:
     shell:
         "{params.step} " + wp.script("export.py") +
         " --model {input.model} --vocab {input.vocab} --metrics {input.metrics} --output {output.package}"
+
+wp.track(rules.export)

@@ -2,16 +2,16 @@
 # its own stage instance, then distillation: the ensemble translates the corpus.
 
 def teacher_models(wildcards):
-    return [wp.mark(wp.path("train_teacher", "model.json", str(i)).format(
-                pair=wildcards.pair, experiment=wildcards.experiment))
+    return [wp.path("train_teacher", "model.json", str(i)).format(pair=wildcards.pair, experiment=wildcards.experiment)
             for i in range(wp.teachers(wildcards.experiment))]
 
 
 rule train_teacher:
     input:
-        corpus=wp.input("clean_corpus", "clean.tsv"),
-        synthetic=wp.input("translate_mono", "backtranslated.tsv"),
-        vocab=wp.input("train_vocab", "vocab.json"),
+        **wp.needs("train_teacher",
+                   corpus=("clean_corpus", "clean.tsv"),
+                   synthetic=("translate_mono", "backtranslated.tsv"),
+                   vocab=("train_vocab", "vocab.json")),
     output:
         model=wp.path("train_teacher", "model.json", INSTANCE),
     params:
@@ -29,11 +29,12 @@ rule train_teacher:
         " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
         " --checkpoint-dir {params.checkpoints} --output {output.model}"
 
+wp.track(rules.train_teacher, instances=lambda e: [str(i) for i in range(wp.teachers(e))])
+
 
 rule translate_corpus:
     input:
-        models=teacher_models,
-        corpus=wp.input("clean_corpus", "clean.tsv"),
+        **wp.needs("translate_corpus", models=teacher_models, corpus=("clean_corpus", "clean.tsv")),
     output:
         corpus=wp.path("translate_corpus", "distilled.tsv"),
     params:
@@ -42,3 +43,5 @@ rule translate_corpus:
     shell:
         "{params.step} " + wp.script("translate.py") +
         " {params.models} --input-tsv {input.corpus} --column src --output {output.corpus}"
+
+wp.track(rules.translate_corpus)

@@ -18,6 +18,7 @@ The command never runs through a shell here: names can't be interpreted.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -32,6 +33,16 @@ from .layout import LOGS, MANIFEST, RUNNING
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 KILL_GRACE_SECONDS = 10
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the runner dies (even by SIGKILL), so a
+    step never outlives its runner and writes outputs nobody records."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -107,7 +118,8 @@ class Attempt:
             with open(self.log_path, "ab") as log:
                 try:
                     self.proc = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE,
-                                                 stderr=subprocess.STDOUT, start_new_session=True)
+                                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                                 preexec_fn=_die_with_parent)
                 except OSError as exc:
                     message = f"waypost: cannot start {self.command[0]!r}: {exc}\n".encode()
                     log.write(message)

@@ -63,6 +63,8 @@ class Pipeline:
         self.code_version = code_version(self.workflow_dir)
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
+        self._tracked: list = []
+        self.workflow = workflow
 
     # --- names -----------------------------------------------------------
     @property
@@ -87,10 +89,33 @@ class Pipeline:
         parts = [pair, "{experiment}", stage] + ([instance] if instance else []) + [filename]
         return layout.join(self.root, *parts)
 
-    def input(self, stage: str, filename: str, instance: str | None = None):
-        """An upstream output as an input: in presence mode a present file is
-        done whatever its mtime, so inputs never trigger reruns."""
-        return self.mark(self.path(stage, filename, instance))
+    def needs(self, consumer: str, **inputs) -> dict:
+        """The inputs of stage ``consumer``, for a rule's ``input: **...``.
+
+        Each value is ``(stage, filename[, instance])`` naming an upstream
+        output, or a function of the wildcards returning path(s). In presence
+        mode a job whose outputs are all present is done: it gets no inputs
+        at all, so nothing upstream of it (being rerun, or missing in an
+        experiment where its outputs were placed by hand) can make it rerun.
+        Otherwise the inputs are marked ancient, so timestamps never matter.
+        """
+        def resolve(spec):
+            def paths(wildcards):
+                if self.presence and self.is_done(consumer, wildcards):
+                    return []
+                if callable(spec):
+                    found = spec(wildcards)
+                else:
+                    found = self.path(*spec).format(**dict(wildcards.items()))
+                found = [found] if isinstance(found, str) else list(found)
+                return [self.mark(p) for p in found]
+            return paths
+        return {name: resolve(spec) for name, spec in inputs.items()}
+
+    def is_done(self, stage: str, wildcards) -> bool:
+        from snakemake.io import apply_wildcards
+        values = dict(wildcards.items())
+        return all(os.path.exists(apply_wildcards(p, values)) for p in self.workflow.get_rule(stage).output)
 
     def mark(self, path: str):
         if self.presence:
@@ -134,12 +159,37 @@ class Pipeline:
         return shlex.join([self.python, os.path.join(self.scripts, name)])
 
     # --- targets ---------------------------------------------------------
-    def targets(self) -> list[str]:
+    def track(self, rule, instances=None) -> None:  # rule: rules.<name>
+        """Make the outputs of a stage rule, for every experiment and pair (and
+        instance: ``instances(experiment)`` lists them), targets of the default
+        run (``rule all``)."""
+        self._tracked.append((rule, instances))
+
+    def targets(self, wildcards=None) -> list[str]:
+        """The default run's targets.
+
+        presence: only the outputs that are missing. A present output is done,
+        so its job is not even in the DAG: deleting one intermediate reruns
+        exactly its job, and nothing downstream of it (their outputs are
+        there). mtime: every output, and Snakemake's timestamp rule decides.
+        """
+        wanted = self.all_outputs()
+        if self.presence:
+            wanted = [path for path in wanted if not os.path.exists(path)]
+        return wanted
+
+    def all_outputs(self) -> list[str]:
+        from snakemake.io import apply_wildcards
         targets = []
-        for experiment in self.experiments:
-            targets.append(self.report_path(experiment, "report.md"))
-            for pair in self.pairs(experiment):
-                targets.append(self.path("export", "package.tar.gz", pair=pair).replace("{experiment}", experiment))
+        for rule, instances in self._tracked:
+            patterns = list(rule.output)
+            per_experiment = "pair" not in rule.rule.wildcard_names
+            for experiment in self.experiments:
+                pairs = [layout.ALL_PAIRS] if per_experiment else self.pairs(experiment)
+                for pair in pairs:
+                    for instance in (instances(experiment) if instances else [None]):
+                        values = {"pair": pair, "experiment": experiment, "instance": instance}
+                        targets += [apply_wildcards(p, values) for p in patterns]
         return targets
 
     def report_path(self, experiment: str, filename: str) -> str:
