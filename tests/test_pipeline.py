@@ -102,6 +102,7 @@ def test_presence_deleting_an_output_reruns_exactly_that_job(run_copy):
     archived = stage(run_copy, "en-xa", "train_student") / ".attempts" / "1"
     assert (archived / "_manifest.json").exists() and (archived / "checkpoints").is_dir()
     assert student["attempts"][0]["workspace"] == ".attempts/1"
+    assert (stage(run_copy, "en-xa", "train_student") / student["attempts"][0]["log"]).exists()
 
 
 def test_presence_missing_intermediate_is_rebuilt_only_itself(run_copy):

@@ -160,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         for old in history:
             if old.get("workspace") == ".":
                 old["workspace"] = archived
+                if old.get("log"):
+                    old["log"] = os.path.join(archived, old["log"])
         print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
 
     number = len(history) + 1
