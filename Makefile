@@ -20,7 +20,7 @@ profiles: venv
 	$(BIN)/waypost profiles install
 
 demo: profiles
-	$(BIN)/snakemake --profile local
+	$(BIN)/snakemake --profile profiles/local
 	@echo
 	@$(BIN)/waypost status
 	@echo

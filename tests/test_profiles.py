@@ -58,3 +58,13 @@ def test_profile_by_path(tmp_path):
     (tmp_path / "profiles").symlink_to(REPO / "profiles")
     proc = dry_run(tmp_path, "profiles/local", tmp_path / "nohome")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_stale_link_from_another_checkout_is_replaced(tmp_path):
+    home = tmp_path / "home"
+    links = home / ".config/snakemake"
+    links.mkdir(parents=True)
+    (links / "local").symlink_to(tmp_path / "deleted-checkout/profiles/local")  # dangling
+    out = waypost_install(home)
+    assert "installed" in out.stdout
+    assert (links / "local").resolve() == (REPO / "profiles/local").resolve()

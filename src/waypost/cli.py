@@ -82,6 +82,17 @@ def render_status(grid: dict) -> None:
     console.print(legend)
 
 
+PROFILE_MARK = ".waypost-profile"
+
+
+def _is_waypost_link(path: str) -> bool:
+    """A link this command made earlier: dangling, or into a waypost profile
+    (one holding the mark file), possibly of another checkout."""
+    if not os.path.islink(path):
+        return False
+    return not os.path.exists(path) or os.path.exists(os.path.join(path, PROFILE_MARK))
+
+
 def cmd_profiles_install(args) -> int:
     """Link the repo's profiles where Snakemake looks for bare names."""
     source_dir = os.path.abspath(args.source)
@@ -94,12 +105,15 @@ def cmd_profiles_install(args) -> int:
         target = os.path.join(target_dir, name)
         if os.path.islink(target) and os.path.realpath(target) == os.path.realpath(source):
             print(f"profile {name}: already installed ({target})")
+            continue
+        if _is_waypost_link(target):
+            os.unlink(target)  # ours, from another (or a deleted) checkout
         elif os.path.lexists(target):
             print(f"profile {name}: {target} exists and is not waypost's; left alone "
                   f"(use --profile {os.path.relpath(source)} instead)", file=sys.stderr)
-        else:
-            os.symlink(source, target)
-            print(f"profile {name}: installed {target} -> {source}")
+            continue
+        os.symlink(source, target)
+        print(f"profile {name}: installed {target} -> {source}")
     return 0
 
 
