@@ -7,9 +7,9 @@ def report_entries(experiment):
 
 rule report:
     input:
-        **wp.needs("report", metrics=lambda wc: [
+        **wp.needs("report", metrics=("evaluate", lambda wc: [
             wp.path("evaluate", "metrics.json", model, pair=pair).format(experiment=wc.experiment)
-            for pair, model in report_entries(wc.experiment)]),
+            for pair, model in report_entries(wc.experiment)])),
     output:
         markdown=wp.report_path("{experiment}", "report.md"),
         html=wp.report_path("{experiment}", "report.html"),

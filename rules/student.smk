@@ -26,7 +26,7 @@ wp.track(rules.train_student)
 
 def evaluated_models(experiment):
     """The evaluate instances of an experiment: every model it trains."""
-    return ["backward"] + [f"teacher-{i}" for i in range(wp.teachers(experiment))] + ["student"]
+    return ["backward"] + [f"teacher-{i}" for i in range(teachers(experiment))] + ["student"]
 
 
 def model_of(wildcards):
@@ -42,7 +42,7 @@ def model_of(wildcards):
 
 rule evaluate:
     input:
-        **wp.needs("evaluate", model=model_of, test=("fetch_corpus", "test.tsv")),
+        **wp.needs("evaluate", model=(("train_backward", "train_teacher", "train_student"), model_of), test=("fetch_corpus", "test.tsv")),
     output:
         metrics=wp.path("evaluate", "metrics.json", INSTANCE),
     params:

@@ -1,9 +1,14 @@
 # Teachers: an ensemble of N models (N = `teachers` of the experiment), each
 # its own stage instance, then distillation: the ensemble translates the corpus.
 
+def teachers(experiment):
+    """The ensemble size of an experiment."""
+    return config["experiments"][experiment]["teachers"]
+
+
 def teacher_models(wildcards):
     return [wp.path("train_teacher", "model.json", str(i)).format(pair=wildcards.pair, experiment=wildcards.experiment)
-            for i in range(wp.teachers(wildcards.experiment))]
+            for i in range(teachers(wildcards.experiment))]
 
 
 rule train_teacher:
@@ -29,12 +34,12 @@ rule train_teacher:
         " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
         " --checkpoint-dir {params.checkpoints} --output {output.model}"
 
-wp.track(rules.train_teacher, instances=lambda e: [str(i) for i in range(wp.teachers(e))])
+wp.track(rules.train_teacher, instances=lambda e: [str(i) for i in range(teachers(e))])
 
 
 rule translate_corpus:
     input:
-        **wp.needs("translate_corpus", models=teacher_models, corpus=("clean_corpus", "clean.tsv")),
+        **wp.needs("translate_corpus", models=("train_teacher", teacher_models), corpus=("clean_corpus", "clean.tsv")),
     output:
         corpus=wp.path("translate_corpus", "distilled.tsv"),
     params:

@@ -15,15 +15,53 @@ Both outputs are deterministic: no dates or absolute paths are embedded.
 import argparse
 import html
 import json
+import os
 import numbers
 
 import mtlib
 
 
+def read_manifest(stage_dir):
+    try:
+        with open(os.path.join(stage_dir, "_manifest.json"), encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def root_failure(stage_dir, seen=None):
+    """The stage that failed first upstream of ``stage_dir`` (following the
+    inputs of skipped stages), as 'stage STATE (n attempts)', or None.
+
+    waypost writes a ``_manifest.json`` beside every stage's outputs; a stage
+    that did not succeed says so there, and a skipped one lists the inputs
+    whose state blocked it.
+    """
+    seen = seen or set()
+    data = read_manifest(stage_dir)
+    if not data or data.get("state") == "SUCCESS" or stage_dir in seen:
+        return None
+    seen.add(stage_dir)
+    if data.get("state") == "SKIPPED":
+        for entry in data.get("inputs", []):
+            if entry.get("state") not in ("SUCCESS", "ADOPTED"):
+                found = root_failure(os.path.dirname(entry["path"]), seen)
+                if found:
+                    return found
+    attempts = len([a for a in data.get("attempts", []) if a.get("series") == data["attempts"][-1].get("series")]) \
+        if data.get("attempts") else 0
+    name = data.get("stage", "?") + (f"/{data['instance']}" if data.get("instance") else "")
+    return f"{name} {data['state']} ({attempts} attempt{'s' if attempts != 1 else ''})"
+
+
 def load_row(pair, model, path):
-    """One table row; state is 'ok' or 'missing' (with the reason)."""
+    """One table row; state is 'ok', 'failed: <stage STATE>' or 'missing'."""
     row = {"pair": pair, "model": model, "path": path, "state": "missing",
            "bleu": None, "chrf": None, "direction": None, "sentences": None, "reason": None}
+    failure = root_failure(os.path.dirname(path))
+    if failure:
+        row.update(state=f"failed: {failure}", reason=failure)
+        return row
     try:
         with open(path, "r", encoding="utf-8") as handle:
             metrics = json.load(handle)
@@ -57,7 +95,7 @@ def render_markdown(experiment, rows):
     lines = [
         f"# Experiment report: {md_cell(experiment)}",
         "",
-        f"{len(rows)} entries, {ok} evaluated, {len(rows) - ok} missing.",
+        f"{len(rows)} entries, {ok} evaluated, {len(rows) - ok} failed or missing.",
         "",
         "| Pair | Model | Direction | BLEU | chrF | Sentences | State |",
         "| --- | --- | --- | ---: | ---: | ---: | --- |",
@@ -99,7 +137,7 @@ def render_html(experiment, rows):
         "</head>",
         "<body>",
         f"<h1>Experiment report: {esc(experiment)}</h1>",
-        f'<p class="summary">{len(rows)} entries, {ok} evaluated, {len(rows) - ok} missing.</p>',
+        f'<p class="summary">{len(rows)} entries, {ok} evaluated, {len(rows) - ok} failed or missing.</p>',
         "<table>",
         "<thead><tr><th>Pair</th><th>Model</th><th>Direction</th><th>BLEU</th><th></th>"
         "<th>chrF</th><th>Sentences</th><th>State</th></tr></thead>",

@@ -29,10 +29,28 @@ def test_defaults_are_filled_and_merged():
         stages={"train_teacher": {"epochs": 9}}, per_pair={"en-xb": {"train_teacher": {"seed": 4}}})))
     assert cfg["rerun_policy"] == "presence"
     assert cfg["stages"]["clean_corpus"] == {"max_ratio": 2.0, "max_length": 80}
-    assert wconfig.stage_settings(cfg, "exp1", "en-xa", "train_teacher") == {"epochs": 9, "subsample": 0.6}
-    assert wconfig.stage_settings(cfg, "exp1", "en-xb", "train_teacher") == {"epochs": 9, "subsample": 0.6, "seed": 4}
+    assert wconfig.stage_settings(cfg, "exp1", "en-xa", "train_teacher") == {
+        "epochs": 9, "subsample": 0.6, "policy": {}}
+    assert wconfig.stage_settings(cfg, "exp1", "en-xb", "train_teacher") == {
+        "epochs": 9, "subsample": 0.6, "seed": 4, "policy": {}}
     # Experiment overrides stay as written (defaults don't leak into them).
     assert cfg["experiments"]["exp1"]["stages"] == {"train_teacher": {"epochs": 9}}
+
+
+def test_policy_merges_global_stage_experiment_and_pair():
+    def change(c):
+        c["policy"] = {"max_attempts": 2, "rerun": "clean"}
+        c["stages"]["train_student"]["policy"] = {"max_attempts": 3, "checks": {"ok": "true"}}
+        c["experiments"]["exp1"]["per_pair"] = {"en-xb": {"train_student": {"policy": {"rerun": "dirty"}}}}
+    cfg = check(with_change(change))
+    assert wconfig.stage_settings(cfg, "exp1", "en-xa", "train_student")["policy"] == {
+        "max_attempts": 3, "rerun": "clean", "checks": {"ok": "true"}}
+    assert wconfig.stage_settings(cfg, "exp1", "en-xb", "train_student")["policy"]["rerun"] == "dirty"
+    assert wconfig.stage_settings(cfg, "exp1", "en-xa", "clean_corpus")["policy"] == {"max_attempts": 2, "rerun": "clean"}
+
+
+def _policy(c, **policy):
+    c["stages"]["train_student"]["policy"] = policy
 
 
 BAD = {
@@ -51,6 +69,16 @@ BAD = {
     "space in pair": (lambda c: c["experiments"]["exp1"].update(pairs=["en xa"]), "'en xa' is not a valid name"),
     "bad policy": (lambda c: c.update(rerun_policy="sometimes"), "rerun_policy: 'sometimes' is not one of"),
     "missing pairs": (lambda c: c["experiments"]["exp1"].pop("pairs"), "'pairs' is required"),
+    "unknown state in cue": (lambda c: _policy(c, cues=[{"action": "restart", "when": "cmd.TIMEDOUT"}]),
+                             "policy of stage train_student (experiment exp1, pair en-xa): cues[0].when: "
+                             "'cmd.TIMEDOUT': unknown state 'TIMEDOUT'"),
+    "unknown check in cue": (lambda c: _policy(c, cues=[{"action": "rerun", "when": "any(cmd.FAILED, ok.SUCCESS)"}]),
+                             "unknown name 'ok' in ok.SUCCESS"),
+    "unknown function": (lambda c: _policy(c, cues=[{"action": "rerun", "when": "some(cmd.FAILED)"}]),
+                         "unknown function 'some'"),
+    "bad action": (lambda c: _policy(c, cues=[{"action": "retry", "when": "cmd.FAILED"}]),
+                   "policy.cues[0].action: 'retry' is not one of"),
+    "bad depends": (lambda c: _policy(c, depends="all_fine"), "depends: 'all_fine'"),
 }
 
 

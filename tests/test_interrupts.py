@@ -62,7 +62,7 @@ def test_sigkill_of_the_step_is_recorded_and_rerun(tmp_path):
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     record = json.loads((stage / "_manifest.json").read_text())
-    assert record["state"] == "FAILED" and record["attempts"][-1]["signal"] == signal.SIGKILL
+    assert record["state"] == "HWFAILURE" and record["attempts"][-1]["signal"] == signal.SIGKILL
     assert not (stage / "model.json").exists()
 
     finish_quickly(tmp_path)
@@ -70,7 +70,7 @@ def test_sigkill_of_the_step_is_recorded_and_rerun(tmp_path):
     snakemake(tmp_path, "--until", "train_backward")
     record = json.loads((stage / "_manifest.json").read_text())
     assert record["state"] == "SUCCESS"
-    assert [a["state"] for a in record["attempts"]] == ["FAILED", "SUCCESS"]
+    assert [a["state"] for a in record["attempts"]] == ["HWFAILURE", "SUCCESS"]
     archived = stage / ".attempts" / "1"
     assert list((archived / "checkpoints").glob("epoch-*.json")), "interrupted checkpoints archived"
     assert (archived / "_logs" / "attempt-1.log").exists()

@@ -67,7 +67,7 @@ def test_killed_step_records_signal(tmp_path):
     proc = run_step(stage, sh("kill -9 $$"), outputs=[stage / "out.txt"])
     assert proc.returncode == 128 + 9
     attempt = manifest.read(str(stage))["attempts"][0]
-    assert attempt["signal"] == 9 and attempt["exit_code"] is None and attempt["state"] == "FAILED"
+    assert attempt["signal"] == 9 and attempt["exit_code"] is None and attempt["state"] == "HWFAILURE"
 
 
 def test_terminated_runner_forwards_and_records_cancelled(tmp_path):

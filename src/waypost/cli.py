@@ -35,6 +35,9 @@ def cmd_status(args) -> int:
 
     cfg = load_config(args)
     grid = status.collect(cfg, wconfig.experiment_scoped_stages(args.workflow))
+    if args.attempts:
+        render_attempts(grid, args.attempts, args.experiment, args.pair)
+        return 0
     if args.json:
         json.dump(grid, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -52,6 +55,8 @@ def _label(cell: dict) -> tuple[str, str]:
         done = sum(1 for c in instances if c["state"] in ("SUCCESS", "adopted"))
         text = f"{text} {done}/{len(cell['instances'])}"
         attempts = max((c.get("attempts", 0) for c in instances), default=0)
+    if cell.get("provisional") or any(c.get("provisional") for c in cell.get("instances", {}).values()):
+        text += "*"
     if attempts > 1:
         text += f" ×{attempts}"
     return text, style
@@ -78,8 +83,49 @@ def render_status(grid: dict) -> None:
         text, style = STYLE[key]
         legend.append(text, style=style).append("  ")
     legend.append("failed/timeout/oom/…", style=FAILED_STYLE)
-    legend.append("   n/m: instances done   ×k: attempts")
+    legend.append("   n/m: instances done   ×k: attempts   *: ran over failed parents, redone next run")
     console.print(legend)
+
+
+def _stage_cells(grid: dict, stage: str, experiment: str | None, pair: str | None):
+    for exp, columns in grid["experiments"].items():
+        if experiment and exp != experiment:
+            continue
+        for p, cells in columns.items():
+            if (pair and p != pair) or stage not in cells:
+                continue
+            cell = cells[stage]
+            for name, sub in (cell.get("instances") or {None: cell}).items():
+                yield exp, p, name, sub
+
+
+def render_attempts(grid: dict, stages: list[str], experiment: str | None, pair: str | None) -> None:
+    """The attempt history of some stages: action, state, exit, checks, decision."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for stage in stages:
+        if stage not in grid["stages"]:
+            raise wconfig.ConfigError(f"unknown stage {stage!r} (expected one of: {', '.join(grid['stages'])})")
+        for exp, p, instance, cell in _stage_cells(grid, stage, experiment, pair):
+            where = "/".join(x for x in (p if not p.startswith("_") else "all pairs", exp, stage, instance) if x)
+            table = Table(title=f"{where}: {_label(cell)[0]}" + (f" — {cell['reason']}" if cell.get("reason") else ""),
+                          title_justify="left")
+            series = len({a.get("series", 1) for a in cell.get("history", [])}) > 1
+            columns = ["#"] + (["series"] if series else []) + ["action", "state", "exit", "checks", "next",
+                                                               "secs", "log"]
+            for column in columns:
+                table.add_column(column, overflow="fold")
+            for a in cell.get("history", []):
+                exit_text = f"sig {a['signal']}" if a.get("signal") else str(a.get("exit_code", ""))
+                checks = " ".join(f"{k}:{'ok' if v == 'SUCCESS' else v}" for k, v in (a.get("checks") or {}).items())
+                row = [str(a["number"])] + ([str(a.get("series", 1))] if series else [])
+                row += [a.get("action", ""), a.get("state") or "?", exit_text, checks,
+                        (a.get("decision") or {}).get("action", ""), f"{a.get('duration_s') or 0:.1f}",
+                        a.get("log") or ""]
+                table.add_row(*row)
+            console.print(table)
 
 
 PROFILE_MARK = ".waypost-profile"
@@ -129,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_config(sub.add_parser("status", help="experiments × pairs × stages, from the stage directories"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--attempts", nargs="+", metavar="STAGE", help="list the attempt history of these stages")
+    p.add_argument("--experiment", help="with --attempts: only this experiment")
+    p.add_argument("--pair", help="with --attempts: only this pair")
     p.set_defaults(func=cmd_status)
 
     profiles = sub.add_parser("profiles", help="Snakemake profiles").add_subparsers(dest="action", required=True)

@@ -139,13 +139,27 @@ def apply_defaults(config: dict, schema: dict) -> dict:
 
 
 def check_semantics(config: dict, source: str) -> None:
+    from .policy import Policy, PolicyError
+
     problems = []
+    checked: dict[str, str | None] = {}
     for name, experiment in config["experiments"].items():
         pairs = experiment["pairs"]
         for pair in experiment.get("per_pair", {}):
             if pair not in pairs:
                 problems.append(f"{source}: experiments.{name}.per_pair.{pair}: unknown pair {pair!r} "
                                 f"(expected one of this experiment's pairs: {', '.join(pairs)})")
+        for pair in pairs:
+            for stage in config["stages"]:
+                policy = stage_settings(config, name, pair, stage)["policy"]
+                key = json.dumps(policy, sort_keys=True)
+                if key not in checked:
+                    try:
+                        Policy.from_config(policy)
+                        checked[key] = None
+                    except PolicyError as exc:
+                        checked[key] = str(exc)
+                        problems.append(f"{source}: policy of stage {stage} (experiment {name}, pair {pair}): {exc}")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
@@ -181,9 +195,13 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
-    """Global stage settings ← the experiment's ← the pair's (last wins)."""
+    """Global stage settings ← the experiment's ← the pair's (last wins).
+
+    ``policy`` is always there: the global ``policy`` with the stage's own
+    merged over it.
+    """
     exp = config["experiments"][experiment]
-    settings = config["stages"].get(stage, {})
+    settings = merge({"policy": config.get("policy", {})}, config["stages"].get(stage, {}))
     settings = merge(settings, exp.get("stages", {}).get(stage, {}))
     settings = merge(settings, exp.get("per_pair", {}).get(pair, {}).get(stage, {}))
     return settings

@@ -23,8 +23,11 @@ MANIFEST = "_manifest.json"
 RUNNING = "_running.json"
 LOGS = "_logs"
 ATTEMPTS = ".attempts"
+# Marks a stage whose outputs are placeholders of a failed or skipped stage
+# (kept so a funnel could run): the next run redoes the stage.
+UNFINISHED = "_unfinished"
 # Files the engine writes into a stage directory; everything else is the step's.
-ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS}
+ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS, UNFINISHED}
 
 
 class NameError_(ValueError):

@@ -21,6 +21,8 @@ from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST
 SCHEMA_VERSION = 1
 STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", "SKIPPED")
 HASH_CHUNK = 1 << 20
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 class ManifestError(ValueError):
@@ -55,6 +57,7 @@ def write_json_atomic(path: str, data: dict) -> None:
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; manifests are for everyone
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=False)
             f.write("\n")
@@ -128,20 +131,18 @@ def build(*, experiment: str, pair: str, stage: str, instance: str | None, state
 
 
 def workspace_entries(stage_dir: str) -> list[str]:
-    """What an attempt left in the stage dir (everything but the archive)."""
+    """What attempts left in the stage dir (everything but the archive)."""
     try:
         return sorted(e for e in os.listdir(stage_dir) if e != ATTEMPTS)
     except FileNotFoundError:
         return []
 
 
-def archive_workspace(stage_dir: str) -> str | None:
-    """Move everything in the stage dir into ``.attempts/<n>/``; never delete.
-
-    Returns the archive path relative to the stage dir, or None if there was
-    nothing to archive.
-    """
-    entries = workspace_entries(stage_dir)
+def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
+    """Move everything in the stage dir (but ``keep``) into ``.attempts/<n>/``;
+    never delete. Returns the archive path relative to the stage dir, or None
+    if there was nothing to archive."""
+    entries = [e for e in workspace_entries(stage_dir) if e not in keep]
     if not entries:
         return None
     attempts_dir = os.path.join(stage_dir, ATTEMPTS)

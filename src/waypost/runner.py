@@ -1,18 +1,31 @@
-"""The step runner: runs one attempt of a stage and records what happened.
+"""The step runner: runs a stage's attempts and records what happened.
 
 Every rule's shell command goes through here::
 
     python -m waypost.runner --stage-dir DIR --experiment E --pair P --stage S \
-        [--instance I] --settings JSON --config-hash H --code-version V \
-        [--input F ...] [--output F ...] -- COMMAND ARGS...
+        [--instance I] --settings JSON --policy JSON --config-hash H \
+        --code-version V [--tolerated] [--input F ...] [--output F ...] -- COMMAND ARGS...
 
-What it does, in order: archive whatever an earlier attempt left in the stage
-directory (under ``.attempts/<n>/``, never deleted); run the command in its own
-process group with the stage's env, its output teed to ``_logs/attempt-<n>.log``;
-classify how it ended; and write ``_manifest.json`` last and atomically. On
-success the manifest lists every output with size and sha256; on failure it
-records the failed attempt, and the runner exits non-zero so Snakemake sees it.
-The command never runs through a shell here: names can't be interpreted.
+One invocation runs one *series* of attempts toward a finished stage:
+
+1. A new series archives whatever an earlier one left in the stage directory
+   (under ``.attempts/<n>/``, never deleted). If Snakemake is retrying the job
+   (``--snakemake-attempt`` > 1) after the runner itself was killed, the
+   series goes on where it stopped instead.
+2. Parents are checked against the policy's ``depends``; a stage whose parents
+   don't qualify is SKIPPED.
+3. Each attempt runs the command (never through a shell) in its own process
+   group with the stage's env, output teed to ``_logs/attempt-<n>.log``, under
+   the policy's runtime (SIGTERM, then SIGKILL after a grace period). How it
+   ended is classified, the checks run, and the policy decides: done, restart
+   (same workspace), rerun (dirty/clean/new workspace) or fail.
+4. ``_manifest.json`` is written last and atomically. On failure: with
+   ``--tolerated`` (a downstream funnel accepts it) the declared outputs are
+   made to exist as placeholders, an ``_unfinished`` marker newer than them
+   makes the next run redo the stage, and the runner exits 0 so Snakemake
+   goes on to the funnel; otherwise it exits non-zero.
+
+The step's own exit status is kept as it was; checks never overwrite it.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,12 +42,14 @@ import sys
 import threading
 import time
 
-from . import manifest
-from .layout import LOGS, MANIFEST, RUNNING
+from . import manifest, policy as wpolicy
+from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING, UNFINISHED
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-KILL_GRACE_SECONDS = 10
 PR_SET_PDEATHSIG = 1
+# Signals that take a process away without its consent: the machine (or the
+# kernel on its behalf) did it, not the step.
+HARDWARE_SIGNALS = (signal.SIGKILL, signal.SIGBUS)
 
 
 def _die_with_parent() -> None:
@@ -56,8 +72,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--stage", required=True)
     parser.add_argument("--instance")
     parser.add_argument("--settings", default="{}", help="the stage's settings as JSON")
+    parser.add_argument("--policy", default="{}", help="the stage's control policy as JSON")
     parser.add_argument("--config-hash", default="")
     parser.add_argument("--code-version", default="")
+    parser.add_argument("--tolerated", action="store_true",
+                        help="a downstream funnel accepts this stage's failure: record it and exit 0")
+    parser.add_argument("--snakemake-attempt", type=int, default=1)
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--output", action="append", default=[])
     args = parser.parse_args(argv[:split])
@@ -65,6 +85,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not args.command:
         raise SystemExit("waypost.runner: no command given after '--'")
     return args
+
+
+def parent_state(stage_dir: str, path: str) -> str:
+    """The state of the stage that produced an input (ADOPTED: placed by hand)."""
+    try:
+        data = manifest.read(stage_dir)
+    except manifest.ManifestError:
+        data = None
+    if data is not None:
+        return data["state"]
+    return "ADOPTED" if os.path.exists(path) else "MISSING"
 
 
 def describe_inputs(paths: list[str]) -> list[dict]:
@@ -76,44 +107,82 @@ def describe_inputs(paths: list[str]) -> list[dict]:
     described = []
     for path in paths:
         stage_dir = os.path.dirname(path)
-        entry = {"path": path, "manifest": None, "state": None, "sha256": None}
-        try:
-            data = manifest.read(stage_dir)
-        except manifest.ManifestError:
-            data = None
-        if data is not None:
+        entry = {"path": path, "manifest": None, "state": parent_state(stage_dir, path), "sha256": None}
+        if entry["state"] not in ("ADOPTED", "MISSING"):
             entry["manifest"] = os.path.join(stage_dir, MANIFEST)
-            entry["state"] = data["state"]
+            try:
+                data = manifest.read(stage_dir) or {}
+            except manifest.ManifestError:
+                data = {}
             name = os.path.relpath(path, stage_dir)
             entry["sha256"] = next((o["sha256"] for o in data.get("outputs", []) if o["path"] == name), None)
-        else:
-            entry["state"] = "ADOPTED" if os.path.exists(path) else "MISSING"
         described.append(entry)
     return described
 
 
-class Attempt:
-    """One run of the command, with signal forwarding and a teed log."""
+def _oom_kills() -> int | None:
+    """The OOM-kill counter of this process's memory cgroup (v2 or v1), so an
+    attempt the kernel's OOM killer ended is told apart from other kills."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            events = f"/sys/fs/cgroup{path}/memory.events"
+        elif "memory" in controllers.split(","):
+            events = f"/sys/fs/cgroup/memory{path}/memory.oom_control"
+        else:
+            continue
+        try:
+            with open(events) as f:
+                for row in f:
+                    name, _, value = row.partition(" ")
+                    if name == "oom_kill":
+                        return int(value)
+        except OSError:
+            continue
+    return None
 
-    def __init__(self, command: list[str], env: dict, log_path: str):
+
+class Attempt:
+    """One run of a command: its own process group, a teed log, a time limit,
+    and SIGTERM/SIGINT/SIGHUP forwarded to it."""
+
+    def __init__(self, command: list[str], env: dict, log_path: str, runtime: float | None, grace: float):
         self.command = command
         self.env = env
         self.log_path = log_path
+        self.runtime = runtime
+        self.grace = grace
         self.proc: subprocess.Popen | None = None
         self.received_signal: int | None = None
+        self.timed_out = False
 
-    def _forward(self, signum, _frame):
-        self.received_signal = signum
+    def _terminate(self):
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            threading.Timer(KILL_GRACE_SECONDS, self._kill).start()
+            timer = threading.Timer(self.grace, self._kill)
+            timer.daemon = True
+            timer.start()
 
     def _kill(self):
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
+    def _on_signal(self, signum, _frame):
+        self.received_signal = signum
+        self._terminate()
+
+    def _on_timeout(self):
+        self.timed_out = True
+        self._terminate()
+
     def run(self) -> int:
-        previous = {s: signal.signal(s, self._forward) for s in FORWARDED_SIGNALS}
+        previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED_SIGNALS}
+        timer = None
         try:
             with open(self.log_path, "ab") as log:
                 try:
@@ -125,6 +194,10 @@ class Attempt:
                     log.write(message)
                     sys.stderr.buffer.write(message)
                     return 127
+                if self.runtime is not None:
+                    timer = threading.Timer(self.runtime, self._on_timeout)
+                    timer.daemon = True
+                    timer.start()
                 for line in iter(self.proc.stdout.readline, b""):
                     log.write(line)
                     log.flush()
@@ -132,105 +205,288 @@ class Attempt:
                     sys.stderr.buffer.flush()
                 return self.proc.wait()
         finally:
+            if timer:
+                timer.cancel()
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
 
-def classify(returncode: int, received_signal: int | None, missing_outputs: list[str]) -> str:
-    if received_signal is not None:
+def classify(returncode: int, attempt: Attempt, oom: bool, missing_outputs: list[str]) -> str:
+    """How an attempt ended, from what the runner saw of it."""
+    if attempt.timed_out:
+        return "TIMEOUT"
+    if attempt.received_signal is not None:
         return "CANCELLED"
-    if returncode != 0:
-        return "FAILED"
-    if missing_outputs:
+    if oom:
+        return "OOM"
+    if returncode < 0 and -returncode in HARDWARE_SIGNALS:
+        return "HWFAILURE"
+    if returncode != 0 or missing_outputs:
         return "FAILED"
     return "SUCCESS"
 
 
-def run(args: argparse.Namespace) -> int:
-    stage_dir = args.stage_dir
-    os.makedirs(stage_dir, exist_ok=True)
-    try:
-        previous = manifest.read(stage_dir)
-    except manifest.ManifestError as exc:
-        print(f"waypost: {exc}; archiving it with the old workspace", file=sys.stderr)
-        previous = None
-    history = list(previous["attempts"]) if previous else []
-    archived = manifest.archive_workspace(stage_dir)
-    if archived:
-        for old in history:
-            if old.get("workspace") == ".":
-                old["workspace"] = archived
-                if old.get("log"):
-                    old["log"] = os.path.join(archived, old["log"])
-        print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
+class StageRun:
+    """One series of attempts of one stage."""
 
-    number = len(history) + 1
-    os.makedirs(os.path.join(stage_dir, LOGS), exist_ok=True)
-    log_rel = os.path.join(LOGS, f"attempt-{number}.log")
-    attempt = {
-        "number": number,
-        "action": "cmd",
-        "state": None,
-        "exit_code": None,
-        "signal": None,
-        "start": manifest.now_iso(),
-        "end": None,
-        "duration_s": None,
-        "host": socket.gethostname(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "command": args.command,
-        "workspace": ".",
-        "log": log_rel,
-    }
-    manifest.write_json_atomic(os.path.join(stage_dir, RUNNING),
-                               {"pid": os.getpid(), "host": attempt["host"], "attempt": number,
-                                "start": attempt["start"]})
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.dir = args.stage_dir
+        self.policy = wpolicy.Policy.from_config(json.loads(args.policy))
+        self.history: list[dict] = []   # every attempt ever, this series last
+        self.series_no = 1
+        self.series: list[dict] = []
 
-    env = dict(os.environ)
-    env.update({
-        "WAYPOST_STAGE_DIR": stage_dir,
-        "WAYPOST_EXPERIMENT": args.experiment,
-        "WAYPOST_PAIR": args.pair,
-        "WAYPOST_STAGE": args.stage,
-        "WAYPOST_INSTANCE": args.instance or "",
-        "WAYPOST_ATTEMPT": str(number),
-    })
-    started = time.monotonic()
-    runner = Attempt(args.command, env, os.path.join(stage_dir, log_rel))
-    returncode = runner.run()
+    # --- bookkeeping -----------------------------------------------------
+    def _path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
 
-    missing = [p for p in args.output if not os.path.exists(p)] if returncode == 0 else []
-    state = classify(returncode, runner.received_signal, missing)
-    attempt.update({
-        "state": state,
-        "exit_code": returncode if returncode >= 0 else None,
-        "signal": -returncode if returncode < 0 else None,
-        "end": manifest.now_iso(),
-        "duration_s": round(time.monotonic() - started, 3),
-    })
-    if missing:
-        attempt["error"] = "command exited 0 but did not write: " + ", ".join(missing)
-        print(f"waypost: {attempt['error']}", file=sys.stderr)
+    def _save_running(self) -> None:
+        manifest.write_json_atomic(self._path(RUNNING), {
+            "pid": os.getpid(), "host": socket.gethostname(), "series": self.series_no,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history})
 
-    outputs = manifest.describe_outputs(stage_dir, args.output) if state == "SUCCESS" else []
-    record = manifest.build(
-        experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance,
-        state=state, attempts=history + [attempt], outputs=outputs,
-        inputs=describe_inputs(args.input), settings=json.loads(args.settings),
-        config_hash=args.config_hash, code_version=args.code_version,
-    )
-    manifest.write_json_atomic(manifest.manifest_path(stage_dir), record)
-    os.unlink(os.path.join(stage_dir, RUNNING))
+    def _archive(self, keep: tuple[str, ...] = ()) -> str | None:
+        archived = manifest.archive_workspace(self.dir, keep=keep)
+        if archived:
+            for old in self.history:
+                if old.get("workspace") == ".":
+                    old["workspace"] = archived
+                    if old.get("log") and LOGS not in keep:
+                        old["log"] = os.path.join(archived, old["log"])
+            print(f"waypost: earlier workspace of {self.dir} archived in {archived}", file=sys.stderr)
+        return archived
 
-    if state == "SUCCESS":
-        return 0
-    if returncode > 0:
-        return returncode
-    return 128 + (attempt["signal"] or runner.received_signal or 1)
+    def _clean(self) -> None:
+        """Remove what the failed attempts of this series left (only those:
+        a series starts from an archived, empty workspace)."""
+        for entry in manifest.workspace_entries(self.dir):
+            if manifest.is_engine_file(entry):
+                continue
+            path = self._path(entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+
+    def start(self) -> None:
+        """Begin a new series, or go on with one whose runner was killed."""
+        os.makedirs(self.dir, exist_ok=True)
+        running = None
+        if os.path.exists(self._path(RUNNING)):
+            try:
+                with open(self._path(RUNNING)) as f:
+                    running = json.load(f)
+            except (OSError, ValueError):
+                running = None
+        if running and self.args.snakemake_attempt > 1:
+            # Snakemake resubmitted the job after it was killed mid-attempt.
+            self.history = running.get("attempts", [])
+            self.series_no = running.get("series", 1)
+            self.series = [a for a in self.history if a.get("series") == self.series_no]
+            if self.series and self.series[-1].get("state") is None:
+                interrupted = self.series[-1]
+                interrupted.update(state="CANCELLED", end=manifest.now_iso(),
+                                   error="the runner was killed during this attempt")
+            return
+        try:
+            previous = manifest.read(self.dir)
+        except manifest.ManifestError as exc:
+            print(f"waypost: {exc}; archiving it with the old workspace", file=sys.stderr)
+            previous = None
+        if running:  # a killed run of an earlier invocation: keep its record
+            self.history = running.get("attempts", [])
+            for a in self.history:
+                if a.get("state") is None:
+                    a.update(state="CANCELLED", end=None, error="the runner was killed during this attempt")
+        elif previous:
+            self.history = list(previous["attempts"])
+        self.series_no = 1 + max((a.get("series", 1) for a in self.history), default=0)
+        self._archive()
+
+    # --- one attempt -----------------------------------------------------
+    def run_attempt(self, action: str) -> dict:
+        number = len(self.history) + 1
+        in_series = len(self.series) + 1
+        os.makedirs(self._path(LOGS), exist_ok=True)
+        log_rel = os.path.join(LOGS, f"attempt-{number}.log")
+        command = self.args.command
+        if action == "restart" and self.policy.restart != "same":
+            command = ["bash", "-c", self.policy.restart]
+        runtime = self.policy.runtime_seconds(in_series)
+        previous = self.series[-1]["state"] if self.series else ""
+        record = {
+            "number": number, "series": self.series_no, "action": action, "state": None,
+            "exit_code": None, "signal": None, "checks": {}, "decision": None,
+            "start": manifest.now_iso(), "end": None, "duration_s": None,
+            "host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "runtime_limit_s": runtime, "command": command, "workspace": ".", "log": log_rel,
+        }
+        self.history.append(record)
+        self.series.append(record)
+        self._save_running()
+
+        counts = wpolicy.counters(self.series)
+        env = self.env(action, previous, counts, runtime)
+        oom_before = _oom_kills()
+        started = time.monotonic()
+        attempt = Attempt(command, env, self._path(log_rel), runtime, self.policy.kill_grace)
+        returncode = attempt.run()
+        oom_after = _oom_kills()
+        missing = [p for p in self.args.output if not os.path.exists(p)] if returncode == 0 else []
+        state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
+        record.update({
+            "state": state,
+            "exit_code": returncode if returncode >= 0 else None,
+            "signal": -returncode if returncode < 0 else None,
+            "end": manifest.now_iso(),
+            "duration_s": round(time.monotonic() - started, 3),
+        })
+        if missing:
+            record["error"] = "command exited 0 but did not write: " + ", ".join(missing)
+        record["checks"] = self.run_checks(env, self._path(log_rel))
+        self.received_signal = attempt.received_signal
+        print(f"waypost: {self.args.stage} attempt {number} ({action}) ended {state}"
+              + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
+        return record
+
+    def env(self, action: str, previous: str, counts: dict, runtime: float | None) -> dict:
+        env = dict(os.environ)
+        env.update({
+            "WAYPOST_STAGE_DIR": self.dir,
+            "WAYPOST_EXPERIMENT": self.args.experiment,
+            "WAYPOST_PAIR": self.args.pair,
+            "WAYPOST_STAGE": self.args.stage,
+            "WAYPOST_INSTANCE": self.args.instance or "",
+            "WAYPOST_ACTION": action,
+            "WAYPOST_ATTEMPT": str(counts["attempt"]),
+            "WAYPOST_ATTEMPT_RESTART": str(counts["attempt.restart"]),
+            "WAYPOST_ATTEMPT_RERUN": str(counts["attempt.rerun"]),
+            "WAYPOST_PREVIOUS_STATE": previous,
+            "WAYPOST_RUNTIME_SECONDS": "" if runtime is None else str(int(runtime)),
+        })
+        return env
+
+    def run_checks(self, env: dict, log_path: str) -> dict:
+        results = {}
+        for name, command in self.policy.checks.items():
+            with open(log_path, "ab") as log:
+                log.write(f"waypost: check {name}: {command}\n".encode())
+                try:
+                    done = subprocess.run(["bash", "-c", command], env=env, stdout=log, stderr=log,
+                                          timeout=self.policy.check_timeout)
+                    results[name] = "SUCCESS" if done.returncode == 0 else "FAILED"
+                except subprocess.TimeoutExpired:
+                    results[name] = "TIMEOUT"
+                log.write(f"waypost: check {name}: {results[name]}\n".encode())
+        return results
+
+    # --- the series --------------------------------------------------------
+    def parents_block(self) -> list[str]:
+        """Parents whose state the policy's ``depends`` does not accept."""
+        blocked = []
+        for path in self.args.input:
+            state = parent_state(os.path.dirname(path), path)
+            effective = "SUCCESS" if state == "ADOPTED" else state
+            if effective == "MISSING" or not self.policy.accepts(effective):
+                blocked.append(f"{os.path.dirname(path)} is {state}")
+        return sorted(set(blocked))
+
+    def prepare_workspace(self, action: str) -> None:
+        if action == "rerun":
+            if self.policy.rerun == "new":
+                self._archive(keep=(LOGS, RUNNING))
+            elif self.policy.rerun == "clean":
+                self._clean()
+
+    def run(self) -> int:
+        self.start()
+        self.received_signal = None
+        if not self.series:
+            blocked = self.parents_block()
+            if blocked:
+                return self.finish("SKIPPED", reason="parents not accepted by depends "
+                                   f"({self.policy.depends}): " + "; ".join(blocked))
+            action = "cmd"
+        else:
+            action, reason = wpolicy.decide(self.policy, self.series)
+            self.series[-1]["decision"] = {"action": action, "reason": reason}
+        while action in ("cmd", "restart", "rerun"):
+            self.prepare_workspace(action)
+            record = self.run_attempt(action)
+            if self.received_signal is not None:
+                action, reason = "fail", "cancelled from outside"
+            else:
+                action, reason = wpolicy.decide(self.policy, self.series)
+            record["decision"] = {"action": action, "reason": reason}
+            print(f"waypost: {self.args.stage}: next: {action} ({reason})", file=sys.stderr)
+        last = self.series[-1]["state"]
+        final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
+        return self.finish(final)
+
+    def finish(self, state: str, reason: str | None = None) -> int:
+        outputs = manifest.describe_outputs(self.dir, self.args.output) if state == "SUCCESS" else []
+        inputs = describe_inputs(self.args.input)
+        record = manifest.build(
+            experiment=self.args.experiment, pair=self.args.pair, stage=self.args.stage,
+            instance=self.args.instance, state=state, attempts=self.history, outputs=outputs,
+            inputs=inputs, settings=json.loads(self.args.settings),
+            config_hash=self.args.config_hash, code_version=self.args.code_version,
+        )
+        # A funnel that ran over parents that did not succeed is provisional:
+        # the next run redoes it once those parents have been redone.
+        unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED")]
+        record["provisional"] = state == "SUCCESS" and bool(unsound)
+        if reason:
+            record["reason"] = reason
+            print(f"waypost: {self.args.stage} {state}: {reason}", file=sys.stderr)
+        tolerated = state != "SUCCESS" and self.args.tolerated and self.received_signal is None
+        if tolerated:
+            self._placeholders()
+        manifest.write_json_atomic(manifest.manifest_path(self.dir), record)
+        if tolerated or record["provisional"]:
+            self._mark_unfinished(state)
+        if os.path.exists(self._path(RUNNING)):
+            os.unlink(self._path(RUNNING))
+        if state == "SUCCESS":
+            return 0
+        if tolerated:
+            print(f"waypost: {self.args.stage} recorded as {state}; a downstream funnel accepts it, "
+                  "so the run goes on (the next run redoes this stage)", file=sys.stderr)
+            return 0
+        last = self.series[-1] if self.series else {}
+        if last.get("exit_code"):
+            return last["exit_code"]
+        if last.get("signal") or self.received_signal:
+            return 128 + (last.get("signal") or self.received_signal)
+        return 1
+
+    def _mark_unfinished(self, state: str) -> None:
+        """The marker that makes the next run redo this stage: an input of its
+        job, dated an hour ahead so it stays newer than the outputs (which
+        Snakemake may touch after the job)."""
+        marker = self._path(UNFINISHED)
+        with open(marker, "w") as f:
+            f.write(f"{state}\n")
+        ahead = time.time() + 3600
+        os.utime(marker, (ahead, ahead))
+
+    def _placeholders(self) -> None:
+        """Declared outputs Snakemake needs to see; empty where the step wrote
+        none. The manifest (not SUCCESS) and the marker say what they are."""
+        for path in self.args.output:
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                open(path, "wb").close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parse_args(sys.argv[1:] if argv is None else argv))
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return StageRun(args).run()
+    except wpolicy.PolicyError as exc:
+        print(f"waypost: invalid policy for {args.stage}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

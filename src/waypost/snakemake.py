@@ -64,6 +64,8 @@ class Pipeline:
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self._tracked: list = []
+        self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
+        self._policies: dict = {}
         self.workflow = workflow
 
     # --- names -----------------------------------------------------------
@@ -73,9 +75,6 @@ class Pipeline:
 
     def pairs(self, experiment: str) -> list[str]:
         return list(self.config["experiments"][experiment]["pairs"])
-
-    def teachers(self, experiment: str) -> int:
-        return self.config["experiments"][experiment]["teachers"]
 
     wildcard_constraints = {
         "pair": layout.NAME_PATTERN,
@@ -92,30 +91,77 @@ class Pipeline:
     def needs(self, consumer: str, **inputs) -> dict:
         """The inputs of stage ``consumer``, for a rule's ``input: **...``.
 
-        Each value is ``(stage, filename[, instance])`` naming an upstream
-        output, or a function of the wildcards returning path(s). In presence
-        mode a job whose outputs are all present is done: it gets no inputs
-        at all, so nothing upstream of it (being rerun, or missing in an
-        experiment where its outputs were placed by hand) can make it rerun.
-        Otherwise the inputs are marked ancient, so timestamps never matter.
+        Each value names the upstream stage: ``(stage, filename[, instance])``
+        for one of its outputs, or ``(stage, function)`` where the function of
+        the wildcards returns path(s) (``stage`` may be a tuple of the stages
+        the function picks from). In presence mode a job whose outputs are
+        all present is done: it gets no inputs at all, so nothing upstream of
+        it (being rerun, or missing in an experiment where its outputs were
+        placed by hand) can make it rerun; otherwise inputs are ancient, so
+        timestamps never matter. A stage left unfinished by a failure (its
+        ``_unfinished`` marker, newer than its outputs) gets the marker as an
+        input: that is what makes Snakemake redo it on the next run.
         """
+        for stage, *_ in inputs.values():
+            self._parents.setdefault(consumer, set()).update([stage] if isinstance(stage, str) else stage)
+
         def resolve(spec):
+            stage, *rest = spec
+
             def paths(wildcards):
-                if self.presence and self.is_done(consumer, wildcards):
+                unfinished = self.is_unfinished(consumer, wildcards)
+                if self.presence and not unfinished and self.is_done(consumer, wildcards):
                     return []
-                if callable(spec):
-                    found = spec(wildcards)
+                if callable(rest[0]):
+                    found = rest[0](wildcards)
                 else:
-                    found = self.path(*spec).format(**dict(wildcards.items()))
+                    found = self.path(stage, *rest).format(**dict(wildcards.items()))
                 found = [found] if isinstance(found, str) else list(found)
-                return [self.mark(p) for p in found]
+                # An unfinished stage must wait for its parents when they are
+                # redone too: its inputs are not ancient (Snakemake would
+                # otherwise skip it as a mere dependent of a rerun job).
+                return found if unfinished else [self.mark(p) for p in found]
             return paths
-        return {name: resolve(spec) for name, spec in inputs.items()}
+
+        resolved = {name: resolve(spec) for name, spec in inputs.items()}
+
+        def unfinished(wildcards):
+            marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
+            return [marker] if os.path.exists(marker) else []
+        resolved["_unfinished"] = unfinished
+        return resolved
+
+    def stage_dir(self, stage: str, wildcards) -> str:
+        return layout.stage_dir(self.root, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
+                                stage, wildcards.get("instance"))
+
+    def is_unfinished(self, stage: str, wildcards) -> bool:
+        return os.path.exists(os.path.join(self.stage_dir(stage, wildcards), layout.UNFINISHED))
 
     def is_done(self, stage: str, wildcards) -> bool:
         from snakemake.io import apply_wildcards
         values = dict(wildcards.items())
         return all(os.path.exists(apply_wildcards(p, values)) for p in self.workflow.get_rule(stage).output)
+
+    def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
+        """Does a funnel downstream of ``stage`` accept its failure?"""
+        seen, todo = set(), [stage]
+        while todo:
+            current = todo.pop()
+            for child, parents in self._parents.items():
+                if current in parents and child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+                    if self._policy(experiment, pair, child).tolerates_failure:
+                        return True
+        return False
+
+    def _policy(self, experiment: str, pair: str, stage: str):
+        from .policy import Policy
+        key = (experiment, pair, stage)
+        if key not in self._policies:
+            self._policies[key] = Policy.from_config(self.settings(experiment, pair, stage)["policy"])
+        return self._policies[key]
 
     def mark(self, path: str):
         if self.presence:
@@ -140,16 +186,22 @@ class Pipeline:
             pair = wildcards.get("pair", layout.ALL_PAIRS)
             instance = wildcards.get("instance")
             settings = self.settings(wildcards.experiment, pair, stage)
+            policy = settings.pop("policy")
             stage_dir = layout.stage_dir(self.root, pair, wildcards.experiment, stage, instance)
             argv = [self.python, "-m", "waypost.runner", "--stage-dir", stage_dir,
                     "--experiment", wildcards.experiment, "--pair", pair, "--stage", stage,
                     "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
+                    "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),
                     "--config-hash", wconfig.settings_hash(settings),
                     "--code-version", self.code_version]
             if instance:
                 argv += ["--instance", instance]
-            for path in input:
-                argv += ["--input", path]
+            if self.tolerated(stage, wildcards.experiment, pair):
+                argv.append("--tolerated")
+            for name, paths in input.items():
+                if name != "_unfinished":
+                    argv += [arg for path in ([paths] if isinstance(paths, str) else paths)
+                             for arg in ("--input", path)]
             for path in output:
                 argv += ["--output", path]
             return shlex.join(argv + ["--"])
@@ -175,7 +227,8 @@ class Pipeline:
         """
         wanted = self.all_outputs()
         if self.presence:
-            wanted = [path for path in wanted if not os.path.exists(path)]
+            wanted = [path for path in wanted if not os.path.exists(path)
+                      or os.path.exists(os.path.join(os.path.dirname(path), layout.UNFINISHED))]
         return wanted
 
     def all_outputs(self) -> list[str]:

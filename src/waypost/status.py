@@ -68,9 +68,13 @@ def stage_state(stage_dir: str, expected: dict) -> dict:
     if data is not None:
         attempts = data["attempts"]
         cell["attempts"] = len(attempts)
-        cell["history"] = [{k: a.get(k) for k in ("number", "action", "state", "exit_code", "signal",
-                                                    "duration_s", "workspace", "log", "host", "slurm_job_id")}
+        cell["history"] = [{k: a.get(k) for k in ("number", "series", "action", "state", "exit_code", "signal",
+                                                    "checks", "decision", "duration_s", "workspace", "log",
+                                                    "host", "slurm_job_id")}
                            for a in attempts]
+        cell["provisional"] = bool(data.get("provisional"))
+        if data.get("reason"):
+            cell["reason"] = data["reason"]
         if attempts:
             cell["log"] = os.path.join(stage_dir, attempts[-1].get("log") or "")
             cell["last"] = attempts[-1].get("state")

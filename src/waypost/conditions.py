@@ -1,0 +1,162 @@
+"""The condition language of cues and funnels: ``any`` / ``all`` / ``not``.
+
+Grammar (parsed by hand, never ``eval``-ed)::
+
+    expr    := call | atom
+    call    := ("any" | "all" | "not") "(" expr ("," expr)* ")"     # not takes one
+    atom    := NAME "." STATE          e.g. cmd.TIMEOUT, has_checkpoint.SUCCESS, parent.FAILED
+             | NAME "." "*"            NAME ended in any state
+             | COUNTER OP INTEGER      e.g. attempt >= 3, attempt.restart < 2
+    COUNTER := attempt | attempt.restart | attempt.rerun
+    OP      := == | != | < | <= | > | >=
+
+A parsed condition is a small tree of tuples; ``validate`` checks its names
+against what a context offers (so a typo is a config error before any job
+runs) and ``evaluate`` computes it from a mapping of facts.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", "SKIPPED")
+COUNTERS = ("attempt", "attempt.restart", "attempt.rerun")
+FUNCTIONS = ("any", "all", "not")
+OPERATORS = {"==": operator.eq, "!=": operator.ne, "<=": operator.le, ">=": operator.ge,
+             "<": operator.lt, ">": operator.gt}
+
+TOKEN = re.compile(r"""
+    \s*(?:
+      (?P<op>==|!=|<=|>=|<|>)
+    | (?P<punct>[(),])
+    | (?P<int>-?\d+)
+    | (?P<word>[A-Za-z_][A-Za-z0-9_-]*(?:\.(?:[A-Za-z_][A-Za-z0-9_-]*|\*))*)
+    )""", re.VERBOSE)
+
+
+class ConditionError(ValueError):
+    """A condition that cannot be parsed or names something unknown."""
+
+
+@dataclass(frozen=True)
+class State:
+    """``subject.STATE`` (state ``*``: any state)."""
+    subject: str
+    state: str
+
+
+@dataclass(frozen=True)
+class Compare:
+    counter: str
+    op: str
+    value: int
+
+
+@dataclass(frozen=True)
+class Call:
+    function: str
+    args: tuple
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    tokens, pos = [], 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ConditionError(f"unexpected {text[pos:].strip()[:20]!r} at position {pos}")
+        kind = m.lastgroup
+        tokens.append((kind, m.group(kind)))
+        pos = m.end()
+    return tokens
+
+
+def parse(text: str):
+    if not isinstance(text, str) or not text.strip():
+        raise ConditionError("empty condition")
+    tokens = _tokens(text)
+    node, pos = _parse_expr(tokens, 0, text)
+    if pos != len(tokens):
+        raise ConditionError(f"unexpected {tokens[pos][1]!r} after a complete condition")
+    return node
+
+
+def _expect(tokens, pos, value, text):
+    if pos >= len(tokens) or tokens[pos][1] != value:
+        found = tokens[pos][1] if pos < len(tokens) else "end of text"
+        raise ConditionError(f"expected {value!r}, found {found!r}")
+    return pos + 1
+
+
+def _parse_expr(tokens, pos, text):
+    if pos >= len(tokens):
+        raise ConditionError("condition ends too early")
+    kind, value = tokens[pos]
+    if kind != "word":
+        raise ConditionError(f"unexpected {value!r}")
+    if pos + 1 < len(tokens) and tokens[pos + 1][1] == "(":
+        if value not in FUNCTIONS:
+            raise ConditionError(f"unknown function {value!r} (expected one of: {', '.join(FUNCTIONS)})")
+        pos += 2
+        args = []
+        while True:
+            node, pos = _parse_expr(tokens, pos, text)
+            args.append(node)
+            if pos < len(tokens) and tokens[pos][1] == ",":
+                pos += 1
+                continue
+            pos = _expect(tokens, pos, ")", text)
+            break
+        if value == "not" and len(args) != 1:
+            raise ConditionError(f"not() takes one condition, got {len(args)}")
+        return Call(value, tuple(args)), pos
+    if pos + 1 < len(tokens) and tokens[pos + 1][0] == "op":
+        if value not in COUNTERS:
+            raise ConditionError(f"unknown counter {value!r} (expected one of: {', '.join(COUNTERS)})")
+        if pos + 2 >= len(tokens) or tokens[pos + 2][0] != "int":
+            raise ConditionError(f"expected a whole number after {value} {tokens[pos + 1][1]}")
+        return Compare(value, tokens[pos + 1][1], int(tokens[pos + 2][1])), pos + 3
+    if "." not in value:
+        raise ConditionError(f"{value!r} is not a condition (expected NAME.STATE, a counter comparison, "
+                             f"or {', '.join(FUNCTIONS)}(...))")
+    subject, state = value.rsplit(".", 1)
+    if state != "*" and state not in STATES:
+        raise ConditionError(f"unknown state {state!r} in {value!r} (expected one of: {', '.join(STATES)} or *)")
+    return State(subject, state), pos + 1
+
+
+def atoms(node):
+    if isinstance(node, Call):
+        for arg in node.args:
+            yield from atoms(arg)
+    else:
+        yield node
+
+
+def validate(text: str, subjects: set[str], counters: bool = True):
+    """Parse and check every name; returns the parsed tree."""
+    node = parse(text)
+    for atom in atoms(node):
+        if isinstance(atom, State) and atom.subject not in subjects:
+            raise ConditionError(f"unknown name {atom.subject!r} in {atom.subject}.{atom.state} "
+                                 f"(expected one of: {', '.join(sorted(subjects))})")
+        if isinstance(atom, Compare) and not counters:
+            raise ConditionError(f"counters ({atom.counter}) can't be used here")
+    return node
+
+
+def evaluate(node, states: dict[str, str | None], counts: dict[str, int] | None = None) -> bool:
+    """``states``: subject → its state (None: it didn't run); ``counts``: counter → value."""
+    if isinstance(node, Call):
+        values = (evaluate(arg, states, counts) for arg in node.args)
+        if node.function == "any":
+            return any(values)
+        if node.function == "all":
+            return all(values)
+        return not next(values)
+    if isinstance(node, State):
+        actual = states.get(node.subject)
+        return actual is not None and (node.state == "*" or actual == node.state)
+    return OPERATORS[node.op]((counts or {}).get(node.counter, 0), node.value)
