@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv profiles clean-demo
+.PHONY: demo test venv profiles param-study
 
 $(BIN)/waypost: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,3 +28,8 @@ demo: profiles
 
 test: profiles
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The parameter-study example (restarts, reruns, a funnel over failures).
+param-study: venv
+	cd examples/param-study && ../../$(BIN)/snakemake --profile ../../profiles/local
+	@cat examples/param-study/results/_all/sweep/summary_report/summary.md

@@ -11,8 +11,8 @@ rule report:
             wp.path("evaluate", "metrics.json", model, pair=pair).format(experiment=wc.experiment)
             for pair, model in report_entries(wc.experiment)])),
     output:
-        markdown=wp.report_path("{experiment}", "report.md"),
-        html=wp.report_path("{experiment}", "report.html"),
+        markdown=wp.funnel_path("report", "report.md"),
+        html=wp.funnel_path("report", "report.html"),
     params:
         step=wp.step("report"),
         entries=lambda wc, input: " ".join(

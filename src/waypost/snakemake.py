@@ -245,5 +245,6 @@ class Pipeline:
                         targets += [apply_wildcards(p, values) for p in patterns]
         return targets
 
-    def report_path(self, experiment: str, filename: str) -> str:
-        return layout.join(self.root, layout.ALL_PAIRS, experiment, "report", filename)
+    def funnel_path(self, stage: str, filename: str) -> str:
+        """Pattern of an output of a stage that runs once per experiment."""
+        return self.path(stage, filename, pair=layout.ALL_PAIRS)
