@@ -1,6 +1,8 @@
 # Data: fetch the parallel corpus, clean it, build the vocabularies.
 
 rule fetch_corpus:
+    input:
+        **wp.needs("fetch_corpus"),
     output:
         train=wp.path("fetch_corpus", "train.tsv"),
         mono=wp.path("fetch_corpus", "mono.txt"),

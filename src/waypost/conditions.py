@@ -90,7 +90,12 @@ def _expect(tokens, pos, value, text):
     return pos + 1
 
 
-def _parse_expr(tokens, pos, text):
+MAX_DEPTH = 32
+
+
+def _parse_expr(tokens, pos, text, depth=0):
+    if depth > MAX_DEPTH:
+        raise ConditionError(f"conditions nest deeper than {MAX_DEPTH} calls")
     if pos >= len(tokens):
         raise ConditionError("condition ends too early")
     kind, value = tokens[pos]
@@ -102,7 +107,7 @@ def _parse_expr(tokens, pos, text):
         pos += 2
         args = []
         while True:
-            node, pos = _parse_expr(tokens, pos, text)
+            node, pos = _parse_expr(tokens, pos, text, depth + 1)
             args.append(node)
             if pos < len(tokens) and tokens[pos][1] == ",":
                 pos += 1

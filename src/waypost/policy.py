@@ -74,7 +74,17 @@ class Policy:
     @classmethod
     def from_config(cls, raw: dict | None) -> "Policy":
         """Build and validate; PolicyError names the key and the text."""
-        data = {**DEFAULTS, **(raw or {})}
+        try:
+            return cls._from_config({**DEFAULTS, **(raw or {})})
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, PolicyError):
+                raise
+            raise PolicyError(f"malformed policy ({exc.__class__.__name__}: {exc})") from None
+
+    @classmethod
+    def _from_config(cls, data: dict) -> "Policy":
+        if int(data["max_attempts"]) < 1:
+            raise PolicyError(f"max_attempts: {data['max_attempts']!r} (expected at least 1)")
         subjects = {"cmd", *data["checks"]}
         if "cmd" in data["checks"]:
             raise PolicyError("checks: 'cmd' is reserved for the step itself")
@@ -96,7 +106,8 @@ class Policy:
                               f"(or a preset: {', '.join(DEPENDS_PRESETS)})") from None
         return cls(max_attempts=int(data["max_attempts"]), restart=data["restart"], rerun=data["rerun"],
                    checks=dict(data["checks"]), cues=cues, depends=data["depends"], depends_node=depends_node,
-                   runtime=data["runtime"], runtime_growth=float(data["runtime_growth"]),
+                   runtime=None if data["runtime"] is None else float(data["runtime"]),
+                   runtime_growth=float(data["runtime_growth"]),
                    kill_grace=float(data["kill_grace"]), check_timeout=float(data["check_timeout"]))
 
     @property

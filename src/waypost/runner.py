@@ -107,7 +107,8 @@ def describe_inputs(paths: list[str]) -> list[dict]:
     described = []
     for path in paths:
         stage_dir = os.path.dirname(path)
-        entry = {"path": path, "manifest": None, "state": parent_state(stage_dir, path), "sha256": None}
+        entry = {"path": path, "manifest": None, "state": parent_state(stage_dir, path), "sha256": None,
+                 "provisional": False}
         if entry["state"] not in ("ADOPTED", "MISSING"):
             entry["manifest"] = os.path.join(stage_dir, MANIFEST)
             try:
@@ -116,6 +117,7 @@ def describe_inputs(paths: list[str]) -> list[dict]:
                 data = {}
             name = os.path.relpath(path, stage_dir)
             entry["sha256"] = next((o["sha256"] for o in data.get("outputs", []) if o["path"] == name), None)
+            entry["provisional"] = bool(data.get("provisional"))
         described.append(entry)
     return described
 
@@ -433,9 +435,10 @@ class StageRun:
             inputs=inputs, settings=json.loads(self.args.settings),
             config_hash=self.args.config_hash, code_version=self.args.code_version,
         )
-        # A funnel that ran over parents that did not succeed is provisional:
-        # the next run redoes it once those parents have been redone.
-        unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED")]
+        # A stage that ran over parents that did not succeed (a funnel), or
+        # over provisional ones, is provisional: the next run redoes it once
+        # those parents have been redone.
+        unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED") or i["provisional"]]
         record["provisional"] = state == "SUCCESS" and bool(unsound)
         if reason:
             record["reason"] = reason

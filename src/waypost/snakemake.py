@@ -89,7 +89,8 @@ class Pipeline:
         return layout.join(self.root, *parts)
 
     def needs(self, consumer: str, **inputs) -> dict:
-        """The inputs of stage ``consumer``, for a rule's ``input: **...``.
+        """The inputs of stage ``consumer``, for a rule's ``input: **...``
+        (every stage rule has one, even without inputs of its own).
 
         Each value names the upstream stage: ``(stage, filename[, instance])``
         for one of its outputs, or ``(stage, function)`` where the function of
