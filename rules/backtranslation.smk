@@ -6,6 +6,8 @@ rule train_backward:
         **wp.needs("train_backward", corpus=("clean_corpus", "clean.tsv"), vocab=("train_vocab", "vocab.json")),
     output:
         model=wp.path("train_backward", "model.json"),
+    resources:
+        **wp.resources("train_backward", "gpu"),
     params:
         step=wp.step("train_backward"),
         epochs=wp.setting("train_backward", "epochs"),
@@ -13,7 +15,7 @@ rule train_backward:
         subsample=lambda wc: wp.settings(wc.experiment, wc.pair, "train_backward").get("subsample", 1.0),
         checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
     shell:
-        "{params.step} " + wp.script("train_model.py") +
+        wp.run + wp.script("train_model.py") +
         " --corpus {input.corpus} --direction trg-src --vocab {input.vocab}"
         " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
         " --checkpoint-dir {params.checkpoints} --output {output.model}"
@@ -26,10 +28,12 @@ rule translate_mono:
         **wp.needs("translate_mono", model=("train_backward", "model.json"), mono=("fetch_corpus", "mono.txt")),
     output:
         corpus=wp.path("translate_mono", "backtranslated.tsv"),
+    resources:
+        **wp.resources("translate_mono", "gpu"),
     params:
         step=wp.step("translate_mono"),
     shell:
-        "{params.step} " + wp.script("translate.py") +
+        wp.run + wp.script("translate.py") +
         " --model {input.model} --input-text {input.mono} --output {output.corpus}"
 
 wp.track(rules.translate_mono)

@@ -7,6 +7,8 @@ rule fetch_corpus:
         train=wp.path("fetch_corpus", "train.tsv"),
         mono=wp.path("fetch_corpus", "mono.txt"),
         test=wp.path("fetch_corpus", "test.tsv"),
+    resources:
+        **wp.resources("fetch_corpus", "cpu"),
     params:
         step=wp.step("fetch_corpus"),
         source=wp.setting("fetch_corpus", "source"),
@@ -15,7 +17,7 @@ rule fetch_corpus:
         test=wp.setting("fetch_corpus", "test"),
         seed=wp.setting("fetch_corpus", "seed"),
     shell:
-        "{params.step} " + wp.script("fetch_corpus.py") +
+        wp.run + wp.script("fetch_corpus.py") +
         " --pair {wildcards.pair} --source {params.source:q} --sentences {params.sentences}"
         " --mono {params.mono} --test {params.test} --seed {params.seed}"
         " --out-train {output.train} --out-mono {output.mono} --out-test {output.test}"
@@ -28,12 +30,14 @@ rule clean_corpus:
         **wp.needs("clean_corpus", train=("fetch_corpus", "train.tsv")),
     output:
         corpus=wp.path("clean_corpus", "clean.tsv"),
+    resources:
+        **wp.resources("clean_corpus", "cpu"),
     params:
         step=wp.step("clean_corpus"),
         max_ratio=wp.setting("clean_corpus", "max_ratio"),
         max_length=wp.setting("clean_corpus", "max_length"),
     shell:
-        "{params.step} " + wp.script("clean_corpus.py") +
+        wp.run + wp.script("clean_corpus.py") +
         " --input {input.train} --output {output.corpus}"
         " --max-ratio {params.max_ratio} --max-length {params.max_length}"
 
@@ -45,12 +49,14 @@ rule train_vocab:
         **wp.needs("train_vocab", corpus=("clean_corpus", "clean.tsv"), mono=("fetch_corpus", "mono.txt")),
     output:
         vocab=wp.path("train_vocab", "vocab.json"),
+    resources:
+        **wp.resources("train_vocab", "cpu"),
     params:
         step=wp.step("train_vocab"),
         min_count=wp.setting("train_vocab", "min_count"),
         max_size=wp.setting("train_vocab", "max_size"),
     shell:
-        "{params.step} " + wp.script("train_vocab.py") +
+        wp.run + wp.script("train_vocab.py") +
         " --corpus {input.corpus} --mono {input.mono} --output {output.vocab}"
         " --min-count {params.min_count} --max-size {params.max_size}"
 

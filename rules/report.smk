@@ -13,12 +13,14 @@ rule report:
     output:
         markdown=wp.funnel_path("report", "report.md"),
         html=wp.funnel_path("report", "report.html"),
+    resources:
+        **wp.resources("report", "cpu"),
     params:
         step=wp.step("report"),
         entries=lambda wc, input: " ".join(
             f"--entry {pair} {model} {path}" for (pair, model), path in zip(report_entries(wc.experiment), input.metrics)),
     shell:
-        "{params.step} " + wp.script("report.py") +
+        wp.run + wp.script("report.py") +
         " --experiment {wildcards.experiment} {params.entries}"
         " --output-md {output.markdown} --output-html {output.html}"
 

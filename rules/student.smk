@@ -9,6 +9,8 @@ rule train_student:
                    vocab=("train_vocab", "vocab.json")),
     output:
         model=wp.path("train_student", "model.json"),
+    resources:
+        **wp.resources("train_student", "gpu-large"),
     params:
         step=wp.step("train_student"),
         epochs=wp.setting("train_student", "epochs"),
@@ -16,7 +18,7 @@ rule train_student:
         subsample=lambda wc: wp.settings(wc.experiment, wc.pair, "train_student").get("subsample", 1.0),
         checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
     shell:
-        "{params.step} " + wp.script("train_model.py") +
+        wp.run + wp.script("train_model.py") +
         " --corpus {input.distilled} --corpus {input.synthetic} --direction src-trg --vocab {input.vocab}"
         " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
         " --checkpoint-dir {params.checkpoints} --output {output.model}"
@@ -45,13 +47,15 @@ rule evaluate:
         **wp.needs("evaluate", model=(("train_backward", "train_teacher", "train_student"), model_of), test=("fetch_corpus", "test.tsv")),
     output:
         metrics=wp.path("evaluate", "metrics.json", INSTANCE),
+    resources:
+        **wp.resources("evaluate", "gpu"),
     params:
         step=wp.step("evaluate"),
         hypotheses=lambda wc, output: os.path.join(os.path.dirname(output.metrics), "hypotheses.txt"),
     wildcard_constraints:
         instance=r"backward|student|teacher-\d+",
     shell:
-        "{params.step} " + wp.script("evaluate.py") +
+        wp.run + wp.script("evaluate.py") +
         " --model {input.model} --test {input.test} --output {output.metrics}"
         " --hypotheses {params.hypotheses}"
 
@@ -66,10 +70,12 @@ rule export:
                    metrics=("evaluate", "metrics.json", "student")),
     output:
         package=wp.path("export", "package.tar.gz"),
+    resources:
+        **wp.resources("export", "cpu"),
     params:
         step=wp.step("export"),
     shell:
-        "{params.step} " + wp.script("export.py") +
+        wp.run + wp.script("export.py") +
         " --model {input.model} --vocab {input.vocab} --metrics {input.metrics} --output {output.package}"
 
 wp.track(rules.export)

@@ -19,6 +19,8 @@ rule train_teacher:
                    vocab=("train_vocab", "vocab.json")),
     output:
         model=wp.path("train_teacher", "model.json", INSTANCE),
+    resources:
+        **wp.resources("train_teacher", "gpu-large"),
     params:
         step=wp.step("train_teacher"),
         epochs=wp.setting("train_teacher", "epochs"),
@@ -29,7 +31,7 @@ rule train_teacher:
     wildcard_constraints:
         instance=r"\d+",
     shell:
-        "{params.step} " + wp.script("train_model.py") +
+        wp.run + wp.script("train_model.py") +
         " --corpus {input.corpus} --corpus {input.synthetic} --direction src-trg --vocab {input.vocab}"
         " --epochs {params.epochs} --seed {params.seed} --subsample {params.subsample}"
         " --checkpoint-dir {params.checkpoints} --output {output.model}"
@@ -42,11 +44,13 @@ rule translate_corpus:
         **wp.needs("translate_corpus", models=("train_teacher", teacher_models), corpus=("clean_corpus", "clean.tsv")),
     output:
         corpus=wp.path("translate_corpus", "distilled.tsv"),
+    resources:
+        **wp.resources("translate_corpus", "gpu"),
     params:
         step=wp.step("translate_corpus"),
         models=lambda wc, input: " ".join(f"--model {m}" for m in input.models),
     shell:
-        "{params.step} " + wp.script("translate.py") +
+        wp.run + wp.script("translate.py") +
         " {params.models} --input-tsv {input.corpus} --column src --output {output.corpus}"
 
 wp.track(rules.translate_corpus)

@@ -81,7 +81,7 @@ def test_presence_ignores_changed_params_and_code(run_copy, tmp_path):
     # A copy of the workflow whose rule code changed too.
     repo = Path(__file__).resolve().parent.parent
     copy = tmp_path / "repo"
-    for part in ("workflow", "rules", "scripts"):
+    for part in ("workflow", "rules", "scripts", "config"):
         shutil.copytree(repo / part, copy / part)
     smk = copy / "rules" / "student.smk"
     smk.write_text(smk.read_text().replace("--epochs {params.epochs}", "--epochs {params.epochs} --seed 0", 1))

@@ -41,6 +41,7 @@ DEFAULTS = {
     "depends": "all_success",
     "runtime": None,
     "runtime_growth": 1.0,
+    "memory_growth": 1.0,
     "kill_grace": 10,
     "check_timeout": 60,
 }
@@ -68,6 +69,7 @@ class Policy:
     depends_node: object = None
     runtime: float | None = None
     runtime_growth: float = 1.0
+    memory_growth: float = 1.0
     kill_grace: float = 10
     check_timeout: float = 60
 
@@ -108,6 +110,7 @@ class Policy:
                    checks=dict(data["checks"]), cues=cues, depends=data["depends"], depends_node=depends_node,
                    runtime=None if data["runtime"] is None else float(data["runtime"]),
                    runtime_growth=float(data["runtime_growth"]),
+                   memory_growth=float(data["memory_growth"]),
                    kill_grace=float(data["kill_grace"]), check_timeout=float(data["check_timeout"]))
 
     @property

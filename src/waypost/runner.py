@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 
-from . import manifest, policy as wpolicy
+from . import manifest, policy as wpolicy, slurm, workers
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING, UNFINISHED
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -77,7 +77,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--code-version", default="")
     parser.add_argument("--tolerated", action="store_true",
                         help="a downstream funnel accepts this stage's failure: record it and exit 0")
-    parser.add_argument("--snakemake-attempt", type=int, default=1)
+    parser.add_argument("--snakemake-attempt", type=int, default=1,
+                        help="Snakemake's attempt number of this job (> 1: Snakemake resubmitted it)")
+    parser.add_argument("--pool", default="local")
+    parser.add_argument("--worker-class", default="")
+    parser.add_argument("--worker-env", default="{}", help="the worker class's declared GPUS/WORKSPACE as JSON")
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--output", action="append", default=[])
     args = parser.parse_args(argv[:split])
@@ -271,8 +275,12 @@ class StageRun:
             else:
                 os.unlink(path)
 
-    def start(self) -> None:
-        """Begin a new series, or go on with one whose runner was killed."""
+    def start(self) -> str | None:
+        """Begin a new series, or go on with one whose runner was killed.
+
+        Returns None to go on, or "decided" when Snakemake retried a job whose
+        series the policy had already ended (its decision stands).
+        """
         os.makedirs(self.dir, exist_ok=True)
         running = None
         if os.path.exists(self._path(RUNNING)):
@@ -281,30 +289,41 @@ class StageRun:
                     running = json.load(f)
             except (OSError, ValueError):
                 running = None
-        if running and self.args.snakemake_attempt > 1:
-            # Snakemake resubmitted the job after it was killed mid-attempt.
-            self.history = running.get("attempts", [])
-            self.series_no = running.get("series", 1)
-            self.series = [a for a in self.history if a.get("series") == self.series_no]
-            if self.series and self.series[-1].get("state") is None:
-                interrupted = self.series[-1]
-                interrupted.update(state="CANCELLED", end=manifest.now_iso(),
-                                   error="the runner was killed during this attempt")
-            return
         try:
             previous = manifest.read(self.dir)
         except manifest.ManifestError as exc:
             print(f"waypost: {exc}; archiving it with the old workspace", file=sys.stderr)
             previous = None
-        if running:  # a killed run of an earlier invocation: keep its record
+        if running:
+            # The runner before us was killed mid-attempt (by Slurm at its time
+            # limit, by preemption, with its node, or with Snakemake).
             self.history = running.get("attempts", [])
-            for a in self.history:
-                if a.get("state") is None:
-                    a.update(state="CANCELLED", end=None, error="the runner was killed during this attempt")
+            for attempt in self.history:
+                if attempt.get("state") is None:
+                    self._close_interrupted(attempt)
+            if self.args.snakemake_attempt > 1:
+                # Snakemake resubmitted the job: the same series goes on.
+                self.series_no = running.get("series", 1)
+                self.series = [a for a in self.history if a.get("series") == self.series_no]
+                return None
+        elif previous and self.args.snakemake_attempt > 1 and previous["state"] != "SUCCESS":
+            return "decided"
         elif previous:
             self.history = list(previous["attempts"])
         self.series_no = 1 + max((a.get("series", 1) for a in self.history), default=0)
         self._archive()
+        return None
+
+    @staticmethod
+    def _close_interrupted(attempt: dict) -> None:
+        """Fill in how an attempt whose runner died ended: Slurm's word when
+        it ran in a Slurm job, else CANCELLED (stopped from outside)."""
+        state, detail = None, None
+        if attempt.get("slurm_job_id"):
+            state, detail = slurm.final_state(attempt["slurm_job_id"])
+        attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
+                       error="the runner was killed during this attempt"
+                             + (f" (Slurm: {detail})" if detail else ""))
 
     # --- one attempt -----------------------------------------------------
     def run_attempt(self, action: str) -> dict:
@@ -315,14 +334,17 @@ class StageRun:
         command = self.args.command
         if action == "restart" and self.policy.restart != "same":
             command = ["bash", "-c", self.policy.restart]
-        runtime = self.policy.runtime_seconds(in_series)
+        # Under Slurm the job's time limit is Slurm's to enforce (and report).
+        runtime = None if os.environ.get("SLURM_JOB_ID") else self.policy.runtime_seconds(in_series)
         previous = self.series[-1]["state"] if self.series else ""
+        worker = workers.worker_env(os.environ, json.loads(self.args.worker_env))
         record = {
             "number": number, "series": self.series_no, "action": action, "state": None,
             "exit_code": None, "signal": None, "checks": {}, "decision": None,
             "start": manifest.now_iso(), "end": None, "duration_s": None,
             "host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "runtime_limit_s": runtime, "command": command, "workspace": ".", "log": log_rel,
+            "worker": {"pool": self.args.pool, "class": self.args.worker_class, **worker},
         }
         self.history.append(record)
         self.series.append(record)
@@ -330,6 +352,9 @@ class StageRun:
 
         counts = wpolicy.counters(self.series)
         env = self.env(action, previous, counts, runtime)
+        env["GPUS"] = worker["GPUS"]
+        if worker["WORKSPACE"] is not None:
+            env["WORKSPACE"] = str(worker["WORKSPACE"])
         oom_before = _oom_kills()
         started = time.monotonic()
         attempt = Attempt(command, env, self._path(log_rel), runtime, self.policy.kill_grace)
@@ -402,8 +427,13 @@ class StageRun:
                 self._clean()
 
     def run(self) -> int:
-        self.start()
         self.received_signal = None
+        if self.start() == "decided":
+            print(f"waypost: {self.args.stage}: the policy already ended this stage "
+                  "(Snakemake retried the job); not starting again", file=sys.stderr)
+            previous = manifest.read(self.dir)
+            last = previous["attempts"][-1] if previous["attempts"] else {}
+            return last.get("exit_code") or 1
         if not self.series:
             blocked = self.parents_block()
             if blocked:

@@ -16,8 +16,11 @@ import sys
 
 from . import config as wconfig
 from . import layout
+from . import workers as wworkers
 
 INSTANCE = "{instance}"
+# Settings that steer the engine, not the step: not passed to it, not hashed.
+ENGINE_KEYS = ("policy", "worker", "resources")
 
 
 def code_version(directory: str) -> str:
@@ -63,10 +66,26 @@ class Pipeline:
         self.code_version = code_version(self.workflow_dir)
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
+        self.pool = config["pool"]
+        self.workers = self._load_workers(config["workers"])
         self._tracked: list = []
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._policies: dict = {}
+        self._default_class: dict[str, str] = {}
         self.workflow = workflow
+
+    def _load_workers(self, path: str) -> dict:
+        if not os.path.isabs(path) and not os.path.exists(path):
+            path = os.path.join(self.repo_dir, path)
+        try:
+            workers = wworkers.load(path)
+            if self.pool not in workers["pools"]:
+                raise wconfig.ConfigError(f"config: pool {self.pool!r} is not in {path} "
+                                          f"(expected one of: {', '.join(workers['pools'])})")
+        except wconfig.ConfigError as exc:
+            from snakemake.exceptions import WorkflowError
+            raise WorkflowError(str(exc)) from None
+        return workers
 
     # --- names -----------------------------------------------------------
     @property
@@ -181,20 +200,58 @@ class Pipeline:
         return value
 
     # --- the step runner ------------------------------------------------
+    # --- workers and resources -------------------------------------------
+    def worker(self, stage: str, default_class: str, experiment: str, pair: str) -> tuple[str, dict]:
+        """The worker class of a job (the rule's, unless the config names
+        another for this stage, experiment or pair) and its spec in the pool."""
+        name = self.settings(experiment, pair, stage).get("worker", default_class)
+        return name, wworkers.worker_class(self.workers, self.pool, name, f"stage {stage}")
+
+    def resources(self, stage: str, default_class: str) -> dict:
+        """A rule's ``resources: **...``: the worker class's resources in the
+        selected pool, per job and attempt (runtime and memory grow per the
+        stage's policy), plus the attempt number for the step runner."""
+        def job_resources(wildcards, attempt):
+            pair = wildcards.get("pair", layout.ALL_PAIRS)
+            settings = self.settings(wildcards.experiment, pair, stage)
+            _, spec = self.worker(stage, default_class, wildcards.experiment, pair)
+            policy = self._policy(wildcards.experiment, pair, stage)
+            overrides = dict(settings.get("resources") or {})
+            if policy.runtime is not None:
+                overrides["runtime"] = policy.runtime
+            return wworkers.resources(spec, overrides, attempt, policy.runtime_growth, policy.memory_growth)
+
+        def one(name):
+            return lambda wildcards, attempt: job_resources(wildcards, attempt).get(name)
+        resources = {name: one(name) for name in wworkers.RESOURCE_NAMES.values()}
+        resources["waypost_attempt"] = lambda wildcards, attempt: attempt
+        self._default_class[stage] = default_class
+        return resources
+
+    # --- the step runner ------------------------------------------------
+    #: The start of every stage rule's shell command; the step's own command follows.
+    run = "{params.step} --snakemake-attempt {resources.waypost_attempt} -- "
+
     def step(self, stage: str):
-        """A params callable giving the step-runner prefix for a job's command."""
+        """A params callable giving the step-runner options of a job (see ``run``)."""
         def prefix(wildcards, input, output):
             pair = wildcards.get("pair", layout.ALL_PAIRS)
             instance = wildcards.get("instance")
             settings = self.settings(wildcards.experiment, pair, stage)
-            policy = settings.pop("policy")
+            engine = {key: settings.pop(key, None) for key in ENGINE_KEYS}
+            policy = dict(engine["policy"] or {})
+            worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), wildcards.experiment, pair)
+            if policy.get("runtime") is None and (engine["resources"] or {}).get("runtime", spec.get("runtime")):
+                policy["runtime"] = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
             stage_dir = layout.stage_dir(self.root, pair, wildcards.experiment, stage, instance)
             argv = [self.python, "-m", "waypost.runner", "--stage-dir", stage_dir,
                     "--experiment", wildcards.experiment, "--pair", pair, "--stage", stage,
                     "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
                     "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),
                     "--config-hash", wconfig.settings_hash(settings),
-                    "--code-version", self.code_version]
+                    "--code-version", self.code_version,
+                    "--pool", self.pool, "--worker-class", worker_name,
+                    "--worker-env", json.dumps(spec.get("env") or {}, sort_keys=True, separators=(",", ":"))]
             if instance:
                 argv += ["--instance", instance]
             if self.tolerated(stage, wildcards.experiment, pair):
@@ -205,7 +262,7 @@ class Pipeline:
                              for arg in ("--input", path)]
             for path in output:
                 argv += ["--output", path]
-            return shlex.join(argv + ["--"])
+            return shlex.join(argv)
         return prefix
 
     def script(self, name: str) -> str:

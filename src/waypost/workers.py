@@ -1,0 +1,122 @@
+"""Worker pools and classes → Snakemake/Slurm resources; GPUS and WORKSPACE
+of the worker a job landed on.
+
+``config/workers.yaml`` maps pool → class → resources; rules name a class,
+the config's ``pool`` (set by a profile) picks the pool. Resources use the
+names snakemake-executor-plugin-slurm reads (``slurm_partition``, ``gpu``,
+``gpu_model``, ``gres``, ``cpus_per_task``, ``mem_mb``, ``runtime``,
+``constraint``, ``slurm_account``, ``qos``, ``slurm_extra``).
+
+Inside a job, ``GPUS`` (space-separated device indices) comes from, in order:
+``CUDA_VISIBLE_DEVICES``, Slurm's ``SLURM_STEP_GPUS`` / ``SLURM_JOB_GPUS``,
+``nvidia-smi`` (all devices it lists), and last the pool's declared value.
+``WORKSPACE`` (MB) is 3/4 of the smallest allocated GPU's memory when
+``nvidia-smi`` answers, else the declared value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+
+from . import config as wconfig
+
+# The format of workers.yaml is the engine's, so its schema ships with it.
+SCHEMA = os.path.join(os.path.dirname(__file__), "schemas", "workers.schema.yaml")
+# workers.yaml key → Snakemake resource name (Slurm executor plugin)
+RESOURCE_NAMES = {
+    "partition": "slurm_partition",
+    "gpus": "gpu",
+    "gpu_model": "gpu_model",
+    "gres": "gres",
+    "cpus": "cpus_per_task",
+    "mem_mb": "mem_mb",
+    "runtime": "runtime",
+    "constraint": "constraint",
+    "account": "slurm_account",
+    "qos": "qos",
+    "extra": "slurm_extra",
+}
+WORKSPACE_FRACTION = 0.75
+
+
+def load(path: str) -> dict:
+    data = wconfig.load_yaml(path)
+    schema = wconfig.load_yaml(SCHEMA)
+    wconfig.validate(data, schema, path)
+    return data
+
+
+def worker_class(workers: dict, pool: str, name: str, source: str = "config") -> dict:
+    pools = workers["pools"]
+    if pool not in pools:
+        raise wconfig.ConfigError(f"{source}: pool {pool!r} is not in workers.yaml "
+                                  f"(expected one of: {', '.join(pools)})")
+    classes = pools[pool]["classes"]
+    if name not in classes:
+        raise wconfig.ConfigError(f"{source}: worker class {name!r} is not in pool {pool!r} "
+                                  f"(expected one of: {', '.join(classes)})")
+    return classes[name]
+
+
+def resources(spec: dict, overrides: dict | None = None, attempt: int = 1,
+              runtime_growth: float = 1.0, memory_growth: float = 1.0) -> dict:
+    """Snakemake resources for one attempt of a job of this class."""
+    merged = {**{k: v for k, v in spec.items() if k != "env"}, **(overrides or {})}
+    out = {RESOURCE_NAMES[k]: v for k, v in merged.items() if k in RESOURCE_NAMES and v is not None}
+    if "runtime" in out:
+        out["runtime"] = math.ceil(out["runtime"] * runtime_growth ** (attempt - 1))
+    if "mem_mb" in out:
+        out["mem_mb"] = math.ceil(out["mem_mb"] * memory_growth ** (attempt - 1))
+    return out
+
+
+# --- inside a job -----------------------------------------------------------
+def _nvidia_smi(query: str) -> list[str] | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def _device_list(value: str) -> list[str]:
+    return [d for d in value.replace(",", " ").split() if d]
+
+
+def detect_gpus(env: dict, declared: str | None) -> tuple[str, str]:
+    """(GPUS, where it came from)."""
+    for var in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        if env.get(var, "").strip() and env[var].strip() != "NoDevFiles":
+            return " ".join(_device_list(env[var])), var
+    listed = _nvidia_smi("index")
+    if listed:
+        return " ".join(listed), "nvidia-smi"
+    return (declared or "").strip(), "pool"
+
+
+def detect_workspace(gpus: str, declared: int | None) -> tuple[int | None, str]:
+    """(WORKSPACE in MB, where it came from)."""
+    rows = _nvidia_smi("index,uuid,memory.total")
+    if rows:
+        wanted = set(_device_list(gpus))
+        totals = [int(float(r.split(",")[2])) for r in rows
+                  if not wanted or r.split(",")[0].strip() in wanted or r.split(",")[1].strip() in wanted]
+        if totals:
+            return int(min(totals) * WORKSPACE_FRACTION), "nvidia-smi"
+    return declared, "pool"
+
+
+def worker_env(env: dict, declared: dict | None) -> dict:
+    """GPUS and WORKSPACE for a step, with their sources (for the manifest)."""
+    declared = declared or {}
+    gpus, gpus_from = detect_gpus(env, declared.get("GPUS"))
+    workspace, workspace_from = detect_workspace(gpus, declared.get("WORKSPACE"))
+    return {"GPUS": gpus, "GPUS_from": gpus_from, "WORKSPACE": workspace, "WORKSPACE_from": workspace_from}
