@@ -163,6 +163,56 @@ def cmd_profiles_install(args) -> int:
     return 0
 
 
+def _profile_pool(profile: str) -> str | None:
+    """The pool a Snakemake profile selects (its ``config: [pool=...]``)."""
+    candidates = [profile, os.path.join("profiles", profile), os.path.expanduser(f"~/.config/snakemake/{profile}"),
+                  f"/etc/xdg/snakemake/{profile}"]
+    for directory in candidates:
+        path = os.path.join(directory, "config.yaml")
+        if os.path.exists(path):
+            entries = wconfig.load_yaml(path).get("config") or []
+            for entry in entries if isinstance(entries, list) else [entries]:
+                key, _, value = str(entry).partition("=")
+                if key.strip() == "pool":
+                    return value.strip().strip("'\"")
+            return None
+    raise wconfig.ConfigError(f"profile {profile!r} not found (looked in {', '.join(candidates)})")
+
+
+def cmd_workers(args) -> int:
+    """The resolved pool table: class → partition, GPUs, CPUs, memory, runtime, env."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from . import workers
+
+    cfg = load_config(args)
+    pool = args.pool or (args.profile and _profile_pool(args.profile)) or cfg["pool"]
+    path = cfg["workers"]
+    data = workers.load(path)
+    if pool not in data["pools"]:
+        raise wconfig.ConfigError(f"{path}: no pool {pool!r} (expected one of: {', '.join(data['pools'])})")
+    spec = data["pools"][pool]
+    rows = {name: {**workers.resources(cls), "env": cls.get("env", {})} for name, cls in spec["classes"].items()}
+    if args.json:
+        json.dump({"pool": pool, "executor": spec["executor"], "classes": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    table = Table(title=f"pool [bold]{pool}[/] ({spec['executor']}, from {path})", title_justify="left")
+    for column in ("class", "partition", "GPUs", "CPUs", "memory", "runtime", "other", "env"):
+        table.add_column(column)
+    for name, r in rows.items():
+        gpus = r.get("gres") or (f"{r.get('gpu', 0)}" + (f" × {r['gpu_model']}" if r.get("gpu_model") else "")
+                                 if r.get("gpu") else "–")
+        other = " ".join(f"{k}={r[k]}" for k in ("constraint", "slurm_account", "qos", "slurm_extra") if r.get(k))
+        env = " ".join(f"{k}={v}" for k, v in r["env"].items())
+        table.add_row(name, r.get("slurm_partition", "–"), gpus, str(r.get("cpus_per_task", "–")),
+                      f"{r['mem_mb']} MB" if r.get("mem_mb") else "–",
+                      f"{r['runtime']} min" if r.get("runtime") else "–", other, env)
+    Console().print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="waypost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"waypost {__version__}")
@@ -179,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", help="with --attempts: only this experiment")
     p.add_argument("--pair", help="with --attempts: only this pair")
     p.set_defaults(func=cmd_status)
+
+    p = with_config(sub.add_parser("workers", help="the resolved worker pool: class → resources and env"))
+    p.add_argument("--profile", help="the pool this Snakemake profile selects (name or path)")
+    p.add_argument("--pool", help="a pool of workers.yaml")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_workers)
 
     profiles = sub.add_parser("profiles", help="Snakemake profiles").add_subparsers(dest="action", required=True)
     p = profiles.add_parser("install", help="make the repo's profiles usable by bare name (--profile local)")
