@@ -134,3 +134,22 @@ def test_command_is_not_run_through_a_shell(tmp_path):
     marker = tmp_path / "pwned"
     proc = run_step(stage, ["echo", f"; touch {marker}"])
     assert proc.returncode == 0 and not marker.exists()
+
+
+def test_worker_env_reaches_the_step_and_the_manifest(tmp_path):
+    stage = tmp_path / "p/e/s"
+    out = stage / "env.txt"
+    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage), "--experiment", "e", "--pair", "p",
+            "--stage", "s", "--pool", "onprem", "--worker-class", "gpu", "--worker-env",
+            '{"GPUS": "0", "WORKSPACE": 12000}', "--output", str(out), "--",
+            "bash", "-c", f'echo "$GPUS|$WORKSPACE" > {out}']
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "SLURM_"))}
+    env["CUDA_VISIBLE_DEVICES"] = "1,3"
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    worker = manifest.read(str(stage))["attempts"][0]["worker"]
+    assert worker["pool"] == "onprem" and worker["class"] == "gpu"
+    assert worker["GPUS"] == "1 3" and worker["GPUS_from"] == "CUDA_VISIBLE_DEVICES"
+    # WORKSPACE: the declared 12000 MB, unless this machine has nvidia-smi.
+    assert out.read_text().strip() == f"1 3|{worker['WORKSPACE']}"
+    assert worker["WORKSPACE"] == 12000 or worker["WORKSPACE_from"] == "nvidia-smi"
