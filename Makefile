@@ -26,7 +26,11 @@ demo: profiles
 	@echo
 	@echo "Report: $$(pwd)/results/_all/sample/report/report.md (and report.html)"
 
+# As root (CI), start the local Slurm cluster the Slurm tests use (installs
+# munge, Slurm and MariaDB on first use); elsewhere those tests skip.
 test: profiles
+	@if [ "$$(id -u)" = 0 ]; then bash scripts/slurm-dev-cluster.sh start; \
+	else echo "not root: the Slurm tests will be skipped"; fi
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The parameter-study example (restarts, reruns, a funnel over failures).

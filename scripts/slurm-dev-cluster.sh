@@ -308,10 +308,10 @@ AccountingStoreFlags=job_comment
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$NODE_CPUS RealMemory=$real_mem Gres=gpu:v100:4,gpu:a100:4 State=UNKNOWN
-PartitionName=cpu Nodes=$NODE Default=YES PriorityTier=1 DefaultTime=10 MaxTime=60 State=UP
-PartitionName=gpu-v100 Nodes=$NODE PriorityTier=1 DefaultTime=10 MaxTime=60 State=UP
-PartitionName=gpu-a100 Nodes=$NODE PriorityTier=1 DefaultTime=10 MaxTime=60 State=UP
-PartitionName=urgent Nodes=$NODE PriorityTier=10 PreemptMode=OFF DefaultTime=10 MaxTime=60 State=UP
+PartitionName=cpu Nodes=$NODE Default=YES PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
+PartitionName=gpu-v100 Nodes=$NODE PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
+PartitionName=gpu-a100 Nodes=$NODE PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
+PartitionName=urgent Nodes=$NODE PriorityTier=10 PreemptMode=OFF DefaultTime=60 MaxTime=INFINITE State=UP
 EOF
 
     cat >"$ETC/gres.conf.tmp" <<EOF

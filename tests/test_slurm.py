@@ -178,3 +178,27 @@ def test_preempted_job_is_retried_without_hanging(cluster, tmp_path):
     record = read_manifest(stage)
     assert [(a["action"], a["state"]) for a in record["attempts"]][:2] == [("cmd", "PREEMPTED"), ("restart", "SUCCESS")]
     assert sacct(urgent)[urgent]["state"] == "COMPLETED"
+
+
+PLAIN_SLURM = ["--executor", "slurm", "--slurm-init-seconds-before-status-checks", "2", "--slurm-no-account"]
+
+
+def test_plain_slurm_plugin_hangs_where_waypost_does_not(cluster, tmp_path):
+    """Why profiles use `executor: waypost`: with the Slurm plugin itself, a
+    job cancelled from outside leaves Snakemake polling forever. (Reproduced
+    here; when an upstream release fixes it, this test says so.)"""
+    write_config(tmp_path, long_backward())
+    stage = tmp_path / "results/en-xa/exp1/train_backward"
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(tmp_path), "--profile", str(ONPREM),
+           "--configfile", str(tmp_path / "config.yaml"), "--latency-wait", "5", "--retries", "0",
+           "--until", "train_backward", *PLAIN_SLURM]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        job = wait_for(lambda: running_job(stage), 300, "a checkpoint of train_backward")
+        subprocess.run(["scancel", job], check=True)
+        wait_for(lambda: sacct(job).get(job, {}).get("state") == "CANCELLED", 60, "sacct to say CANCELLED")
+        time.sleep(30)  # several status checks of the plugin
+        assert proc.poll() is None, "the plain Slurm plugin no longer hangs on CANCELLED: reconsider the executor"
+    finally:
+        proc.kill()
+        proc.communicate()

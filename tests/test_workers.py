@@ -85,3 +85,17 @@ def test_nvidia_smi_gives_gpus_and_workspace(fake_nvidia_smi):
     # Only the allocated device counts for the workspace.
     env = workers.worker_env({"CUDA_VISIBLE_DEVICES": "2"}, {})
     assert (env["GPUS"], env["WORKSPACE"]) == ("2", int(81920 * 0.75))
+
+
+def test_waypost_workers_prints_the_pool_a_profile_selects(tmp_path):
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "waypost.cli", "workers", "--profile", "profiles/onprem", "--json"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    table = json.loads(out)
+    assert table["pool"] == "onprem" and table["executor"] == "slurm"
+    assert table["classes"]["gpu"]["slurm_partition"] == "gpu-v100"
+    text = subprocess.run([sys.executable, "-m", "waypost.cli", "workers", "--pool", "cloud"],
+                          cwd=REPO, capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "150"}).stdout
+    assert "cloud-gpu" in text and "constraint=spot" in text

@@ -199,16 +199,19 @@ def cmd_workers(args) -> int:
         sys.stdout.write("\n")
         return 0
     table = Table(title=f"pool [bold]{pool}[/] ({spec['executor']}, from {path})", title_justify="left")
-    for column in ("class", "partition", "GPUs", "CPUs", "memory", "runtime", "other", "env"):
+    extras = {name: " ".join(f"{k}={r[k]}" for k in ("constraint", "slurm_account", "qos", "slurm_extra") if r.get(k))
+              for name, r in rows.items()}
+    columns = ["class", "partition", "GPUs", "CPUs", "memory", "runtime"] + (["other"] if any(extras.values()) else [])
+    for column in columns + ["env"]:
         table.add_column(column)
     for name, r in rows.items():
         gpus = r.get("gres") or (f"{r.get('gpu', 0)}" + (f" × {r['gpu_model']}" if r.get("gpu_model") else "")
                                  if r.get("gpu") else "–")
-        other = " ".join(f"{k}={r[k]}" for k in ("constraint", "slurm_account", "qos", "slurm_extra") if r.get(k))
-        env = " ".join(f"{k}={v}" for k, v in r["env"].items())
-        table.add_row(name, r.get("slurm_partition", "–"), gpus, str(r.get("cpus_per_task", "–")),
-                      f"{r['mem_mb']} MB" if r.get("mem_mb") else "–",
-                      f"{r['runtime']} min" if r.get("runtime") else "–", other, env)
+        cells = [name, r.get("slurm_partition", "–"), gpus, str(r.get("cpus_per_task", "–")),
+                 f"{r['mem_mb']} MB" if r.get("mem_mb") else "–", f"{r['runtime']} min" if r.get("runtime") else "–"]
+        if "other" in columns:
+            cells.append(extras[name])
+        table.add_row(*cells, " ".join(f"{k}={v}" for k, v in r["env"].items()))
     Console().print(table)
     return 0
 
