@@ -216,6 +216,23 @@ def cmd_workers(args) -> int:
     return 0
 
 
+def cmd_cron(args) -> int:
+    from . import cron
+    extra = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    return cron.run(args.profile, extra, args.config, args.workflow, checksums=not args.no_checksums)
+
+
+def cmd_verify(args) -> int:
+    from . import verify
+    cfg = load_config(args)
+    problems = verify.verify(cfg["root"], checksums=not args.no_checksums, repair=args.repair)
+    for p in problems:
+        action = f"archived in {p.stage_dir}/{p.archived}" if p.archived else "not done (use --repair to set it aside)"
+        print(f"{p.stage_dir}: {p.what}; {action}")
+    print(f"{len(problems)} stage(s) not to be trusted" if problems else "every manifest checks out")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="waypost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"waypost {__version__}")
@@ -238,6 +255,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", help="a pool of workers.yaml")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_workers)
+
+    p = with_config(sub.add_parser("cron", help="one locked, idempotent run of the workflow (for crontab)"))
+    p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
+    p.add_argument("--no-checksums", action="store_true", help="check output sizes only, not sha256")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
+    p.set_defaults(func=cmd_cron)
+
+    p = with_config(sub.add_parser("verify", help="find stages whose manifest or outputs can't be trusted"))
+    p.add_argument("--repair", action="store_true", help="archive them so the next run redoes them")
+    p.add_argument("--no-checksums", action="store_true", help="check output sizes only, not sha256")
+    p.set_defaults(func=cmd_verify)
 
     profiles = sub.add_parser("profiles", help="Snakemake profiles").add_subparsers(dest="action", required=True)
     p = profiles.add_parser("install", help="make the repo's profiles usable by bare name (--profile local)")

@@ -426,8 +426,36 @@ class StageRun:
             elif self.policy.rerun == "clean":
                 self._clean()
 
+    def attempt_in_flight(self) -> str | None:
+        """Another runner's attempt still going on in this stage dir (left by
+        a Snakemake that was killed while its jobs went on), or None."""
+        try:
+            with open(self._path(RUNNING)) as f:
+                running = json.load(f)
+        except (OSError, ValueError):
+            return None
+        pid, host, job = running.get("pid"), running.get("host"), running.get("slurm_job_id")
+        if host == socket.gethostname() and pid and pid != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+                return f"pid {pid} on {host}"
+            except ProcessLookupError:
+                return None
+            except PermissionError:
+                return f"pid {pid} on {host}"
+        if job and job != os.environ.get("SLURM_JOB_ID"):
+            state, raw = slurm.final_state(job)
+            if state is None and raw not in (None, ""):
+                return f"Slurm job {job} ({raw})"
+        return None
+
     def run(self) -> int:
         self.received_signal = None
+        busy = self.attempt_in_flight()
+        if busy:
+            print(f"waypost: {self.args.stage}: another attempt is still running in {self.dir} ({busy}); "
+                  "not starting a second one", file=sys.stderr)
+            return 75
         if self.start() == "decided":
             print(f"waypost: {self.args.stage}: the policy already ended this stage "
                   "(Snakemake retried the job); not starting again", file=sys.stderr)

@@ -1,0 +1,162 @@
+"""``waypost cron``: one locked, idempotent run of the workflow, for crontab.
+
+Safe to start every few minutes, forever, whatever the last run left:
+
+1. a non-blocking ``flock`` on ``.waypost/cron.lock`` (Snakemake's own lock is
+   not enough: a run that ends removes every run's locks); a second
+   invocation says so in one line and exits 0;
+2. manifests that can't be trusted are set aside (``waypost.verify``);
+3. a Snakemake lock left by a killed run is cleared, only when no Snakemake
+   process still works in this directory;
+4. the workflow runs (the profile keeps going past failed jobs and redoes
+   jobs a kill left incomplete);
+5. a run record — start, end, jobs by end state — is appended to
+   ``.waypost/cron.log`` (JSON lines); Snakemake's output goes to
+   ``.waypost/runs/<start>.log``.
+
+It exits non-zero only when waypost itself could not run (a config error, no
+Snakemake): failed jobs are the run record's business.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
+from . import config as wconfig
+from . import manifest, verify
+
+STATE_DIR = ".waypost"
+LOCK = os.path.join(STATE_DIR, "cron.lock")
+RUN_LOG = os.path.join(STATE_DIR, "cron.log")
+RUNS = os.path.join(STATE_DIR, "runs")
+
+
+def _snapshot(root: str) -> dict[str, tuple]:
+    """stage dir → (created, state) of its manifest."""
+    found = {}
+    for stage_dir in verify.manifests_under(root):
+        try:
+            data = manifest.read(stage_dir)
+        except manifest.ManifestError:
+            continue
+        if data:
+            found[stage_dir] = (data.get("created"), data["state"])
+    return found
+
+
+def _snakemake_alive_here(workdir: str) -> list[int]:
+    """Pids of Snakemake main processes working in ``workdir``."""
+    mine = os.getpid()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == mine:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        main = any(os.path.basename(a) == "snakemake" for a in args[:2]) or \
+            any(a == "-m" and b == "snakemake" for a, b in zip(args, args[1:]))
+        if main and "--mode" not in args and "--unlock" not in args \
+                and os.path.realpath(cwd) == os.path.realpath(workdir):
+            pids.append(int(entry))
+    return pids
+
+
+def _has_snakemake_lock(workdir: str) -> bool:
+    locks = os.path.join(workdir, ".snakemake", "locks")
+    return os.path.isdir(locks) and any(name.endswith(".lock") for name in os.listdir(locks))
+
+
+def run(profile: str | None, snakemake_args: list[str], config_path: str, workflow_dir: str,
+        checksums: bool = True) -> int:
+    os.makedirs(RUNS, exist_ok=True)
+    lock = open(LOCK, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        owner = lock.read().strip() or "?"
+        print(f"waypost cron: another run (pid {owner}) holds {LOCK}; nothing to do")
+        return 0
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+
+    try:
+        cfg = wconfig.load(config_path, workflow_dir)
+    except wconfig.ConfigError as exc:
+        print(f"waypost cron: {exc}", file=sys.stderr)
+        return 2
+    root = cfg["root"]
+    started_at = datetime.now(timezone.utc)
+    stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
+    output = os.path.join(RUNS, f"{stamp}.log")
+    command = [sys.executable, "-m", "snakemake"] + (["--profile", profile] if profile else []) + snakemake_args
+    if config_path != "config/config.yaml":
+        command += ["--configfile", config_path]
+
+    notes = []
+    for problem in verify.verify(root, checksums=checksums):
+        notes.append(f"set aside {problem.stage_dir} ({problem.what}; archived in {problem.archived})")
+    if _has_snakemake_lock(os.getcwd()):
+        alive = _snakemake_alive_here(os.getcwd())
+        if alive:
+            print(f"waypost cron: Snakemake (pid {', '.join(map(str, alive))}) is running here; nothing to do")
+            return 0
+        subprocess.run(command + ["--unlock"], capture_output=True, text=True)
+        notes.append("cleared a Snakemake lock left by a run that is gone")
+    for note in notes:
+        print(f"waypost cron: {note}")
+
+    before = _snapshot(root)
+    start = time.monotonic()
+    with open(output, "w") as log:
+        try:
+            proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            print(f"waypost cron: cannot run Snakemake: {exc}", file=sys.stderr)
+            return 2
+    after = _snapshot(root)
+    changed = {d: state for d, (created, state) in after.items() if before.get(d, (None,))[0] != created}
+    by_state: dict[str, int] = {}
+    for state in changed.values():
+        by_state[state] = by_state.get(state, 0) + 1
+    with open(output) as f:
+        text = f.read()
+    nothing_to_do = proc.returncode == 0 and not changed
+    could_not_run = proc.returncode != 0 and not changed and "Error in rule" not in text \
+        and "did not complete successfully" not in text
+    record = {
+        "start": started_at.isoformat(timespec="seconds"),
+        "end": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(time.monotonic() - start, 1),
+        "command": command,
+        "snakemake_exit": proc.returncode,
+        "jobs": len(changed),
+        "succeeded": by_state.get("SUCCESS", 0),
+        "failed": len(changed) - by_state.get("SUCCESS", 0),
+        "by_state": by_state,
+        "nothing_to_do": nothing_to_do,
+        "notes": notes,
+        "log": output,
+    }
+    with open(RUN_LOG, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "no stage changed"
+    print(f"waypost cron: {len(changed)} stage(s) ran ({summary}) in {record['duration_s']} s; "
+          f"snakemake exited {proc.returncode}; log {output}")
+    if could_not_run:
+        print(f"waypost cron: Snakemake could not run; see {output}:\n" + text[-2000:], file=sys.stderr)
+        return proc.returncode
+    return 0
