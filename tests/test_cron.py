@@ -46,6 +46,8 @@ def test_cron_runs_records_and_is_idempotent(tmp_path):
     second = cron(tmp_path)
     assert second.returncode == 0 and "0 stage(s) ran" in second.stdout
     assert records(tmp_path)[-1]["nothing_to_do"] is True
+    assert records(tmp_path)[-1]["log"] is None  # idle runs leave no log file behind
+    assert len(list((tmp_path / ".waypost" / "runs").iterdir())) == 1
 
 
 def test_two_crons_at_the_same_moment_exactly_one_runs(tmp_path):

@@ -12,7 +12,7 @@ Safe to start every few minutes, forever, whatever the last run left:
    jobs a kill left incomplete);
 5. a run record — start, end, jobs by end state — is appended to
    ``.waypost/cron.log`` (JSON lines); Snakemake's output goes to
-   ``.waypost/runs/<start>.log``.
+   ``.waypost/runs/<start>.log``, kept when the run did something.
 
 It exits non-zero only when waypost itself could not run (a config error, no
 Snakemake): failed jobs are the run record's business.
@@ -151,11 +151,14 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         "notes": notes,
         "log": output,
     }
+    if nothing_to_do:  # keep the run log of runs that did something, not of every idle tick
+        os.unlink(output)
+        record["log"] = None
     with open(RUN_LOG, "a") as f:
         f.write(json.dumps(record) + "\n")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "no stage changed"
     print(f"waypost cron: {len(changed)} stage(s) ran ({summary}) in {record['duration_s']} s; "
-          f"snakemake exited {proc.returncode}; log {output}")
+          f"snakemake exited {proc.returncode}" + (f"; log {output}" if record["log"] else ""))
     if could_not_run:
         print(f"waypost cron: Snakemake could not run; see {output}:\n" + text[-2000:], file=sys.stderr)
         return proc.returncode
