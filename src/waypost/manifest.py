@@ -16,7 +16,7 @@ import tempfile
 from datetime import datetime, timezone
 
 from . import __version__
-from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST
+from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST, RUNNING
 
 SCHEMA_VERSION = 1
 STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", "SKIPPED")
@@ -153,6 +153,44 @@ def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
     for entry in entries:
         shutil.move(os.path.join(stage_dir, entry), os.path.join(target, entry))
     return os.path.relpath(target, stage_dir)
+
+
+def attempt_in_flight(stage_dir: str, me: int | None = None) -> tuple[bool, str | None]:
+    """Is there an attempt under way in this stage dir (``_running.json``)?
+
+    (False, None): none recorded; (True, where): its process (on this host)
+    or its Slurm job is alive; (False, "gone"): recorded, but its process or
+    job is gone (it was interrupted).
+    Slurm jobs are asked of sacct; a process on another host without a
+    Slurm job can't be checked and counts as gone, so a marker left by a
+    dead machine never blocks the stage forever.
+    """
+    import socket
+
+    from . import slurm
+
+    try:
+        with open(os.path.join(stage_dir, RUNNING)) as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        return False, None
+    except (OSError, ValueError):
+        return False, "gone"
+    pid, host, job = info.get("pid"), info.get("host"), info.get("slurm_job_id")
+    if host == socket.gethostname() and pid and pid != me:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False, "gone"
+        except PermissionError:
+            pass
+        return True, f"pid {pid} on {host}"
+    if job and job != os.environ.get("SLURM_JOB_ID"):
+        state, raw = slurm.final_state(job)
+        if state is None and raw:
+            return True, f"Slurm job {job} ({raw})"
+        return False, "gone"
+    return False, "gone"  # another host without a Slurm job: can't be asked; not blocking forever
 
 
 def is_engine_file(name: str) -> bool:

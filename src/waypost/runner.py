@@ -91,15 +91,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def parent_state(stage_dir: str, path: str) -> str:
-    """The state of the stage that produced an input (ADOPTED: placed by hand)."""
+def _parent(stage_dir: str, path: str) -> tuple[str, dict]:
+    """The state of the stage that produced an input, and its manifest
+    (ADOPTED: placed by hand; MISSING: not there)."""
     try:
         data = manifest.read(stage_dir)
     except manifest.ManifestError:
         data = None
     if data is not None:
-        return data["state"]
-    return "ADOPTED" if os.path.exists(path) else "MISSING"
+        return data["state"], data
+    return ("ADOPTED" if os.path.exists(path) else "MISSING"), {}
+
+
+def parent_state(stage_dir: str, path: str) -> str:
+    return _parent(stage_dir, path)[0]
 
 
 def describe_inputs(paths: list[str]) -> list[dict]:
@@ -111,18 +116,15 @@ def describe_inputs(paths: list[str]) -> list[dict]:
     described = []
     for path in paths:
         stage_dir = os.path.dirname(path)
-        entry = {"path": path, "manifest": None, "state": parent_state(stage_dir, path), "sha256": None,
-                 "provisional": False}
-        if entry["state"] not in ("ADOPTED", "MISSING"):
-            entry["manifest"] = os.path.join(stage_dir, MANIFEST)
-            try:
-                data = manifest.read(stage_dir) or {}
-            except manifest.ManifestError:
-                data = {}
-            name = os.path.relpath(path, stage_dir)
-            entry["sha256"] = next((o["sha256"] for o in data.get("outputs", []) if o["path"] == name), None)
-            entry["provisional"] = bool(data.get("provisional"))
-        described.append(entry)
+        state, data = _parent(stage_dir, path)
+        name = os.path.relpath(path, stage_dir)
+        described.append({
+            "path": path,
+            "manifest": os.path.join(stage_dir, MANIFEST) if data else None,
+            "state": state,
+            "sha256": next((o["sha256"] for o in data.get("outputs", []) if o["path"] == name), None),
+            "provisional": bool(data.get("provisional")),
+        })
     return described
 
 
@@ -451,9 +453,9 @@ class StageRun:
 
     def run(self) -> int:
         self.received_signal = None
-        busy = self.attempt_in_flight()
+        busy, where = manifest.attempt_in_flight(self.dir, me=os.getpid())
         if busy:
-            print(f"waypost: {self.args.stage}: another attempt is still running in {self.dir} ({busy}); "
+            print(f"waypost: {self.args.stage}: another attempt is still running in {self.dir} ({where}); "
                   "not starting a second one", file=sys.stderr)
             return 75
         if self.start() == "decided":

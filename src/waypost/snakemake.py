@@ -72,6 +72,7 @@ class Pipeline:
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._policies: dict = {}
         self._default_class: dict[str, str] = {}
+        self._tolerated: dict[tuple, bool] = {}
         self.workflow = workflow
 
     def _load_workers(self, path: str) -> dict:
@@ -165,6 +166,12 @@ class Pipeline:
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
         """Does a funnel downstream of ``stage`` accept its failure?"""
+        key = (stage, experiment, pair)
+        if key not in self._tolerated:
+            self._tolerated[key] = self._downstream_tolerates(stage, experiment, pair)
+        return self._tolerated[key]
+
+    def _downstream_tolerates(self, stage: str, experiment: str, pair: str) -> bool:
         seen, todo = set(), [stage]
         while todo:
             current = todo.pop()

@@ -16,7 +16,6 @@ A stage with instances (``stage/<instance>/``) shows the worst instance.
 from __future__ import annotations
 
 import os
-import socket
 
 from . import layout, manifest
 
@@ -26,29 +25,11 @@ SEVERITY = ["corrupt", "FAILED", "OOM", "TIMEOUT", "HWFAILURE", "PREEMPTED", "CA
             "interrupted", "running", "missing", "adopted", "SUCCESS"]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _running_state(stage_dir: str) -> str | None:
-    path = os.path.join(stage_dir, layout.RUNNING)
-    if not os.path.exists(path):
-        return None
-    try:
-        import json
-        with open(path) as f:
-            info = json.load(f)
-    except (OSError, ValueError):
-        return "interrupted"
-    if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", 0))):
-        return "interrupted"
-    return "running"
+    alive, where = manifest.attempt_in_flight(stage_dir)
+    if alive:
+        return "running"
+    return "interrupted" if where else None
 
 
 def stage_state(stage_dir: str, expected: dict) -> dict:
