@@ -234,7 +234,7 @@ def cmd_verify(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="waypost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="waypost", description="Look at and steer the file state of a waypost workflow.")
     parser.add_argument("--version", action="version", version=f"waypost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -1,0 +1,137 @@
+"""Planning overhead: `snakemake -n` of waypost's reference workflow vs the
+same pipeline in plain Snakemake (benchmarks/plain/Snakefile).
+
+Per size (pairs × 2 experiments, 5 teachers: 20 jobs per experiment × pair):
+
+  (a) empty root: every job to do — the whole DAG is built and printed;
+  (b) done root: every output of every stage present (one timestamp, so plain
+      Snakemake's mtime rule has nothing to redo either), plus a
+      ``_manifest.json`` per stage directory (for the status benchmark, which
+      reuses the largest tree; Snakemake never looks at them).
+
+Both workflows run with the same profile (profiles/local), the same config
+file, in the same directory, alternately. Before timing, the dry runs are
+checked to plan the same jobs (by rule) — the comparison is of equals.
+
+Run alone: ``.venv/bin/python benchmarks/bench_planning.py [PAIRS ...]``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (LOCAL_PROFILE, PLAIN_SNAKEFILE, PYTHON, SNAKEFILE, Row, Section, build_done_tree,  # noqa: E402
+                    check, expected_jobs, interleaved, job_counts, log, median, profile_table,
+                    reference_config, timed, write_config)
+
+TARGET = 1.10
+# (pairs per experiment, repetitions). 2 experiments each: 2,003 and 8,003 jobs.
+SIZES = [(50, 5), (200, 3)]
+
+
+def dry_run_cmd(snakefile: Path, workdir: Path) -> list[str]:
+    return [PYTHON, "-m", "snakemake", "-s", str(snakefile), "-d", str(workdir),
+            "--profile", str(LOCAL_PROFILE), "--configfile", str(workdir / "config.yaml"), "-n"]
+
+
+def compare(workdir: Path, label: str, jobs: int, repetitions: int, state: str) -> tuple[Row, dict]:
+    """Time waypost's and plain's dry runs alternately; check they plan alike."""
+    commands = {"waypost": dry_run_cmd(SNAKEFILE, workdir), "plain": dry_run_cmd(PLAIN_SNAKEFILE, workdir)}
+
+    # One checked run each first (also the warm-up): same jobs by rule.
+    planned = {}
+    for name, cmd in commands.items():
+        result = check(timed(cmd, cwd=workdir), f"{name} dry run ({label}, {state})")
+        planned[name] = job_counts(result.output)
+    if planned["waypost"] != planned["plain"]:
+        raise RuntimeError(f"the two workflows plan different jobs ({label}, {state}): {planned}")
+    want = jobs if state == "empty" else 0
+    if sum(planned["waypost"].values()) != want:
+        raise RuntimeError(f"expected {want} jobs ({label}, {state}), planned {planned['waypost']}")
+
+    def runner(cmd, what):
+        return lambda: check(timed(cmd, cwd=workdir, keep_output=False), what).seconds
+    samples = interleaved({name: runner(cmd, f"{name} dry run") for name, cmd in commands.items()},
+                          repetitions, warmup=0)
+    wp, plain = median(samples["waypost"]), median(samples["plain"])
+    what = "everything to do" if state == "empty" else "everything done"
+    row = Row(measure=f"planning `snakemake -n`, {label}, {what}", value=wp, unit="s",
+              baseline=plain, baseline_label="plain Snakemake", target=f"ratio ≤ {TARGET:.2f}",
+              met=wp / plain <= TARGET, samples=samples,
+              note=f"{sum(planned['waypost'].values())} jobs planned by each" if state == "empty"
+              else "both: nothing to be done")
+    log(f"planning {label} {state}: waypost {wp:.2f}s plain {plain:.2f}s ratio {wp / plain:.2f}")
+    return row, planned
+
+
+def profile_waypost(workdir: Path, tmp: Path) -> str:
+    """Where waypost's dry run spends its time: one run under cProfile."""
+    prof = tmp / "planning.prof"
+    cmd = dry_run_cmd(SNAKEFILE, workdir)
+    cmd[1:1] = ["-m", "cProfile", "-o", str(prof)]
+    check(timed(cmd, cwd=workdir, keep_output=False), "profiled dry run")
+    total, ours, table = profile_table(prof, top=15)
+    return (f"Under cProfile the run took {total:.1f} s, of which {ours:.1f} s ({100 * ours / total:.0f}%) "
+            "inside waypost's code (its helpers and the rules' functions, counted at their entry points; "
+            "nested rows overlap):\n\n" + table)
+
+
+def run(ctx: dict, sizes=SIZES) -> Section:
+    section = Section("Planning overhead (`snakemake -n`)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-planning-", dir=ctx.get("tmp")))
+    missed_empty = None
+    for pairs, repetitions in sizes:
+        config = reference_config(pairs)
+        jobs = expected_jobs(config)
+        label = f"{pairs} pairs × 2 experiments ({jobs:,} jobs)"
+        workdir = tmp / f"pairs-{pairs}"
+        write_config(workdir, config)
+
+        row, _ = compare(workdir, label, jobs, repetitions, "empty")
+        section.rows.append(row)
+        if not row.met and (missed_empty is None or pairs > missed_empty[0]):
+            missed_empty = (pairs, workdir)
+
+        log(f"building the done tree of {label}")
+        stage_dirs = build_done_tree(workdir, config)
+        row, _ = compare(workdir, label, jobs, repetitions, "done")
+        section.rows.append(row)
+        # The status benchmark reuses the largest done tree.
+        ctx["done_tree"] = {"workdir": workdir, "config": config, "stage_dirs": stage_dirs, "jobs": jobs}
+
+    section.notes.append(
+        "Both workflows: same rules, wildcards, stage paths, inputs and outputs, same config file and profile "
+        "(`profiles/local`), same directory; the plain one (`benchmarks/plain/Snakefile`) has literal paths, "
+        "static params and resources, `rule all` over every output and `touch` as each command. Each dry run "
+        "was first checked to plan exactly the same jobs by rule as the other. On the done root, waypost's "
+        "`rule all` asks only for missing outputs (presence mode), so its DAG is empty, while plain Snakemake "
+        "builds the whole DAG to compare timestamps.")
+    if missed_empty or os.environ.get("BENCH_PROFILE") == "1":
+        pairs, workdir = missed_empty or (sizes[-1][0], tmp / f"pairs-{sizes[-1][0]}")
+        shutil.rmtree(workdir / "results", ignore_errors=True)   # profile the everything-to-do case
+        log(f"profiling waypost's dry run at {pairs} pairs")
+        section.notes.append(f"**Where the time goes** (waypost, {pairs} pairs, everything to do). "
+                             + profile_waypost(workdir, tmp))
+        if ctx.get("done_tree", {}).get("workdir") == workdir:
+            build_done_tree(workdir, ctx["done_tree"]["config"])
+    ctx.setdefault("cleanup", []).append(tmp)
+    return section
+
+
+if __name__ == "__main__":
+    from common import fmt
+    sizes = [(int(p), 3) for p in sys.argv[1:]] or SIZES
+    ctx: dict = {}
+    result = run(ctx, sizes)
+    for r in result.rows:
+        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)} ratio {r.ratio:.2f} "
+              f"({'met' if r.met else 'MISSED'})")
+    for note in result.notes:
+        print("\n" + note)
+    for path in ctx["cleanup"]:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,375 @@
+"""Shared helpers of the benchmarks: the machine, timing, the reference-shape
+config and its file tree, and the rows of the report.
+
+Only the standard library (plus waypost itself and PyYAML, both in the venv).
+Every measure is a wall-clock time of a real process (``subprocess`` +
+``time.perf_counter``); comparisons run A and B alternately in one loop, so
+both see the same machine state, and report medians.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "benchmarks"
+SNAKEFILE = REPO / "workflow" / "Snakefile"
+PLAIN_SNAKEFILE = BENCH / "plain" / "Snakefile"
+LOCAL_PROFILE = REPO / "profiles" / "local"
+ONPREM_PROFILE = REPO / "profiles" / "onprem"
+PYTHON = sys.executable              # the venv's python (make bench runs us with it)
+BIN = Path(PYTHON).parent
+
+
+def log(message: str) -> None:
+    """Progress on stderr, with the time since the driver started."""
+    print(f"[bench {time.perf_counter() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+_T0 = time.perf_counter()
+
+
+# --- the machine --------------------------------------------------------------
+def machine() -> dict:
+    """Cores, memory, CPU model (from /proc/cpuinfo), OS, Python, Snakemake."""
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_gib = int(line.split()[1]) / 1024 / 1024
+                    break
+    except OSError:
+        pass
+    try:
+        import snakemake
+        snakemake_version = snakemake.__version__
+    except ImportError:
+        snakemake_version = "?"
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_gib, 1) if mem_gib else None,
+        "cpu_model": model,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "snakemake": snakemake_version,
+    }
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+# --- timing -------------------------------------------------------------------
+@dataclass
+class Timed:
+    """One timed run of a command."""
+    seconds: float
+    returncode: int
+    output: str          # stdout + stderr (the tail only, when big)
+
+
+def timed(cmd: list[str], cwd: str | Path | None = None, env: dict | None = None,
+          timeout: float = 900, keep_output: bool = True) -> Timed:
+    """Run ``cmd`` to completion and return its wall time.
+
+    Output goes to a temporary file (not a pipe the parent must drain), so the
+    measured process never waits on us.
+    """
+    import tempfile
+    with tempfile.TemporaryFile(mode="w+b") as out:
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+        seconds = time.perf_counter() - start
+        text = ""
+        if keep_output:
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+    return Timed(seconds, proc.returncode, text)
+
+
+def check(result: Timed, what: str) -> Timed:
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {result.returncode}):\n{result.output[-4000:]}")
+    return result
+
+
+def interleaved(variants: dict, repetitions: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Run each variant (name → zero-argument callable returning seconds)
+    ``warmup`` times unrecorded, then ``repetitions`` times recorded, A and B
+    alternately; the order flips every round (ABBA...) so that a slow drift of
+    the machine falls on both alike."""
+    names = list(variants)
+    for _ in range(warmup):
+        for name in names:
+            variants[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(repetitions):
+        for name in (names if rep % 2 == 0 else names[::-1]):
+            samples[name].append(variants[name]())
+    return samples
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def spread(values: list[float]) -> str:
+    """min–max of the samples, for the raw-samples section."""
+    return f"{min(values):.3f}–{max(values):.3f}"
+
+
+# --- the report ---------------------------------------------------------------
+@dataclass
+class Row:
+    """One line of the results table.
+
+    ``value`` and ``baseline`` are in ``unit``; ``ratio`` is value/baseline
+    when both exist; ``met`` is None when there is no target.
+    """
+    measure: str
+    value: float | None
+    unit: str
+    baseline: float | None = None
+    baseline_label: str = ""
+    target: str = ""
+    met: bool | None = None
+    samples: dict = field(default_factory=dict)   # name → list of seconds
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.value is None or not self.baseline:
+            return None
+        return self.value / self.baseline
+
+
+@dataclass
+class Section:
+    """What one benchmark script hands the driver."""
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)      # Markdown paragraphs
+    skipped: str | None = None                           # why it did not run
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "s":
+        return f"{value:.3f} s" if value < 10 else f"{value:.2f} s"
+    if unit == "ms":
+        return f"{value:.1f} ms"
+    if unit == "ms/MB":
+        return f"{value:.2f} ms/MB"
+    return f"{value:.3g} {unit}".strip()
+
+
+# --- the reference shape ---------------------------------------------------------
+# The reference pipeline per experiment × pair, with T teachers: 10 + 2T jobs
+# (fetch, clean, vocab, backward, mono, T teachers, distill, student,
+# T + 2 evaluations, export), plus one report per experiment and `all`.
+TEACHERS = 5                    # 20 jobs per experiment × pair
+# What every output of a "done" tree holds.
+CONTENT = b"x\n"
+CONTENT_SHA256 = hashlib.sha256(CONTENT).hexdigest()
+
+
+def reference_config(pairs: int, experiments: int = 2, teachers: int = TEACHERS) -> dict:
+    """A valid config of the reference shape: ``experiments`` experiments of
+    ``pairs`` pairs each (pair names shared, as in a real study)."""
+    names = [f"en-x{i:03d}" for i in range(pairs)]
+    return {
+        "root": "results",
+        "rerun_policy": "presence",
+        "experiments": {f"exp{e}": {"pairs": list(names), "teachers": teachers} for e in range(experiments)},
+        # The reference config's stage settings and policies (config/config.yaml).
+        **{k: v for k, v in yaml.safe_load((REPO / "config" / "config.yaml").read_text()).items()
+           if k in ("policy", "stages")},
+    }
+
+
+def expected_jobs(config: dict) -> int:
+    """Jobs of a full run of ``config``, `all` included."""
+    total = 1
+    for exp in config["experiments"].values():
+        total += len(exp["pairs"]) * (10 + 2 * exp["teachers"]) + 1
+    return total
+
+
+def write_config(directory: Path, config: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def models(teachers: int) -> list[str]:
+    return ["backward"] + [f"teacher-{i}" for i in range(teachers)] + ["student"]
+
+
+def stage_outputs(config: dict):
+    """Every stage directory of a full run, with its outputs:
+    yields (experiment, pair, stage, instance, [output file names])."""
+    for experiment, exp in config["experiments"].items():
+        for pair in exp["pairs"]:
+            yield experiment, pair, "fetch_corpus", None, ["train.tsv", "mono.txt", "test.tsv"]
+            yield experiment, pair, "clean_corpus", None, ["clean.tsv"]
+            yield experiment, pair, "train_vocab", None, ["vocab.json"]
+            yield experiment, pair, "train_backward", None, ["model.json"]
+            yield experiment, pair, "translate_mono", None, ["backtranslated.tsv"]
+            for i in range(exp["teachers"]):
+                yield experiment, pair, "train_teacher", str(i), ["model.json"]
+            yield experiment, pair, "translate_corpus", None, ["distilled.tsv"]
+            yield experiment, pair, "train_student", None, ["model.json"]
+            for model in models(exp["teachers"]):
+                yield experiment, pair, "evaluate", model, ["metrics.json"]
+            yield experiment, pair, "export", None, ["package.tar.gz"]
+        yield experiment, "_all", "report", None, ["report.md", "report.html"]
+
+
+def build_done_tree(workdir: Path, config: dict, manifests: bool = True) -> int:
+    """Make ``workdir``'s root look like a finished run: every output of every
+    stage with a few bytes, all with one timestamp (so plain Snakemake's mtime
+    rule sees nothing to redo either) and, with ``manifests``, a minimal valid
+    SUCCESS ``_manifest.json`` per stage directory (``manifest.build``).
+    Returns the number of stage directories."""
+    from waypost import manifest
+
+    root = workdir / config["root"]
+    stamp = time.time() - 3600
+    count = 0
+    for experiment, pair, stage, instance, files in stage_outputs(config):
+        stage_dir = root / pair / experiment / stage / (instance or "")
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        outputs = []
+        for name in files:
+            path = stage_dir / name
+            path.write_bytes(CONTENT)
+            os.utime(path, (stamp, stamp))
+            outputs.append({"path": name, "size": len(CONTENT), "sha256": CONTENT_SHA256})
+        if manifests:
+            attempt = {"number": 1, "series": 1, "action": "cmd", "state": "SUCCESS", "exit_code": 0,
+                       "signal": None, "checks": {}, "decision": {"action": "done", "reason": "succeeded"},
+                       "start": manifest.now_iso(), "end": manifest.now_iso(), "duration_s": 0.1,
+                       "host": "bench", "slurm_job_id": None, "command": ["true"], "workspace": ".",
+                       "log": "_logs/attempt-1.log"}
+            data = manifest.build(experiment=experiment, pair=pair, stage=stage, instance=instance,
+                                  state="SUCCESS", attempts=[attempt], outputs=outputs, inputs=[],
+                                  settings={}, config_hash="0" * 16, code_version="bench")
+            # Plain writes: fsync per file would only slow the set-up down.
+            (stage_dir / manifest.MANIFEST).write_text(json.dumps(data, indent=2) + "\n")
+        count += 1
+    return count
+
+
+
+
+# --- Snakemake output ---------------------------------------------------------------
+JOB_LINE = re.compile(r"^(\w+)\s+(\d+)$")
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Jobs by rule from a dry run's "Job stats" table ({} for nothing to do)."""
+    if "Job stats:" not in output:
+        if "Nothing to be done" not in output:
+            raise RuntimeError(f"unexpected dry-run output:\n{output[-3000:]}")
+        return {}
+    table = output.split("Job stats:", 1)[1].split("\ntotal", 1)[0]
+    counts = {}
+    for line in table.splitlines():
+        m = JOB_LINE.match(line.strip())
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def shell_line(cmd: list[str]) -> str:
+    return shlex.join(str(c) for c in cmd)
+
+
+# --- where the time goes ---------------------------------------------------------
+# Code that is waypost's: the engine and the reference workflow's rule files.
+WAYPOST_CODE = (str(REPO / "src" / "waypost") + "/", str(REPO / "rules") + "/", str(REPO / "workflow") + "/")
+
+
+def profile_table(prof_path: str | Path, top: int = 12, ours=WAYPOST_CODE) -> tuple[float, float, str]:
+    """Summarise a cProfile dump: (total seconds, seconds under waypost's
+    entry points, a Markdown table of waypost's functions by cumulative time).
+
+    An *entry point* is a function of ours called from code that is not ours
+    (Snakemake calling a rule's input function, say); summing the entry points'
+    cumulative time counts each second once. Times are under the profiler,
+    which inflates Python-heavy code: read them as shares, not as seconds.
+    """
+    import pstats
+
+    stats = pstats.Stats(str(prof_path))
+    total = stats.total_tt
+
+    def is_ours(func) -> bool:
+        return func[0].startswith(ours)
+
+    rows, entry_total = [], 0.0
+    for func, (cc, nc, tt, ct, callers) in stats.stats.items():
+        if not is_ours(func):
+            continue
+        entry = any(not is_ours(caller) for caller in callers) or not callers
+        if entry and not any(is_ours(caller) for caller in callers):
+            entry_total += ct
+        rows.append((ct, tt, nc, func, entry))
+    rows.sort(reverse=True)
+    lines = ["| function | where | calls | own s | cumulative s | share of run |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for ct, tt, nc, (filename, line, name), entry in rows[:top]:
+        where = f"{os.path.relpath(filename, REPO)}:{line}"
+        lines.append(f"| `{name}`{' (entry)' if entry else ''} | `{where}` | {nc} | {tt:.2f} | {ct:.2f} "
+                     f"| {100 * ct / total:.0f}% |")
+    return total, entry_total, "\n".join(lines)
+
+
+def importtime_table(stderr: str, top: int = 10) -> str:
+    """The slowest imports (cumulative) from ``python -X importtime``'s stderr."""
+    rows = []
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        # "import time:  <self us> | <cumulative us> | <one space + 2 per nesting level><module>"
+        self_us, cumulative_us, name = line[len("import time:"):].split("|", 2)
+        rows.append((int(cumulative_us), int(self_us), name[1:]))
+    # Only top-level imports (no indentation) add up to the whole.
+    top_level = [r for r in rows if not r[2].startswith(" ")]
+    rows.sort(reverse=True)
+    lines = ["| module | self ms | cumulative ms |", "| --- | ---: | ---: |"]
+    for cumulative_us, self_us, name in rows[:top]:
+        lines.append(f"| `{name.strip()}` | {self_us / 1000:.1f} | {cumulative_us / 1000:.1f} |")
+    total = sum(r[0] for r in top_level) / 1000
+    return f"All imports: {total:.0f} ms.\n\n" + "\n".join(lines)
