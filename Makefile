@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv profiles param-study
+.PHONY: demo test venv profiles param-study bench
 
 $(BIN)/waypost: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,3 +37,8 @@ test: profiles
 param-study: venv
 	cd examples/param-study && ../../$(BIN)/snakemake --profile ../../profiles/local
 	@cat examples/param-study/results/_all/sweep/summary_report/summary.md
+
+# Benchmarks (issue 8): waypost's cost over plain Snakemake; rewrites
+# docs/benchmarks.md. BENCH_SLURM=0 skips the Slurm part (see benchmarks/run.py).
+bench: venv
+	$(BIN)/python benchmarks/run.py

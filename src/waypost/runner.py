@@ -280,8 +280,9 @@ class StageRun:
     def start(self) -> str | None:
         """Begin a new series, or go on with one whose runner was killed.
 
-        Returns None to go on, or "decided" when Snakemake retried a job whose
-        series the policy had already ended (its decision stands).
+        Returns None to go on, "decided" when Snakemake retried a job whose
+        series the policy had already ended (its decision stands), or "done"
+        when the retried job's work had succeeded after all.
         """
         os.makedirs(self.dir, exist_ok=True)
         running = None
@@ -310,6 +311,9 @@ class StageRun:
                 return None
         elif previous and self.args.snakemake_attempt > 1 and previous["state"] != "SUCCESS":
             return "decided"
+        elif previous and self.args.snakemake_attempt > 1 and not manifest.verify_outputs(
+                self.dir, previous, checksums=False):
+            return "done"  # the step had finished when Slurm ended the job
         elif previous:
             self.history = list(previous["attempts"])
         self.series_no = 1 + max((a.get("series", 1) for a in self.history), default=0)
@@ -324,7 +328,7 @@ class StageRun:
         if attempt.get("slurm_job_id"):
             state, detail = slurm.final_state(attempt["slurm_job_id"])
         attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
-                       error="the runner was killed during this attempt"
+                       error=(attempt.get("error") or "the runner was killed during this attempt")
                              + (f" (Slurm: {detail})" if detail else ""))
 
     # --- one attempt -----------------------------------------------------
@@ -458,7 +462,12 @@ class StageRun:
             print(f"waypost: {self.args.stage}: another attempt is still running in {self.dir} ({where}); "
                   "not starting a second one", file=sys.stderr)
             return 75
-        if self.start() == "decided":
+        started = self.start()
+        if started == "done":
+            print(f"waypost: {self.args.stage}: already done (its job was ended after the step finished)",
+                  file=sys.stderr)
+            return 0
+        if started == "decided":
             print(f"waypost: {self.args.stage}: the policy already ended this stage "
                   "(Snakemake retried the job); not starting again", file=sys.stderr)
             previous = manifest.read(self.dir)
@@ -476,6 +485,16 @@ class StageRun:
         while action in ("cmd", "restart", "rerun"):
             self.prepare_workspace(action)
             record = self.run_attempt(action)
+            if self.received_signal is not None and os.environ.get("SLURM_JOB_ID"):
+                # Slurm signals a job it ends for any reason (time limit,
+                # preemption, scancel): the next runner asks sacct which, and
+                # the policy decides then. Leave the attempt open.
+                record["state"] = None
+                record["error"] = f"signal {self.received_signal} from Slurm; sacct will say why"
+                self._save_running()
+                print(f"waypost: {self.args.stage}: Slurm is ending this job; "
+                      "the next attempt learns why from sacct", file=sys.stderr)
+                return 128 + self.received_signal
             if self.received_signal is not None:
                 action, reason = "fail", "cancelled from outside"
             else:

@@ -1,0 +1,191 @@
+"""Step-runner overhead.
+
+1. A no-op step through the runner::
+
+       python -m waypost.runner --stage-dir D --experiment e --pair p --stage s \
+           --output D/out -- bash -c 'echo x > D/out'
+
+   vs the bare ``bash -c 'echo x > D/out'`` (each run in a fresh D, so no
+   earlier workspace to archive). Alongside, for the breakdown: the
+   interpreter's start (``python -c pass``) and the runner's imports
+   (``python -c 'import waypost.runner'``). Target: ≤ 50 ms over the bare
+   command.
+
+2. Checksums of a large output: the runner hashes every declared output into
+   the manifest (``manifest.sha256_file``). Its cost per MB on a file of
+   BENCH_BIG_MB (default 200) MB, from the page cache, vs ``sha256sum`` of
+   the same file, and the disk's own read speed (``dd iflag=direct``). Target:
+   hashing at disk speed — no slower per MB than reading the file from disk,
+   or than ``sha256sum`` where the disk is faster than any SHA-256 can go.
+   End to end, a step that writes the file through the runner vs bare.
+
+Run alone: ``.venv/bin/python benchmarks/bench_runner.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import PYTHON, Row, Section, check, importtime_table, interleaved, log, median, timed  # noqa: E402
+
+OVERHEAD_TARGET_MS = 50
+NOOP_REPETITIONS = 20
+BIG_MB = int(os.environ.get("BENCH_BIG_MB", "200"))
+BIG_REPETITIONS = 5
+HASH_SLACK = 1.10     # "as fast as": within 10%
+
+
+def runner_cmd(stage_dir: Path, output: Path, command: list[str]) -> list[str]:
+    return [PYTHON, "-m", "waypost.runner", "--stage-dir", str(stage_dir), "--experiment", "e",
+            "--pair", "p", "--stage", "s", "--output", str(output), "--", *command]
+
+
+def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
+    fresh = itertools.count()
+
+    def stage_dir() -> Path:
+        path = tmp / f"noop-{next(fresh)}"
+        path.mkdir()
+        return path
+
+    def bare() -> float:
+        d = stage_dir()
+        return check(timed(["bash", "-c", f"echo x > {d}/out"], keep_output=False), "bare step").seconds
+
+    def through_runner() -> float:
+        d = stage_dir()
+        cmd = runner_cmd(d, d / "out", ["bash", "-c", f"echo x > {d}/out"])
+        return check(timed(cmd, keep_output=False), "runner step").seconds
+
+    def python_start() -> float:
+        return check(timed([PYTHON, "-c", "pass"], keep_output=False), "python -c pass").seconds
+
+    def runner_imports() -> float:
+        return check(timed([PYTHON, "-c", "import waypost.runner"], keep_output=False), "import").seconds
+
+    # A first run, checked: the manifest is SUCCESS with the output's checksum.
+    d = stage_dir()
+    check(timed(runner_cmd(d, d / "out", ["bash", "-c", f"echo x > {d}/out"])), "runner step")
+    data = json.loads((d / "_manifest.json").read_text())
+    assert data["state"] == "SUCCESS" and data["outputs"][0]["sha256"], data
+
+    samples = interleaved({"runner": through_runner, "bare": bare, "python -c pass": python_start,
+                           "import waypost.runner": runner_imports}, NOOP_REPETITIONS, warmup=2)
+    ms = {name: 1000 * median(values) for name, values in samples.items()}
+    overhead = ms["runner"] - ms["bare"]
+    log(f"runner no-op: {ms['runner']:.1f} ms vs bare {ms['bare']:.1f} ms (+{overhead:.1f} ms)")
+    rows = [Row(measure="step runner: a no-op step", value=ms["runner"], unit="ms", baseline=ms["bare"],
+                baseline_label="the bare command", target=f"≤ +{OVERHEAD_TARGET_MS} ms per step",
+                met=overhead <= OVERHEAD_TARGET_MS, samples=samples,
+                note=f"+{overhead:.0f} ms per step")]
+    breakdown = (f"Breakdown of the no-op step (medians of {NOOP_REPETITIONS}): bare command "
+                 f"{ms['bare']:.1f} ms; `python -c pass` {ms['python -c pass']:.1f} ms (the interpreter's "
+                 f"start); `python -c 'import waypost.runner'` {ms['import waypost.runner']:.1f} ms "
+                 f"(start + the runner's imports); the whole runner {ms['runner']:.1f} ms. So of the "
+                 f"+{overhead:.0f} ms: ~{ms['python -c pass']:.0f} ms is starting Python, "
+                 f"~{ms['import waypost.runner'] - ms['python -c pass']:.0f} ms importing the runner's modules, "
+                 f"~{ms['runner'] - ms['import waypost.runner'] - ms['bare']:.0f} ms the runner's own work "
+                 "(archive check, `_running.json`, the log tee, the manifest with its fsync).")
+    notes = [breakdown]
+    if overhead > OVERHEAD_TARGET_MS or os.environ.get("BENCH_PROFILE") == "1":
+        d = stage_dir()
+        cmd = runner_cmd(d, d / "out", ["bash", "-c", f"echo x > {d}/out"])
+        cmd[1:1] = ["-X", "importtime"]
+        result = check(timed(cmd), "runner step with -X importtime")
+        notes.append("The runner's slowest imports (`python -X importtime`, one run):\n\n"
+                     + importtime_table(result.output))
+    return rows, notes
+
+
+def hashing(tmp: Path) -> tuple[list[Row], list[str]]:
+    from waypost.manifest import sha256_file
+
+    big = tmp / "big.bin"
+    write = ["dd", "if=/dev/zero", f"of={big}", "bs=1M", f"count={BIG_MB}", "conv=fdatasync", "status=none"]
+    written = check(timed(write), "writing the large file").seconds
+    disk_write = BIG_MB / written
+
+    # The disk's sequential read speed, past the page cache (O_DIRECT).
+    direct = timed(["dd", f"if={big}", "of=/dev/null", "bs=4M", "iflag=direct", "status=none"])
+    disk_read = BIG_MB / direct.seconds if direct.returncode == 0 else None
+
+    def python_hash() -> float:
+        start = time.perf_counter()
+        sha256_file(str(big))
+        return time.perf_counter() - start
+
+    def coreutils() -> float:
+        return check(timed(["sha256sum", str(big)], keep_output=False), "sha256sum").seconds
+
+    samples = interleaved({"runner's sha256_file": python_hash, "sha256sum": coreutils}, BIG_REPETITIONS)
+    ours = 1000 * median(samples["runner's sha256_file"]) / BIG_MB
+    theirs = 1000 * median(samples["sha256sum"]) / BIG_MB
+    disk_ms = 1000 / disk_read if disk_read else None
+    bound = max(theirs, disk_ms or 0) * HASH_SLACK
+    log(f"hashing: {ours:.2f} ms/MB vs sha256sum {theirs:.2f} ms/MB; disk read "
+        f"{disk_read or float('nan'):.0f} MB/s, write {disk_write:.0f} MB/s")
+    rows = [Row(measure=f"step runner: sha256 of a {BIG_MB} MB output, per MB", value=ours, unit="ms/MB",
+                baseline=theirs, baseline_label="`sha256sum`",
+                target="at disk speed (≤ max(disk read, `sha256sum`) per MB, +10%)", met=ours <= bound,
+                samples=samples,
+                note=f"{1000 / ours:.0f} MB/s; disk reads " + (f"{disk_read:.0f} MB/s" if disk_read else "?")
+                + f", writes {disk_write:.0f} MB/s")]
+
+    # End to end: a step that writes the file, through the runner vs bare.
+    fresh = itertools.count()
+
+    def step(via_runner: bool):
+        def go() -> float:
+            d = tmp / f"big-{next(fresh)}"
+            d.mkdir()
+            out = d / "out.bin"
+            cmd = ["dd", "if=/dev/zero", f"of={out}", "bs=1M", f"count={BIG_MB}", "status=none"]
+            seconds = check(timed(runner_cmd(d, out, cmd) if via_runner else cmd, keep_output=False),
+                            "large step").seconds
+            shutil.rmtree(d)            # keep the disk and the page cache from filling up
+            return seconds
+        return go
+
+    steps = interleaved({"runner": step(True), "bare": step(False)}, BIG_REPETITIONS)
+    wp, bare = median(steps["runner"]), median(steps["bare"])
+    rows.append(Row(measure=f"step runner: a step writing {BIG_MB} MB", value=wp, unit="s", baseline=bare,
+                    baseline_label="the bare command", target="(informational)", samples=steps,
+                    note=f"+{1000 * (wp - bare):.0f} ms: start-up plus hashing {BIG_MB} MB "
+                         f"(~{ours * BIG_MB:.0f} ms at the rate above)"))
+    notes = [f"Hashing: the runner reads each output in 1 MiB chunks through `hashlib.sha256` (OpenSSL); "
+             f"{ours:.2f} ms/MB ({1000 / ours:.0f} MB/s) from the page cache, `sha256sum` {theirs:.2f} ms/MB "
+             f"({1000 / theirs:.0f} MB/s). The disk reads {disk_read:.0f} MB/s with O_DIRECT and wrote "
+             f"{disk_write:.0f} MB/s (fdatasync)." if disk_read else
+             f"Hashing: {ours:.2f} ms/MB vs `sha256sum` {theirs:.2f} ms/MB (O_DIRECT reads unsupported here)."]
+    big.unlink()
+    return rows, notes
+
+
+def run(ctx: dict) -> Section:
+    section = Section("Step runner overhead")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-runner-", dir=ctx.get("tmp")))
+    try:
+        for part in (noop_step, hashing):
+            rows, notes = part(tmp)
+            section.rows += rows
+            section.notes += notes
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return section
+
+
+if __name__ == "__main__":
+    from common import fmt
+    result = run({})
+    for r in result.rows:
+        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)} ({r.note})")
+    for note in result.notes:
+        print("\n" + note)
