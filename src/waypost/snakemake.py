@@ -73,6 +73,8 @@ class Pipeline:
         self._policies: dict = {}
         self._default_class: dict[str, str] = {}
         self._tolerated: dict[tuple, bool] = {}
+        self._settings: dict[tuple, dict] = {}    # (experiment, pair, stage) → merged settings
+        self._resources: dict[tuple, dict] = {}   # (stage, experiment, pair, attempt) → resources
         self.workflow = workflow
 
     def _load_workers(self, path: str) -> dict:
@@ -198,7 +200,12 @@ class Pipeline:
 
     # --- settings --------------------------------------------------------
     def settings(self, experiment: str, pair: str, stage: str) -> dict:
-        return wconfig.stage_settings(self.config, experiment, pair, stage)
+        """A stage's merged settings for one experiment and pair (a copy:
+        computed once, asked for by every param and resource of every job)."""
+        key = (experiment, pair, stage)
+        if key not in self._settings:
+            self._settings[key] = wconfig.stage_settings(self.config, experiment, pair, stage)
+        return dict(self._settings[key])
 
     def setting(self, stage: str, key: str):
         """A params callable giving one setting of the stage for a job."""
@@ -220,13 +227,18 @@ class Pipeline:
         stage's policy), plus the attempt number for the step runner."""
         def job_resources(wildcards, attempt):
             pair = wildcards.get("pair", layout.ALL_PAIRS)
+            key = (stage, wildcards.experiment, pair, attempt)
+            if key in self._resources:
+                return self._resources[key]
             settings = self.settings(wildcards.experiment, pair, stage)
             _, spec = self.worker(stage, default_class, wildcards.experiment, pair)
             policy = self._policy(wildcards.experiment, pair, stage)
             overrides = dict(settings.get("resources") or {})
             if policy.runtime is not None:
                 overrides["runtime"] = policy.runtime
-            return wworkers.resources(spec, overrides, attempt, policy.runtime_growth, policy.memory_growth)
+            self._resources[key] = wworkers.resources(spec, overrides, attempt, policy.runtime_growth,
+                                                      policy.memory_growth)
+            return self._resources[key]
 
         def one(name):
             return lambda wildcards, attempt: job_resources(wildcards, attempt).get(name)
