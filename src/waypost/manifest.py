@@ -53,7 +53,9 @@ def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
     return described
 
 
-def write_json_atomic(path: str, data: dict) -> None:
+def write_json_atomic(path: str, data: dict, durable: bool = True) -> None:
+    """Temp file + rename: readers see the old file or the new one. With
+    ``durable``, the data is on disk (fsync) before the rename."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
     try:
@@ -62,7 +64,8 @@ def write_json_atomic(path: str, data: dict) -> None:
             json.dump(data, f, indent=2, sort_keys=False)
             f.write("\n")
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

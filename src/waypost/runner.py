@@ -252,7 +252,8 @@ class StageRun:
     def _save_running(self) -> None:
         manifest.write_json_atomic(self._path(RUNNING), {
             "pid": os.getpid(), "host": socket.gethostname(), "series": self.series_no,
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history})
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
+            durable=False)  # a marker of work in progress: the manifest is what must survive a crash
 
     def _archive(self, keep: tuple[str, ...] = ()) -> str | None:
         archived = manifest.archive_workspace(self.dir, keep=keep)

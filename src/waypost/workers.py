@@ -21,8 +21,6 @@ import os
 import shutil
 import subprocess
 
-from . import config as wconfig
-
 # The format of workers.yaml is the engine's, so its schema ships with it.
 SCHEMA = os.path.join(os.path.dirname(__file__), "schemas", "workers.schema.yaml")
 # workers.yaml key → Snakemake resource name (Slurm executor plugin)
@@ -43,6 +41,7 @@ WORKSPACE_FRACTION = 0.75
 
 
 def load(path: str) -> dict:
+    from . import config as wconfig  # jsonschema is slow to import: not in the step runner's path
     data = wconfig.load_yaml(path)
     schema = wconfig.load_yaml(SCHEMA)
     wconfig.validate(data, schema, path)
@@ -50,6 +49,7 @@ def load(path: str) -> dict:
 
 
 def worker_class(workers: dict, pool: str, name: str, source: str = "config") -> dict:
+    from . import config as wconfig
     pools = workers["pools"]
     if pool not in pools:
         raise wconfig.ConfigError(f"{source}: pool {pool!r} is not in workers.yaml "
