@@ -3,7 +3,7 @@
 
 rule train_backward:
     input:
-        **wp.needs("train_backward", corpus=("clean_corpus", "clean.tsv"), vocab=("train_vocab", "vocab.json")),
+        unpack(wp.needs("train_backward", corpus=("clean_corpus", "clean.tsv"), vocab=("train_vocab", "vocab.json"))),
     output:
         model=wp.path("train_backward", "model.json"),
     resources:
@@ -25,7 +25,7 @@ wp.track(rules.train_backward)
 
 rule translate_mono:
     input:
-        **wp.needs("translate_mono", model=("train_backward", "model.json"), mono=("fetch_corpus", "mono.txt")),
+        unpack(wp.needs("translate_mono", model=("train_backward", "model.json"), mono=("fetch_corpus", "mono.txt"))),
     output:
         corpus=wp.path("translate_mono", "backtranslated.tsv"),
     resources:

@@ -2,7 +2,7 @@
 
 rule fetch_corpus:
     input:
-        **wp.needs("fetch_corpus"),
+        unpack(wp.needs("fetch_corpus")),
     output:
         train=wp.path("fetch_corpus", "train.tsv"),
         mono=wp.path("fetch_corpus", "mono.txt"),
@@ -27,7 +27,7 @@ wp.track(rules.fetch_corpus)
 
 rule clean_corpus:
     input:
-        **wp.needs("clean_corpus", train=("fetch_corpus", "train.tsv")),
+        unpack(wp.needs("clean_corpus", train=("fetch_corpus", "train.tsv"))),
     output:
         corpus=wp.path("clean_corpus", "clean.tsv"),
     resources:
@@ -46,7 +46,7 @@ wp.track(rules.clean_corpus)
 
 rule train_vocab:
     input:
-        **wp.needs("train_vocab", corpus=("clean_corpus", "clean.tsv"), mono=("fetch_corpus", "mono.txt")),
+        unpack(wp.needs("train_vocab", corpus=("clean_corpus", "clean.tsv"), mono=("fetch_corpus", "mono.txt"))),
     output:
         vocab=wp.path("train_vocab", "vocab.json"),
     resources:

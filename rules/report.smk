@@ -7,9 +7,9 @@ def report_entries(experiment):
 
 rule report:
     input:
-        **wp.needs("report", metrics=("evaluate", lambda wc: [
+        unpack(wp.needs("report", metrics=("evaluate", lambda wc: [
             wp.path("evaluate", "metrics.json", model, pair=pair).format(experiment=wc.experiment)
-            for pair, model in report_entries(wc.experiment)])),
+            for pair, model in report_entries(wc.experiment)]))),
     output:
         markdown=wp.funnel_path("report", "report.md"),
         html=wp.funnel_path("report", "report.html"),

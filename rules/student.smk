@@ -3,10 +3,10 @@
 
 rule train_student:
     input:
-        **wp.needs("train_student",
+        unpack(wp.needs("train_student",
                    distilled=("translate_corpus", "distilled.tsv"),
                    synthetic=("translate_mono", "backtranslated.tsv"),
-                   vocab=("train_vocab", "vocab.json")),
+                   vocab=("train_vocab", "vocab.json"))),
     output:
         model=wp.path("train_student", "model.json"),
     resources:
@@ -44,7 +44,7 @@ def model_of(wildcards):
 
 rule evaluate:
     input:
-        **wp.needs("evaluate", model=(("train_backward", "train_teacher", "train_student"), model_of), test=("fetch_corpus", "test.tsv")),
+        unpack(wp.needs("evaluate", model=(("train_backward", "train_teacher", "train_student"), model_of), test=("fetch_corpus", "test.tsv"))),
     output:
         metrics=wp.path("evaluate", "metrics.json", INSTANCE),
     resources:
@@ -64,10 +64,10 @@ wp.track(rules.evaluate, instances=evaluated_models)
 
 rule export:
     input:
-        **wp.needs("export",
+        unpack(wp.needs("export",
                    model=("train_student", "model.json"),
                    vocab=("train_vocab", "vocab.json"),
-                   metrics=("evaluate", "metrics.json", "student")),
+                   metrics=("evaluate", "metrics.json", "student"))),
     output:
         package=wp.path("export", "package.tar.gz"),
     resources:

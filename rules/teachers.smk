@@ -13,10 +13,10 @@ def teacher_models(wildcards):
 
 rule train_teacher:
     input:
-        **wp.needs("train_teacher",
+        unpack(wp.needs("train_teacher",
                    corpus=("clean_corpus", "clean.tsv"),
                    synthetic=("translate_mono", "backtranslated.tsv"),
-                   vocab=("train_vocab", "vocab.json")),
+                   vocab=("train_vocab", "vocab.json"))),
     output:
         model=wp.path("train_teacher", "model.json", INSTANCE),
     resources:
@@ -41,7 +41,7 @@ wp.track(rules.train_teacher, instances=lambda e: [str(i) for i in range(teacher
 
 rule translate_corpus:
     input:
-        **wp.needs("translate_corpus", models=("train_teacher", teacher_models), corpus=("clean_corpus", "clean.tsv")),
+        unpack(wp.needs("translate_corpus", models=("train_teacher", teacher_models), corpus=("clean_corpus", "clean.tsv"))),
     output:
         corpus=wp.path("translate_corpus", "distilled.tsv"),
     resources:

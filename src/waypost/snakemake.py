@@ -110,8 +110,8 @@ class Pipeline:
         parts = [pair, "{experiment}", stage] + ([instance] if instance else []) + [filename]
         return layout.join(self.root, *parts)
 
-    def needs(self, consumer: str, **inputs) -> dict:
-        """The inputs of stage ``consumer``, for a rule's ``input: **...``
+    def needs(self, consumer: str, **inputs):
+        """The inputs of stage ``consumer``, for a rule's ``input: unpack(...)``
         (every stage rule has one, even without inputs of its own).
 
         Each value names the upstream stage: ``(stage, filename[, instance])``
@@ -124,35 +124,36 @@ class Pipeline:
         timestamps never matter. A stage left unfinished by a failure (its
         ``_unfinished`` marker, newer than its outputs) gets the marker as an
         input: that is what makes Snakemake redo it on the next run.
+
+        One input function per rule (not one per input): Snakemake inspects
+        every callable of every job, so fewer callables plan faster.
         """
         for stage, *_ in inputs.values():
             self._parents.setdefault(consumer, set()).update([stage] if isinstance(stage, str) else stage)
 
-        def resolve(spec):
-            stage, *rest = spec
+        def resolve(stage, rest, wildcards):
+            if callable(rest[0]):
+                found = rest[0](wildcards)
+            else:
+                found = self.path(stage, *rest).format(**dict(wildcards.items()))
+            return [found] if isinstance(found, str) else list(found)
 
-            def paths(wildcards):
-                unfinished = self.is_unfinished(consumer, wildcards)
-                if self.presence and not unfinished and self.is_done(consumer, wildcards):
-                    return []
-                if callable(rest[0]):
-                    found = rest[0](wildcards)
-                else:
-                    found = self.path(stage, *rest).format(**dict(wildcards.items()))
-                found = [found] if isinstance(found, str) else list(found)
+        def job_inputs(wildcards):
+            marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
+            unfinished = os.path.exists(marker)
+            if self.presence and not unfinished and self.is_done(consumer, wildcards):
+                return {name: [] for name in inputs}
+            resolved = {}
+            for name, (stage, *rest) in inputs.items():
+                found = resolve(stage, rest, wildcards)
                 # An unfinished stage must wait for its parents when they are
                 # redone too: its inputs are not ancient (Snakemake would
                 # otherwise skip it as a mere dependent of a rerun job).
-                return found if unfinished else [self.mark(p) for p in found]
-            return paths
-
-        resolved = {name: resolve(spec) for name, spec in inputs.items()}
-
-        def unfinished(wildcards):
-            marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
-            return [marker] if os.path.exists(marker) else []
-        resolved["_unfinished"] = unfinished
-        return resolved
+                resolved[name] = found if unfinished else [self.mark(p) for p in found]
+            if unfinished:
+                resolved["_unfinished"] = marker
+            return resolved
+        return job_inputs
 
     def stage_dir(self, stage: str, wildcards) -> str:
         return layout.stage_dir(self.root, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
@@ -213,6 +214,22 @@ class Pipeline:
             return self.settings(wildcards.experiment, wildcards.get("pair", layout.ALL_PAIRS), stage).get(key)
         return value
 
+    def _resource_names(self) -> list[str]:
+        keys = {k for spec in self.workers["pools"][self.pool]["classes"].values() for k in spec if k != "env"}
+        for experiment in self.experiments:
+            for pair in self.pairs(experiment) + [layout.ALL_PAIRS]:
+                for stage in self.config["stages"]:
+                    keys |= set(self.settings(experiment, pair, stage).get("resources") or {})
+        if any(p.get("runtime") for p in self._all_policies()):
+            keys.add("runtime")
+        return [wworkers.RESOURCE_NAMES[k] for k in wworkers.RESOURCE_NAMES if k in keys]
+
+    def _all_policies(self):
+        for experiment in self.experiments:
+            for pair in self.pairs(experiment):
+                for stage in self.config["stages"]:
+                    yield self.settings(experiment, pair, stage).get("policy") or {}
+
     # --- the step runner ------------------------------------------------
     # --- workers and resources -------------------------------------------
     def worker(self, stage: str, default_class: str, experiment: str, pair: str) -> tuple[str, dict]:
@@ -242,7 +259,9 @@ class Pipeline:
 
         def one(name):
             return lambda wildcards, attempt: job_resources(wildcards, attempt).get(name)
-        resources = {name: one(name) for name in wworkers.RESOURCE_NAMES.values()}
+        # Only the resources this pool's classes (or the config's overrides)
+        # set: Snakemake evaluates every resource callable of every job.
+        resources = {name: one(name) for name in self._resource_names()}
         resources["waypost_attempt"] = lambda wildcards, attempt: attempt
         self._default_class[stage] = default_class
         return resources
