@@ -92,8 +92,9 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
                  f"(start + the runner's imports); the whole runner {ms['runner']:.1f} ms. So of the "
                  f"+{overhead:.0f} ms: ~{ms['python -c pass']:.0f} ms is starting Python, "
                  f"~{ms['import waypost.runner'] - ms['python -c pass']:.0f} ms importing the runner's modules, "
-                 f"~{ms['runner'] - ms['import waypost.runner'] - ms['bare']:.0f} ms the runner's own work "
-                 "(archive check, `_running.json`, the log tee, the manifest with its fsync).")
+                 f"~{max(0.0, ms['runner'] - ms['import waypost.runner'] - ms['bare']):.0f} ms the rest: the runner's own "
+                 "work (archive check, `_running.json`, the log tee, the manifest with its fsync) and the "
+                 "interpreter's exit.")
     notes = [breakdown]
     if overhead > OVERHEAD_TARGET_MS or os.environ.get("BENCH_PROFILE") == "1":
         d = stage_dir()

@@ -87,6 +87,18 @@ def git_revision() -> str:
         return "unknown"
 
 
+def code_fingerprint() -> str:
+    """A hash of the code under test (engine, workflow, rules, profiles,
+    config, the benchmarks themselves), to tell whether it changed mid-run."""
+    digest = hashlib.sha256()
+    for top in ("src", "workflow", "rules", "profiles", "config", "benchmarks"):
+        for path in sorted((REPO / top).rglob("*")):
+            # Prose (*.md) and results (*.json) are not code under test.
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".md", ".json"):
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 # --- timing -------------------------------------------------------------------
 @dataclass
 class Timed:

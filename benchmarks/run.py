@@ -1,11 +1,14 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
     .venv/bin/python benchmarks/run.py [--only planning,runner,status,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
 them in order, in one process, so the status benchmark can reuse the
 planning benchmark's largest "done" tree. A benchmark that fails is reported
 as such in the document (and makes the exit status 1); the others still run.
+The raw results go to benchmarks/results.json; benchmarks/analysis.md (the
+diagnosis of missed targets, written by hand) is included in the document.
 
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
 idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_REPS, BENCH_BIG_MB size it;
@@ -16,12 +19,14 @@ the temporary trees go (default: the system's temp dir).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
 import traceback
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,7 +35,7 @@ import bench_planning  # noqa: E402
 import bench_runner  # noqa: E402
 import bench_slurm  # noqa: E402
 import bench_status  # noqa: E402
-from common import REPO, Row, Section, fmt, git_revision, log, machine, median, spread  # noqa: E402
+from common import REPO, Row, Section, code_fingerprint, fmt, git_revision, log, machine, median, spread  # noqa: E402
 
 BENCHMARKS = {
     "planning": bench_planning.run,
@@ -38,6 +43,7 @@ BENCHMARKS = {
     "status": bench_status.run,
     "slurm": bench_slurm.run,
 }
+RESULTS = REPO / "benchmarks" / "results.json"
 NOT_MEASURED = {
     "catalog": Section("Catalog", skipped="not measured: the catalog (issue 5) does not exist yet"),
 }
@@ -56,7 +62,9 @@ def render(sections: list[Section], info: dict, started: datetime, wall_s: float
         "(`benchmarks/run.py`); do not edit by hand — rerun it.",
         "",
         f"- **Run**: {started:%Y-%m-%d %H:%M} UTC, commit `{info['revision']}`, "
-        f"`make bench` wall time {wall_s / 60:.1f} min.",
+        f"`make bench` wall time {wall_s / 60:.1f} min."
+        + (" **The code changed during the run**: some results belong to one state of it, some to "
+           "another — rerun." if info.get("changed") else ""),
         f"- **Machine**: {m['cores']} cores ({m['cpu_model']}), {m['memory_gib']} GiB memory, {m['os']}; "
         f"Python {m['python']}, Snakemake {m['snakemake']}.",
         "- **Method**: wall-clock time of real processes (`subprocess`, `time.perf_counter`); each value is "
@@ -102,7 +110,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
+    parser.add_argument("--render", action="store_true",
+                        help=f"measure nothing: rewrite the document from the last run ({RESULTS.name}), "
+                             "e.g. after editing benchmarks/analysis.md")
     args = parser.parse_args()
+    if args.render:
+        saved = json.loads(RESULTS.read_text())
+        sections = [Section(**{**s, "rows": [Row(**r) for r in s["rows"]]}) for s in saved["sections"]]
+        Path(args.output).write_text(render(sections, saved["info"], datetime.fromisoformat(saved["started"]),
+                                            saved["wall_s"]))
+        log(f"wrote {args.output} from {RESULTS}")
+        return 0
     chosen = args.only.split(",") if args.only else list(BENCHMARKS)
     unknown = set(chosen) - set(BENCHMARKS)
     if unknown:
@@ -110,7 +128,7 @@ def main() -> int:
 
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    info = {"machine": machine(), "revision": git_revision()}
+    info = {"machine": machine(), "revision": git_revision(), "fingerprint": code_fingerprint()}
     log(f"machine: {info['machine']}")
     tmp = tempfile.mkdtemp(prefix="waypost-bench-", dir=os.environ.get("BENCH_TMP"))
     ctx: dict = {"tmp": tmp}
@@ -130,6 +148,11 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     wall = time.perf_counter() - t0
+    # Results belong to one state of the code: say so if it changed mid-run.
+    info["changed"] = code_fingerprint() != info["fingerprint"]
+    # The raw results, so the document can be re-rendered (--render).
+    RESULTS.write_text(json.dumps({"info": info, "started": started.isoformat(), "wall_s": wall,
+                                   "sections": [asdict(s) for s in sections]}, indent=1) + "\n")
     Path(args.output).write_text(render(sections, info, started, wall))
     log(f"wrote {args.output}; total {wall / 60:.1f} min")
     missed = [r.measure for s in sections for r in s.rows if r.met is False]
