@@ -176,7 +176,7 @@ def test_preempted_job_is_retried_without_hanging(cluster, tmp_path):
     stage = tmp_path / "results/en-xa/exp1/train_backward"
     proc = start_onprem(tmp_path, "--until", "train_backward")
     job = wait_for(lambda: running_job(stage), 300, "a checkpoint of train_backward")
-    urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-c", "8", "--mem", "500",
+    urgent = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "urgent", "-c", "8", "--mem", "500",
                              "--wrap", "sleep 3"], capture_output=True, text=True, check=True).stdout.strip()
     code, out = finish(proc)
     assert code == 0, out[-5000:]
