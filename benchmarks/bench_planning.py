@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (LOCAL_PROFILE, PLAIN_SNAKEFILE, PYTHON, SNAKEFILE, Row, Section, build_done_tree,  # noqa: E402
-                    check, expected_jobs, interleaved, job_counts, log, median, profile_table,
+                    check, expected_jobs, interleaved, job_counts, log, median, own_time_table, profile_table,
                     reference_config, timed, write_config)
 
 TARGET = 1.10
@@ -81,7 +81,10 @@ def profile_waypost(workdir: Path, tmp: Path) -> str:
     total, ours, table = profile_table(prof, top=15)
     return (f"Under cProfile the run took {total:.1f} s, of which {ours:.1f} s ({100 * ours / total:.0f}%) "
             "inside waypost's code (its helpers and the rules' functions, counted at their entry points; "
-            "nested rows overlap):\n\n" + table)
+            "nested rows overlap):\n\n" + table
+            + "\n\nThe same run by the functions with the most time of their own (anyone's code): what the "
+              "process is busy with, inside Snakemake included (e.g. how it evaluates each job's callables):\n\n"
+            + own_time_table(prof, top=12))
 
 
 def run(ctx: dict, sizes=SIZES) -> Section:

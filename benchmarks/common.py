@@ -99,6 +99,29 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:12]
 
 
+class Interference:
+    """CPU time the rest of the machine used while we measured: the busy time
+    in /proc/stat minus our own (this process and its children). Large values
+    mean something else ran alongside (a test suite, say) and the numbers are
+    suspect."""
+
+    def __init__(self):
+        self.start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]                      # idle + iowait
+        busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        t = os.times()
+        return busy, t.user + t.system + t.children_user + t.children_system
+
+    def others_seconds(self) -> float:
+        busy, ours = self._sample()
+        return max(0.0, (busy - self.start[0]) - (ours - self.start[1]))
+
+
 # --- timing -------------------------------------------------------------------
 @dataclass
 class Timed:
@@ -108,24 +131,48 @@ class Timed:
     output: str          # stdout + stderr (the tail only, when big)
 
 
+# Variables some CI environments (this one included) set that a user's shell
+# does not, and that change what is measured: PYTHONDONTWRITEBYTECODE makes
+# every Python process compile waypost's modules from source (Snakemake's, from
+# pip, come with bytecode), PYTHONUNBUFFERED makes every write to stdout a
+# system call. The measured processes run without them.
+UNSET_FOR_MEASURING = ("PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")
+
+
+def measuring_env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in UNSET_FOR_MEASURING}
+    return {**env, **(extra or {})}
+
+
 def timed(cmd: list[str], cwd: str | Path | None = None, env: dict | None = None,
           timeout: float = 900, keep_output: bool = True) -> Timed:
     """Run ``cmd`` to completion and return its wall time.
 
     Output goes to a temporary file (not a pipe the parent must drain), so the
-    measured process never waits on us.
+    measured process never waits on us. The wait is a plain blocking
+    ``wait()``: ``subprocess.run(timeout=...)`` polls with sleeps of up to
+    50 ms, which would add up to 50 ms to every measure. A timer kills the
+    process at ``timeout`` instead.
     """
     import tempfile
+    import threading
     with tempfile.TemporaryFile(mode="w+b") as out:
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=timeout)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=measuring_env(env), stdout=out, stderr=subprocess.STDOUT)
+        watchdog = threading.Timer(timeout, proc.kill)
+        watchdog.start()
+        try:
+            returncode = proc.wait()
+        finally:
+            watchdog.cancel()
         seconds = time.perf_counter() - start
+        if seconds >= timeout:
+            raise subprocess.TimeoutExpired(cmd, timeout)
         text = ""
         if keep_output:
             out.seek(0)
             text = out.read().decode(errors="replace")
-    return Timed(seconds, proc.returncode, text)
+    return Timed(seconds, returncode, text)
 
 
 def check(result: Timed, what: str) -> Timed:
@@ -191,6 +238,8 @@ class Section:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)      # Markdown paragraphs
     skipped: str | None = None                           # why it did not run
+    others_cpu_s: float | None = None                    # CPU other processes used meanwhile
+    wall_s: float | None = None
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -366,6 +415,23 @@ def profile_table(prof_path: str | Path, top: int = 12, ours=WAYPOST_CODE) -> tu
         lines.append(f"| `{name}`{' (entry)' if entry else ''} | `{where}` | {nc} | {tt:.2f} | {ct:.2f} "
                      f"| {100 * ct / total:.0f}% |")
     return total, entry_total, "\n".join(lines)
+
+
+def own_time_table(prof_path: str | Path, top: int = 10) -> str:
+    """The functions (anyone's) with the most time of their own, from a
+    cProfile dump: shows what the process as a whole is busy with."""
+    import pstats
+
+    stats = pstats.Stats(str(prof_path))
+    total = stats.total_tt
+    rows = sorted(((tt, nc, func) for func, (cc, nc, tt, ct, callers) in stats.stats.items()), reverse=True)
+    lines = ["| function | where | calls | own s | share of run |", "| --- | --- | ---: | ---: | ---: |"]
+    for tt, nc, (filename, line, name) in rows[:top]:
+        where = filename.split("site-packages/")[-1].split("lib/python3")[-1] if filename != "~" else "built-in"
+        if filename.startswith(str(REPO)):
+            where = os.path.relpath(filename, REPO)
+        lines.append(f"| `{name}` | `{where}:{line}` | {nc} | {tt:.2f} | {100 * tt / total:.0f}% |")
+    return "\n".join(lines)
 
 
 def importtime_table(stderr: str, top: int = 10) -> str:

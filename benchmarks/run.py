@@ -35,7 +35,7 @@ import bench_planning  # noqa: E402
 import bench_runner  # noqa: E402
 import bench_slurm  # noqa: E402
 import bench_status  # noqa: E402
-from common import REPO, Row, Section, code_fingerprint, fmt, git_revision, log, machine, median, spread  # noqa: E402
+from common import REPO, Interference, Row, Section, code_fingerprint, fmt, git_revision, log, machine, median, spread  # noqa: E402
 
 BENCHMARKS = {
     "planning": bench_planning.run,
@@ -47,6 +47,11 @@ RESULTS = REPO / "benchmarks" / "results.json"
 NOT_MEASURED = {
     "catalog": Section("Catalog", skipped="not measured: the catalog (issue 5) does not exist yet"),
 }
+
+
+def cell(text: str) -> str:
+    """Text for a Markdown table cell (a bare | would end the cell)."""
+    return str(text).replace("|", "\\|")
 
 
 def met_text(row: Row) -> str:
@@ -67,6 +72,15 @@ def render(sections: list[Section], info: dict, started: datetime, wall_s: float
            "another — rerun." if info.get("changed") else ""),
         f"- **Machine**: {m['cores']} cores ({m['cpu_model']}), {m['memory_gib']} GiB memory, {m['os']}; "
         f"Python {m['python']}, Snakemake {m['snakemake']}.",
+        "- **Interference**: CPU time other processes used while each part ran (busy time in `/proc/stat` "
+        "minus the benchmark's own processes; daemons included): "
+        + "; ".join(f"{s.title} {s.others_cpu_s:.0f} s in {s.wall_s:.0f} s"
+                    for s in sections if s.others_cpu_s is not None and s.wall_s)
+        + ". The Slurm jobs themselves run under `slurmd`, so they count there; elsewhere, more than a few "
+        "seconds means something else ran alongside.",
+        "- **Environment**: the measured processes run without `PYTHONDONTWRITEBYTECODE` and "
+        "`PYTHONUNBUFFERED` (set in some CI environments, not in a user's shell; the first would make every "
+        "process compile waypost from source, the second makes every write to stdout a system call).",
         "- **Method**: wall-clock time of real processes (`subprocess`, `time.perf_counter`); each value is "
         "the median of several repetitions (counts below), the measure and its baseline run alternately in "
         "one loop (order flipped every round) after a warm-up, so ratios are side by side. This machine is "
@@ -81,8 +95,8 @@ def render(sections: list[Section], info: dict, started: datetime, wall_s: float
         for row in section.rows:
             baseline = f"{fmt(row.baseline, row.unit)} ({row.baseline_label})" if row.baseline else "–"
             ratio = f"{row.ratio:.2f}" if row.ratio is not None else "–"
-            lines.append(f"| {row.measure} | {fmt(row.value, row.unit)} | {baseline} | {ratio} | {row.target} "
-                         f"| {met_text(row)} | {row.note} |")
+            lines.append(f"| {cell(row.measure)} | {fmt(row.value, row.unit)} | {cell(baseline)} | {ratio} "
+                         f"| {cell(row.target)} | {met_text(row)} | {cell(row.note)} |")
     not_run = [s for s in sections if s.skipped or not s.rows]
     if not_run:
         lines += ["", "Not measured:", ""]
@@ -102,7 +116,8 @@ def render(sections: list[Section], info: dict, started: datetime, wall_s: float
             lines += ["Samples (seconds):", "", "| measure | run | n | median | min–max |",
                       "| --- | --- | ---: | ---: | --- |"]
             for row, name, values in samples:
-                lines.append(f"| {row.measure} | {name} | {len(values)} | {median(values):.3f} | {spread(values)} |")
+                lines.append(f"| {cell(row.measure)} | {cell(name)} | {len(values)} | {median(values):.3f} "
+                             f"| {spread(values)} |")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -137,12 +152,16 @@ def main() -> int:
     try:
         for name in chosen:
             log(f"--- {name}")
+            interference, started_at = Interference(), time.perf_counter()
             try:
-                sections.append(BENCHMARKS[name](ctx))
+                section = BENCHMARKS[name](ctx)
             except Exception as exc:       # report it, go on with the others
                 failed = True
                 traceback.print_exc()
-                sections.append(Section(name, skipped=f"FAILED: {type(exc).__name__}: {str(exc)[:500]}"))
+                section = Section(name, skipped=f"FAILED: {type(exc).__name__}: {str(exc)[:500]}")
+            section.others_cpu_s = interference.others_seconds()
+            section.wall_s = time.perf_counter() - started_at
+            sections.append(section)
             if name == "planning":
                 sections += NOT_MEASURED.values()   # the catalog's place in the issue's order
     finally:
@@ -150,6 +169,7 @@ def main() -> int:
     wall = time.perf_counter() - t0
     # Results belong to one state of the code: say so if it changed mid-run.
     info["changed"] = code_fingerprint() != info["fingerprint"]
+
     # The raw results, so the document can be re-rendered (--render).
     RESULTS.write_text(json.dumps({"info": info, "started": started.isoformat(), "wall_s": wall,
                                    "sections": [asdict(s) for s in sections]}, indent=1) + "\n")
