@@ -1,0 +1,84 @@
+"""One interface over the places stage directories live: local paths and
+``gs://bucket/prefix`` URIs, through fsspec (gcsfs for GCS).
+
+Credentials come from Google's standard mechanisms (Application Default
+Credentials, ``GOOGLE_APPLICATION_CREDENTIALS``, the metadata server); with
+``STORAGE_EMULATOR_HOST`` set (tests, fake-gcs-server) requests go there
+anonymously. Nothing here prints or stores a credential. gcsfs retries
+transient errors (429, 5xx, connection resets) with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+GCS_PREFIX = "gs://"
+
+
+class StorageError(RuntimeError):
+    """A root that cannot be reached: one clear line for the user."""
+
+
+def is_remote(url: str) -> bool:
+    return url.startswith(GCS_PREFIX)
+
+
+@lru_cache(maxsize=None)
+def _gcs():
+    # gcsfs ≥ 2026.10 swaps in a class that probes every bucket over gRPC;
+    # against the HTTP emulator (and behind proxies) that makes each call take
+    # tens of seconds. The plain JSON-API class is what we test.
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    import gcsfs.core
+
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator:
+        return gcsfs.core.GCSFileSystem(endpoint_url=emulator, token="anon", skip_instance_cache=True)
+    return gcsfs.core.GCSFileSystem(skip_instance_cache=True)
+
+
+def reset() -> None:
+    """Forget the cached GCS client (tests that start another emulator)."""
+    _gcs.cache_clear()
+
+
+def filesystem(url: str):
+    """(fsspec filesystem, path within it) for a local path or gs:// URI."""
+    if is_remote(url):
+        return _gcs(), url[len(GCS_PREFIX):].rstrip("/")
+    from fsspec.implementations.local import LocalFileSystem
+    return LocalFileSystem(), os.path.abspath(url)
+
+
+def url_of(fs, path: str) -> str:
+    """The user-facing name of ``path`` in ``fs`` (gs:// URI or local path)."""
+    from fsspec.implementations.local import LocalFileSystem
+    return path if isinstance(fs, LocalFileSystem) else GCS_PREFIX + path
+
+
+def explain(exc: BaseException, url: str) -> StorageError:
+    """One line for the errors a user can act on (no bucket, no permission)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, FileNotFoundError):
+        return StorageError(f"{url}: not found ({text})")
+    if isinstance(exc, PermissionError) or "403" in text or "401" in text:
+        return StorageError(f"{url}: permission denied; check the credentials "
+                            f"(GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`)")
+    return StorageError(f"{url}: {text}")
+
+
+def read_bytes(url: str) -> bytes:
+    fs, path = filesystem(url)
+    return fs.cat_file(path)
+
+
+def exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    return fs.exists(path)
+
+
+def join(url: str, *parts: str) -> str:
+    if is_remote(url):
+        return "/".join([url.rstrip("/"), *parts])
+    return os.path.join(url, *parts)
