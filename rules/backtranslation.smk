@@ -11,9 +11,9 @@ rule train_backward:
     params:
         step=wp.step("train_backward"),
         epochs=wp.setting("train_backward", "epochs"),
-        seed=lambda wc: wp.settings(wc.experiment, wc.pair, "train_backward").get("seed", 0),
-        subsample=lambda wc: wp.settings(wc.experiment, wc.pair, "train_backward").get("subsample", 1.0),
-        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
+        seed=wp.setting("train_backward", "seed", 0),
+        subsample=wp.setting("train_backward", "subsample", 1.0),
+        checkpoints=wp.path("train_backward", "checkpoints"),
     shell:
         wp.run + wp.script("train_model.py") +
         " --corpus {input.corpus} --direction trg-src --vocab {input.vocab}"

@@ -14,9 +14,9 @@ rule train_student:
     params:
         step=wp.step("train_student"),
         epochs=wp.setting("train_student", "epochs"),
-        seed=lambda wc: wp.settings(wc.experiment, wc.pair, "train_student").get("seed", 0),
-        subsample=lambda wc: wp.settings(wc.experiment, wc.pair, "train_student").get("subsample", 1.0),
-        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
+        seed=wp.setting("train_student", "seed", 0),
+        subsample=wp.setting("train_student", "subsample", 1.0),
+        checkpoints=wp.path("train_student", "checkpoints"),
     shell:
         wp.run + wp.script("train_model.py") +
         " --corpus {input.distilled} --corpus {input.synthetic} --direction src-trg --vocab {input.vocab}"
@@ -51,7 +51,7 @@ rule evaluate:
         **wp.resources("evaluate", "gpu"),
     params:
         step=wp.step("evaluate"),
-        hypotheses=lambda wc, output: os.path.join(os.path.dirname(output.metrics), "hypotheses.txt"),
+        hypotheses=wp.path("evaluate", "hypotheses.txt", INSTANCE),
     wildcard_constraints:
         instance=r"backward|student|teacher-\d+",
     shell:

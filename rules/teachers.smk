@@ -26,8 +26,8 @@ rule train_teacher:
         epochs=wp.setting("train_teacher", "epochs"),
         # Each member gets its own seed, so the ensemble members differ.
         seed=lambda wc: wp.settings(wc.experiment, wc.pair, "train_teacher").get("seed", 0) + int(wc.instance),
-        subsample=lambda wc: wp.settings(wc.experiment, wc.pair, "train_teacher").get("subsample", 1.0),
-        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
+        subsample=wp.setting("train_teacher", "subsample", 1.0),
+        checkpoints=wp.path("train_teacher", "checkpoints", INSTANCE),
     wildcard_constraints:
         instance=r"\d+",
     shell:

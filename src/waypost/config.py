@@ -145,11 +145,16 @@ def check_semantics(config: dict, source: str) -> None:
     checked: dict[str, str | None] = {}
     for name, experiment in config["experiments"].items():
         pairs = experiment["pairs"]
-        for pair in experiment.get("per_pair", {}):
+        per_pair = experiment.get("per_pair", {})
+        for pair in per_pair:
             if pair not in pairs:
                 problems.append(f"{source}: experiments.{name}.per_pair.{pair}: unknown pair {pair!r} "
                                 f"(expected one of this experiment's pairs: {', '.join(pairs)})")
+        # Pairs without per_pair entries share their settings: check the first.
+        first_shared = next((pair for pair in pairs if pair not in per_pair), None)
         for pair in pairs:
+            if pair not in per_pair and pair != first_shared:
+                continue
             for stage in config["stages"]:
                 policy = stage_settings(config, name, pair, stage)["policy"]
                 key = json.dumps(policy, sort_keys=True)

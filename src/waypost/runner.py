@@ -36,7 +36,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -251,7 +250,7 @@ class StageRun:
 
     def _save_running(self) -> None:
         manifest.write_json_atomic(self._path(RUNNING), {
-            "pid": os.getpid(), "host": socket.gethostname(), "series": self.series_no,
+            "pid": os.getpid(), "host": manifest.hostname(), "series": self.series_no,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
 
@@ -349,7 +348,7 @@ class StageRun:
             "number": number, "series": self.series_no, "action": action, "state": None,
             "exit_code": None, "signal": None, "checks": {}, "decision": None,
             "start": manifest.now_iso(), "end": None, "duration_s": None,
-            "host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "host": manifest.hostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "runtime_limit_s": runtime, "command": command, "workspace": ".", "log": log_rel,
             "worker": {"pool": self.args.pool, "class": self.args.worker_class, **worker},
         }
@@ -432,29 +431,6 @@ class StageRun:
                 self._archive(keep=(LOGS, RUNNING))
             elif self.policy.rerun == "clean":
                 self._clean()
-
-    def attempt_in_flight(self) -> str | None:
-        """Another runner's attempt still going on in this stage dir (left by
-        a Snakemake that was killed while its jobs went on), or None."""
-        try:
-            with open(self._path(RUNNING)) as f:
-                running = json.load(f)
-        except (OSError, ValueError):
-            return None
-        pid, host, job = running.get("pid"), running.get("host"), running.get("slurm_job_id")
-        if host == socket.gethostname() and pid and pid != os.getpid():
-            try:
-                os.kill(int(pid), 0)
-                return f"pid {pid} on {host}"
-            except ProcessLookupError:
-                return None
-            except PermissionError:
-                return f"pid {pid} on {host}"
-        if job and job != os.environ.get("SLURM_JOB_ID"):
-            state, raw = slurm.final_state(job)
-            if state is None and raw not in (None, ""):
-                return f"Slurm job {job} ({raw})"
-        return None
 
     def run(self) -> int:
         self.received_signal = None

@@ -8,6 +8,7 @@ prefix of their shell command.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -70,11 +71,15 @@ class Pipeline:
         self.workers = self._load_workers(config["workers"])
         self._tracked: list = []
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
-        self._policies: dict = {}
         self._default_class: dict[str, str] = {}
+        # Per (experiment, scope, stage), where the scope is the pair when the
+        # experiment's per_pair overrides it, else None (all its other pairs
+        # and its funnels share one set of settings): computed once each.
+        self._settings: dict[tuple, dict] = {}
+        self._policies: dict[tuple, object] = {}
         self._tolerated: dict[tuple, bool] = {}
-        self._settings: dict[tuple, dict] = {}    # (experiment, pair, stage) → merged settings
-        self._resources: dict[tuple, dict] = {}   # (stage, experiment, pair, attempt) → resources
+        self._step_options: dict[tuple, str] = {}
+        self._resources: dict[tuple, dict] = {}   # (stage, experiment, scope, attempt) → resources
         self.workflow = workflow
 
     def _load_workers(self, path: str) -> dict:
@@ -130,22 +135,20 @@ class Pipeline:
         """
         for stage, *_ in inputs.values():
             self._parents.setdefault(consumer, set()).update([stage] if isinstance(stage, str) else stage)
-
-        def resolve(stage, rest, wildcards):
-            if callable(rest[0]):
-                found = rest[0](wildcards)
-            else:
-                found = self.path(stage, *rest).format(**dict(wildcards.items()))
-            return [found] if isinstance(found, str) else list(found)
+        # name → a function of the wildcards, or the path pattern to format
+        sources = {name: rest[0] if callable(rest[0]) else self.path(stage, *rest)
+                   for name, (stage, *rest) in inputs.items()}
 
         def job_inputs(wildcards):
             marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
             unfinished = os.path.exists(marker)
             if self.presence and not unfinished and self.is_done(consumer, wildcards):
                 return {name: [] for name in inputs}
+            values = dict(wildcards.items())
             resolved = {}
-            for name, (stage, *rest) in inputs.items():
-                found = resolve(stage, rest, wildcards)
+            for name, source in sources.items():
+                found = source(wildcards) if callable(source) else source.format(**values)
+                found = [found] if isinstance(found, str) else list(found)
                 # An unfinished stage must wait for its parents when they are
                 # redone too: its inputs are not ancient (Snakemake would
                 # otherwise skip it as a mere dependent of a rerun job).
@@ -153,7 +156,7 @@ class Pipeline:
             if unfinished:
                 resolved["_unfinished"] = marker
             return resolved
-        return job_inputs
+        return _presigned(job_inputs)
 
     def stage_dir(self, stage: str, wildcards) -> str:
         return layout.stage_dir(self.root, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
@@ -169,12 +172,14 @@ class Pipeline:
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
         """Does a funnel downstream of ``stage`` accept its failure?"""
-        key = (stage, experiment, pair)
+        key = (stage, experiment, self._scope(experiment, pair))
         if key not in self._tolerated:
-            self._tolerated[key] = self._downstream_tolerates(stage, experiment, pair)
+            self._tolerated[key] = any(self._policy(experiment, pair, child).tolerates_failure
+                                       for child in self._downstream(stage))
         return self._tolerated[key]
 
-    def _downstream_tolerates(self, stage: str, experiment: str, pair: str) -> bool:
+    def _downstream(self, stage: str) -> set[str]:
+        """Every stage that takes inputs from ``stage``, directly or not."""
         seen, todo = set(), [stage]
         while todo:
             current = todo.pop()
@@ -182,15 +187,13 @@ class Pipeline:
                 if current in parents and child not in seen:
                     seen.add(child)
                     todo.append(child)
-                    if self._policy(experiment, pair, child).tolerates_failure:
-                        return True
-        return False
+        return seen
 
     def _policy(self, experiment: str, pair: str, stage: str):
         from .policy import Policy
-        key = (experiment, pair, stage)
+        key = (experiment, self._scope(experiment, pair), stage)
         if key not in self._policies:
-            self._policies[key] = Policy.from_config(self.settings(experiment, pair, stage)["policy"])
+            self._policies[key] = Policy.from_config(self._stage_settings(experiment, pair, stage)["policy"])
         return self._policies[key]
 
     def mark(self, path: str):
@@ -200,108 +203,139 @@ class Pipeline:
         return path
 
     # --- settings --------------------------------------------------------
-    def settings(self, experiment: str, pair: str, stage: str) -> dict:
-        """A stage's merged settings for one experiment and pair (a copy:
-        computed once, asked for by every param and resource of every job)."""
-        key = (experiment, pair, stage)
+    def _scope(self, experiment: str, pair: str) -> str | None:
+        """The pair, where the experiment's ``per_pair`` overrides it; else
+        None: the experiment's other pairs and its funnels share settings."""
+        return pair if pair in self.config["experiments"][experiment].get("per_pair", {}) else None
+
+    def _scopes(self):
+        """One (experiment, pair) per distinct set of stage settings."""
+        for experiment, spec in self.config["experiments"].items():
+            yield experiment, layout.ALL_PAIRS
+            yield from ((experiment, pair) for pair in spec.get("per_pair", {}))
+
+    def _stage_settings(self, experiment: str, pair: str, stage: str) -> dict:
+        """The merged settings, shared: not to be changed."""
+        key = (experiment, self._scope(experiment, pair), stage)
         if key not in self._settings:
             self._settings[key] = wconfig.stage_settings(self.config, experiment, pair, stage)
-        return dict(self._settings[key])
+        return self._settings[key]
 
-    def setting(self, stage: str, key: str):
-        """A params callable giving one setting of the stage for a job."""
+    def settings(self, experiment: str, pair: str, stage: str) -> dict:
+        """A stage's merged settings for one experiment and pair (a copy)."""
+        return dict(self._stage_settings(experiment, pair, stage))
+
+    def setting(self, stage: str, key: str, default=None):
+        """A rule's param: one setting of the stage. A plain value when it is
+        the same for every experiment and pair, else a function of the job's
+        wildcards (Snakemake calls every function of every job: fewer plan
+        faster)."""
+        values = [self._stage_settings(e, p, stage).get(key, default) for e, p in self._scopes()]
+        if all(v == values[0] for v in values) and _literal(values[0]):
+            return values[0]
+
         def value(wildcards):
-            return self.settings(wildcards.experiment, wildcards.get("pair", layout.ALL_PAIRS), stage).get(key)
-        return value
+            return self._stage_settings(wildcards.experiment, wildcards.get("pair", layout.ALL_PAIRS),
+                                        stage).get(key, default)
+        return _presigned(value)
 
-    def _resource_names(self) -> list[str]:
-        keys = {k for spec in self.workers["pools"][self.pool]["classes"].values() for k in spec if k != "env"}
-        for experiment in self.experiments:
-            for pair in self.pairs(experiment) + [layout.ALL_PAIRS]:
-                for stage in self.config["stages"]:
-                    keys |= set(self.settings(experiment, pair, stage).get("resources") or {})
-        if any(p.get("runtime") for p in self._all_policies()):
-            keys.add("runtime")
-        return [wworkers.RESOURCE_NAMES[k] for k in wworkers.RESOURCE_NAMES if k in keys]
-
-    def _all_policies(self):
-        for experiment in self.experiments:
-            for pair in self.pairs(experiment):
-                for stage in self.config["stages"]:
-                    yield self.settings(experiment, pair, stage).get("policy") or {}
-
-    # --- the step runner ------------------------------------------------
     # --- workers and resources -------------------------------------------
     def worker(self, stage: str, default_class: str, experiment: str, pair: str) -> tuple[str, dict]:
         """The worker class of a job (the rule's, unless the config names
         another for this stage, experiment or pair) and its spec in the pool."""
-        name = self.settings(experiment, pair, stage).get("worker", default_class)
+        name = self._stage_settings(experiment, pair, stage).get("worker", default_class)
         return name, wworkers.worker_class(self.workers, self.pool, name, f"stage {stage}")
 
-    def resources(self, stage: str, default_class: str) -> dict:
-        """A rule's ``resources: **...``: the worker class's resources in the
-        selected pool, per job and attempt (runtime and memory grow per the
-        stage's policy), plus the attempt number for the step runner."""
-        def job_resources(wildcards, attempt):
-            pair = wildcards.get("pair", layout.ALL_PAIRS)
-            key = (stage, wildcards.experiment, pair, attempt)
-            if key in self._resources:
-                return self._resources[key]
-            settings = self.settings(wildcards.experiment, pair, stage)
-            _, spec = self.worker(stage, default_class, wildcards.experiment, pair)
-            policy = self._policy(wildcards.experiment, pair, stage)
+    def _job_resources(self, stage: str, default_class: str, experiment: str, pair: str, attempt: int) -> dict:
+        key = (stage, experiment, self._scope(experiment, pair), attempt)
+        if key not in self._resources:
+            settings = self._stage_settings(experiment, pair, stage)
+            _, spec = self.worker(stage, default_class, experiment, pair)
+            policy = self._policy(experiment, pair, stage)
             overrides = dict(settings.get("resources") or {})
             if policy.runtime is not None:
                 overrides["runtime"] = policy.runtime
             self._resources[key] = wworkers.resources(spec, overrides, attempt, policy.runtime_growth,
                                                       policy.memory_growth)
-            return self._resources[key]
+        return self._resources[key]
 
-        def one(name):
-            return lambda wildcards, attempt: job_resources(wildcards, attempt).get(name)
-        # Only the resources this pool's classes (or the config's overrides)
-        # set: Snakemake evaluates every resource callable of every job.
-        resources = {name: one(name) for name in self._resource_names()}
-        resources["waypost_attempt"] = lambda wildcards, attempt: attempt
+    def resources(self, stage: str, default_class: str) -> dict:
+        """A rule's ``resources: **...``: the worker class's resources in the
+        selected pool, per job and attempt (runtime and memory grow per the
+        stage's policy), plus the attempt number for the step runner.
+
+        Snakemake calls every resource function of every job, so a resource
+        is a plain value where it is the same for every experiment, pair and
+        attempt, and a function only where it is not.
+        """
         self._default_class[stage] = default_class
+        scopes = list(self._scopes())
+        firsts = [self._job_resources(stage, default_class, e, p, 1) for e, p in scopes]
+        growing = set()
+        for e, p in scopes:
+            policy = self._policy(e, p, stage)
+            growing |= ({"runtime"} if policy.runtime_growth != 1 else set()) \
+                | ({"mem_mb"} if policy.memory_growth != 1 else set())
+        resources = {}
+        for name in dict.fromkeys(n for first in firsts for n in first):
+            values = [first.get(name) for first in firsts]
+            if name not in growing and all(v == values[0] for v in values):
+                resources[name] = values[0]
+            else:
+                resources[name] = self._resource_function(stage, default_class, name)
+        resources["waypost_attempt"] = _presigned(lambda wildcards, attempt: attempt)
         return resources
+
+    def _resource_function(self, stage: str, default_class: str, name: str):
+        def value(wildcards, attempt):
+            return self._job_resources(stage, default_class, wildcards.experiment,
+                                       wildcards.get("pair", layout.ALL_PAIRS), attempt).get(name)
+        return _presigned(value)
 
     # --- the step runner ------------------------------------------------
     #: The start of every stage rule's shell command; the step's own command follows.
     run = "{params.step} --snakemake-attempt {resources.waypost_attempt} -- "
 
     def step(self, stage: str):
-        """A params callable giving the step-runner options of a job (see ``run``)."""
+        """A params function giving the step-runner options of a job (see ``run``)."""
         def prefix(wildcards, input, output):
             pair = wildcards.get("pair", layout.ALL_PAIRS)
             instance = wildcards.get("instance")
-            settings = self.settings(wildcards.experiment, pair, stage)
+            stage_dir = layout.stage_dir(self.root, pair, wildcards.experiment, stage, instance)
+            head = [self.python, "-m", "waypost.runner", "--stage-dir", stage_dir,
+                    "--experiment", wildcards.experiment, "--pair", pair, "--stage", stage]
+            tail = ["--instance", instance] if instance else []
+            if self.tolerated(stage, wildcards.experiment, pair):
+                tail.append("--tolerated")
+            marker = os.path.join(stage_dir, layout.UNFINISHED)   # an input only to make Snakemake redo it
+            for path in input:
+                if path != marker:
+                    tail += ["--input", path]
+            for path in output:
+                tail += ["--output", path]
+            return " ".join([shlex.join(head), self._runner_options(stage, wildcards.experiment, pair)]
+                            + ([shlex.join(tail)] if tail else []))
+        return _presigned(prefix)
+
+    def _runner_options(self, stage: str, experiment: str, pair: str) -> str:
+        """The step runner's options that the stage's settings decide (quoted)."""
+        key = (stage, experiment, self._scope(experiment, pair))
+        if key not in self._step_options:
+            settings = self.settings(experiment, pair, stage)
             engine = {key: settings.pop(key, None) for key in ENGINE_KEYS}
             policy = dict(engine["policy"] or {})
-            worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), wildcards.experiment, pair)
-            if policy.get("runtime") is None and (engine["resources"] or {}).get("runtime", spec.get("runtime")):
-                policy["runtime"] = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
-            stage_dir = layout.stage_dir(self.root, pair, wildcards.experiment, stage, instance)
-            argv = [self.python, "-m", "waypost.runner", "--stage-dir", stage_dir,
-                    "--experiment", wildcards.experiment, "--pair", pair, "--stage", stage,
-                    "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
-                    "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),
-                    "--config-hash", wconfig.settings_hash(settings),
-                    "--code-version", self.code_version,
-                    "--pool", self.pool, "--worker-class", worker_name,
-                    "--worker-env", json.dumps(spec.get("env") or {}, sort_keys=True, separators=(",", ":"))]
-            if instance:
-                argv += ["--instance", instance]
-            if self.tolerated(stage, wildcards.experiment, pair):
-                argv.append("--tolerated")
-            for name, paths in input.items():
-                if name != "_unfinished":
-                    argv += [arg for path in ([paths] if isinstance(paths, str) else paths)
-                             for arg in ("--input", path)]
-            for path in output:
-                argv += ["--output", path]
-            return shlex.join(argv)
-        return prefix
+            worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), experiment, pair)
+            runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
+            if policy.get("runtime") is None and runtime:
+                policy["runtime"] = runtime
+            self._step_options[key] = shlex.join([
+                "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
+                "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),
+                "--config-hash", wconfig.settings_hash(settings),
+                "--code-version", self.code_version,
+                "--pool", self.pool, "--worker-class", worker_name,
+                "--worker-env", json.dumps(spec.get("env") or {}, sort_keys=True, separators=(",", ":"))])
+        return self._step_options[key]
 
     def script(self, name: str) -> str:
         return shlex.join([self.python, os.path.join(self.scripts, name)])
@@ -344,3 +378,18 @@ class Pipeline:
     def funnel_path(self, stage: str, filename: str) -> str:
         """Pattern of an output of a stage that runs once per experiment."""
         return self.path(stage, filename, pair=layout.ALL_PAIRS)
+
+
+def _presigned(function):
+    """``function`` with its signature computed once: Snakemake asks for the
+    signature of every function it calls, at every job (``inspect.signature``
+    returns a preset ``__signature__`` at once)."""
+    function.__signature__ = inspect.signature(function)
+    return function
+
+
+def _literal(value) -> bool:
+    """Can Snakemake take ``value`` as a plain param? It formats wildcards
+    into strings (and lists of them), so none may hold a brace."""
+    return not any(isinstance(v, str) and ("{" in v or "}" in v)
+                   for v in (value if isinstance(value, list) else [value]))
