@@ -13,6 +13,7 @@ import sys
 
 from . import __version__
 from . import config as wconfig
+from .storage import StorageError
 
 STYLE = {
     "SUCCESS": ("done", "green"),
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except wconfig.ConfigError as exc:
+    except (wconfig.ConfigError, StorageError) as exc:
         print(f"waypost: {exc}", file=sys.stderr)
         return 2
 

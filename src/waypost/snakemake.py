@@ -62,6 +62,14 @@ class Pipeline:
         config.update(prepared)
         self.config = config
         self.root = config["root"]
+        # On a gs:// root Snakemake sees stage files through waypost's storage
+        # plugin: rules' paths are relative to the root (the storage prefix),
+        # and jobs work in the bucket's local copy (see remote_stage).
+        self.mirror = None
+        if layout.is_gcs(self.root):
+            from . import remote_stage
+            self.mirror = remote_stage.planning_mirror(self.root, workflow)
+        self.base = "" if self.mirror else self.root
         self.presence = config["rerun_policy"] == "presence"
         self.code_version = code_version(self.workflow_dir)
         self.python = sys.executable
@@ -108,7 +116,23 @@ class Pipeline:
     def path(self, stage: str, filename: str, instance: str | None = None, pair: str = "{pair}") -> str:
         """Pattern of a stage output; ``instance=INSTANCE`` for per-instance stages."""
         parts = [pair, "{experiment}", stage] + ([instance] if instance else []) + [filename]
-        return layout.join(self.root, *parts)
+        return layout.join(self.base, *parts)
+
+    def present(self, path: str) -> bool:
+        """Does a stage file (a path as rules write it) exist? On a gs://
+        root: is it in the one listing of the root this planning makes."""
+        if self.mirror is None:
+            return os.path.exists(path)
+        from . import storage
+        return storage.listed(layout.join(self.root, path))
+
+    def _pattern(self, path) -> str:
+        """A rule's output as the rule wrote it (Snakemake turns paths on a
+        gs:// root into storage files named by their local copy)."""
+        from snakemake.io import is_flagged
+        if is_flagged(path, "storage_object"):
+            return path.storage_object.query[len(self.root.rstrip("/")) + 1:]
+        return path
 
     def needs(self, consumer: str, **inputs):
         """The inputs of stage ``consumer``, for a rule's ``input: unpack(...)``
@@ -140,7 +164,7 @@ class Pipeline:
 
         def job_inputs(wildcards):
             marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
-            unfinished = os.path.exists(marker)
+            unfinished = self.present(marker)
             if self.presence and not unfinished and self.is_done(consumer, wildcards):
                 return {name: [] for name in inputs}
             resolved = {}
@@ -156,16 +180,17 @@ class Pipeline:
         return job_inputs
 
     def stage_dir(self, stage: str, wildcards) -> str:
-        return layout.stage_dir(self.root, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
+        return layout.stage_dir(self.base, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
                                 stage, wildcards.get("instance"))
 
     def is_unfinished(self, stage: str, wildcards) -> bool:
-        return os.path.exists(os.path.join(self.stage_dir(stage, wildcards), layout.UNFINISHED))
+        return self.present(os.path.join(self.stage_dir(stage, wildcards), layout.UNFINISHED))
 
     def is_done(self, stage: str, wildcards) -> bool:
         from snakemake.io import apply_wildcards
         values = dict(wildcards.items())
-        return all(os.path.exists(apply_wildcards(p, values)) for p in self.workflow.get_rule(stage).output)
+        return all(self.present(apply_wildcards(self._pattern(p), values))
+                   for p in self.workflow.get_rule(stage).output)
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
         """Does a funnel downstream of ``stage`` accept its failure?"""
@@ -292,6 +317,8 @@ class Pipeline:
                     "--worker-env", json.dumps(spec.get("env") or {}, sort_keys=True, separators=(",", ":"))]
             if instance:
                 argv += ["--instance", instance]
+            if self.mirror:
+                argv += ["--local-dir", os.path.join(self.mirror, stage_dir[len("gs://"):])]
             if self.tolerated(stage, wildcards.experiment, pair):
                 argv.append("--tolerated")
             for name, paths in input.items():
@@ -323,15 +350,15 @@ class Pipeline:
         """
         wanted = self.all_outputs()
         if self.presence:
-            wanted = [path for path in wanted if not os.path.exists(path)
-                      or os.path.exists(os.path.join(os.path.dirname(path), layout.UNFINISHED))]
+            wanted = [path for path in wanted if not self.present(path)
+                      or self.present(os.path.join(os.path.dirname(path), layout.UNFINISHED))]
         return wanted
 
     def all_outputs(self) -> list[str]:
         from snakemake.io import apply_wildcards
         targets = []
         for rule, instances in self._tracked:
-            patterns = list(rule.output)
+            patterns = [self._pattern(p) for p in rule.output]
             per_experiment = "pair" not in rule.rule.wildcard_names
             for experiment in self.experiments:
                 pairs = [layout.ALL_PAIRS] if per_experiment else self.pairs(experiment)

@@ -107,6 +107,10 @@ def collect(config: dict, funnels: list[str]) -> dict:
     ``funnels`` are the stages that run once per experiment (``_all`` slot).
     """
     root = config["root"]
+    if layout.is_gcs(root):  # read from one listing of the bucket, as if it were on disk
+        from . import remote_stage
+        with remote_stage.snapshot(root) as local:
+            return remote_stage.relocate(collect({**config, "root": local}, funnels), local, root)
     stages = list(config["stages"])
     per_pair = [s for s in stages if s not in funnels]
     grid = {}
