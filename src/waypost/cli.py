@@ -16,16 +16,6 @@ from . import __version__
 from . import config as wconfig
 from .catalog import DEFAULT_DB
 
-STYLE = {
-    "SUCCESS": ("done", "green"),
-    "adopted": ("adopted", "cyan"),
-    "missing": ("missing", "bright_black"),
-    "running": ("running", "yellow"),
-    "interrupted": ("interrupted", "magenta"),
-    "corrupt": ("corrupt", "bold red"),
-    "SKIPPED": ("skipped", "yellow"),
-}
-FAILED_STYLE = "bold red"
 DEFAULT_CONFIG = "config/config.yaml"
 
 
@@ -45,31 +35,30 @@ def cmd_status(args) -> int:
         json.dump(grid, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    if args.html:
+        from . import statuspage
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(statuspage.render(grid))
+        print(f"wrote {args.html}")
+        return 0
     render_status(grid)
     return 0
 
 
 def _label(cell: dict) -> tuple[str, str]:
-    state = cell["state"]
-    text, style = STYLE.get(state, (state.lower(), FAILED_STYLE))
-    attempts = cell.get("attempts", 0)
-    if "instances" in cell:
-        instances = cell["instances"].values()
-        done = sum(1 for c in instances if c["state"] in ("SUCCESS", "adopted"))
-        text = f"{text} {done}/{len(cell['instances'])}"
-        attempts = max((c.get("attempts", 0) for c in instances), default=0)
-    if cell.get("provisional") or any(c.get("provisional") for c in cell.get("instances", {}).values()):
-        text += "*"
-    if attempts > 1:
-        text += f" ×{attempts}"
-    return text, style
+    from . import status
+
+    text, attempts = status.label(cell)
+    return text + (f" ×{attempts}" if attempts > 1 else ""), status.look(cell["state"])[1]
 
 
 def render_status(grid: dict) -> None:
-    """One table per experiment: a row per stage, a column per pair."""
+    """One table per experiment: a row per stage, a column per pair; a legend."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from . import status
 
     console = Console()
     for experiment, columns in grid["experiments"].items():
@@ -81,13 +70,9 @@ def render_status(grid: dict) -> None:
             cells = [Text(*_label(col[stage])) if stage in col else Text("") for col in columns.values()]
             table.add_row(stage, *cells)
         console.print(table)
-    legend = Text("legend: ")
-    for key in ("SUCCESS", "adopted", "missing", "running", "interrupted", "SKIPPED"):
-        text, style = STYLE[key]
-        legend.append(text, style=style).append("  ")
-    legend.append("failed/timeout/oom/…", style=FAILED_STYLE)
-    legend.append("   n/m: instances done   ×k: attempts   *: ran over failed parents, redone next run")
-    console.print(legend)
+    lines = [Text("  ").join(Text(*status.look(state)[:2]) for state in group)
+             for group in (status.LOOKS, status.FAILURES)]
+    console.print(Text("legend: ") + Text("\n        ").join([*lines, Text(status.LEGEND_MARKS)]))
 
 
 def _stage_cells(grid: dict, stage: str, experiment: str | None, pair: str | None):
@@ -409,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_config(sub.add_parser("status", help="experiments × pairs × stages, from the stage directories"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--html", metavar="FILE", help="write the grid as one self-contained HTML page")
     p.add_argument("--attempts", nargs="+", metavar="STAGE", help="list the attempt history of these stages")
     p.add_argument("--experiment", help="with --attempts: only this experiment")
     p.add_argument("--pair", help="with --attempts: only this pair")
