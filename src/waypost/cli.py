@@ -222,6 +222,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_find(args) -> int:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -256,9 +257,11 @@ def cmd_find(args) -> int:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left")
-    for column in ("location", "experiment", "pair", "stage", "state", "created", "attempts", "config", "vs current config"):
-        table.add_column(column, overflow="fold")
+    table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for column in ("location", "experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config"):
+        short = column not in ("location", "vs current config")
+        table.add_column(column, overflow="fold", no_wrap=short)
     for row in rows:
         text, style = _label({"state": "adopted" if row["adopted"] else row["state"]})
         if row["differs"] is None:
@@ -269,7 +272,8 @@ def cmd_find(args) -> int:
         table.add_row(row["location"], row["experiment"], row["pair"],
                       row["stage"] + (f"/{row['instance']}" if row["instance"] else ""),
                       f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else ""),
-                      (row["created"] or "")[:19].replace("T", " "), str(row["attempts"]), row["config_hash"] or "–",
+                      (row["created"] or "")[:16].replace("T", " "), str(row["attempts"]),
+                      (row["config_hash"] or "–")[:8],
                       differs)
     Console(width=args.width).print(table)
     return 0
