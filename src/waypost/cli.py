@@ -224,6 +224,7 @@ def cmd_verify(args) -> int:
 def cmd_find(args) -> int:
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from . import catalog
@@ -259,22 +260,23 @@ def cmd_find(args) -> int:
         return 0
     table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
                   box=box.SIMPLE_HEAD)
-    for column in ("location", "experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config"):
-        short = column not in ("location", "vs current config")
-        table.add_column(column, overflow="fold", no_wrap=short)
-    for row in rows:
+    locations = [r["location"] if r["location"].startswith("gs://") or not r["location"].startswith(os.getcwd() + os.sep)
+                 else os.path.relpath(r["location"]) for r in rows]
+    stages = [r["stage"] + (f"/{r['instance']}" if r["instance"] else "") for r in rows]
+    widths = {"stage": max(map(len, stages), default=5), "created": 16, "config": 8, "state": 5}
+    for column in ("experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config", "location"):
+        table.add_column(column, overflow="fold", min_width=widths.get(column))
+    for row, location, name in zip(rows, locations, stages):
         text, style = _label({"state": "adopted" if row["adopted"] else row["state"]})
         if row["differs"] is None:
             differs = "–"
         else:
             differs = "same" if not row["differs"] else "; ".join(row["differs"])
             differs = f"{differs} ({row['compared_with']})"
-        table.add_row(row["location"], row["experiment"], row["pair"],
-                      row["stage"] + (f"/{row['instance']}" if row["instance"] else ""),
+        table.add_row(row["experiment"], row["pair"], name,
                       f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else ""),
                       (row["created"] or "")[:16].replace("T", " "), str(row["attempts"]),
-                      (row["config_hash"] or "–")[:8],
-                      differs)
+                      (row["config_hash"] or "–")[:8], escape(differs), escape(location))
     Console(width=args.width).print(table)
     return 0
 
@@ -326,6 +328,8 @@ def cmd_plan(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from rich.markup import escape
+
     from . import plan
 
     cfg = load_config(args)
@@ -349,7 +353,8 @@ def cmd_plan(args) -> int:
             table.add_column(column, overflow="fold")
         for r in rows:
             stage = r["stage"] + (f" [{', '.join(sorted(r['instances']))}]" if r["instances"] else "")
-            table.add_row(r["experiment"], "all pairs" if r["pair"] == "_all" else r["pair"], stage, r["why"])
+            table.add_row(r["experiment"], "all pairs" if r["pair"] == "_all" else r["pair"], escape(stage),
+                          escape(r["why"]))
         console.print(table)
     else:
         console.print("next run: nothing to do")
@@ -363,7 +368,7 @@ def cmd_plan(args) -> int:
                           r["stage"] + (f"/{r['instance']}" if r["instance"] else ""),
                           (r["created"] or "")[:19].replace("T", " ")
                           + (f" (reused from {r['reused_from']})" if r["reused_from"] else ""),
-                          "\n".join(r["what"]))
+                          escape("\n".join(r["what"])))
         console.print(table)
     else:
         console.print("no drift: every done stage was made with the current settings and code")
