@@ -18,6 +18,7 @@ from . import layout, reuse, storage
 from . import workers as wworkers
 
 INSTANCE = "{instance}"
+REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 
 
 class Pipeline:
@@ -297,6 +298,9 @@ class Pipeline:
                 return self._resources[key]
             settings = self.settings(wildcards.experiment, pair, stage)
             _, spec = self.worker(stage, default_class, wildcards.experiment, pair)
+            if self.reused_from(stage, wildcards) and REUSE_CLASS in self.workers["pools"][self.pool]["classes"]:
+                # a reuse job only copies files: no GPU node for that
+                spec = wworkers.worker_class(self.workers, self.pool, REUSE_CLASS, f"stage {stage}")
             policy = self._policy(wildcards.experiment, pair, stage)
             overrides = dict(settings.get("resources") or {})
             if policy.runtime is not None:
