@@ -67,10 +67,13 @@ def planned(workdir: Path, *args: str, **kwargs) -> dict[str, int]:
     return jobs
 
 
+CONFIG_COMMANDS = ("status", "find", "reuse", "rerun", "adopt", "plan", "run")
+
+
 def waypost(workdir: Path, *args: str, check: bool = True, config: str = "config.yaml") -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "waypost.cli", *args]
-    if args and args[0] in ("status",):
-        cmd += ["--config", str(workdir / config), "--workflow", str(REPO / "workflow")]
+    if args and args[0] in CONFIG_COMMANDS:
+        cmd[3:4] = [args[0], "--config", str(workdir / config), "--workflow", str(REPO / "workflow")]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=120)
     if check and proc.returncode != 0:
         raise AssertionError(f"waypost failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

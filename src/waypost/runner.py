@@ -85,6 +85,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--worker-env", default="{}", help="the worker class's declared GPUS/WORKSPACE as JSON")
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--output", action="append", default=[])
+    parser.add_argument("--reuse-from", help="take the stage from this stage directory instead of running it")
     args = parser.parse_args(argv[:split])
     args.command = argv[split + 1:]
     if not args.command:
@@ -579,6 +580,9 @@ class StageRun:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.reuse_from:
+        from . import reuse
+        return reuse.take(args)
     try:
         return StageRun(args).run()
     except wpolicy.PolicyError as exc:

@@ -11,26 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 
 from . import config as wconfig
-from . import layout
+from . import layout, reuse, storage
 from . import workers as wworkers
 
 INSTANCE = "{instance}"
-# Settings that steer the engine, not the step: not passed to it, not hashed.
-ENGINE_KEYS = ("policy", "worker", "resources")
-
-
-def code_version(directory: str) -> str:
-    """The git commit of the workflow (``-dirty`` when it has local changes)."""
-    try:
-        out = subprocess.run(["git", "-C", directory, "describe", "--always", "--dirty", "--abbrev=12"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 
 
 class Pipeline:
@@ -47,13 +35,13 @@ class Pipeline:
         self.repo_dir = os.path.dirname(os.path.abspath(self.workflow_dir))
         try:
             if workflow.configfiles:
-                source = ", ".join(map(str, workflow.configfiles))
+                self.configfile = str(workflow.configfiles[-1])
+                loaded, source = wconfig.with_reuse_files(dict(config), self.configfile)
             else:
-                source = default_configfile
-                loaded = wconfig.load_yaml(default_configfile)
-                overrides = workflow.config_settings.overwrite_config or {}
-                config.update(wconfig.merge(loaded, dict(overrides)))
-            prepared = wconfig.prepare(dict(config), self.workflow_dir, source)
+                self.configfile = default_configfile
+                loaded, source = wconfig.with_reuse_files(wconfig.load_yaml(default_configfile), default_configfile)
+                loaded = wconfig.merge(loaded, dict(workflow.config_settings.overwrite_config or {}))
+            prepared = wconfig.prepare(loaded, self.workflow_dir, source)
         except wconfig.ConfigError as exc:
             # A clean one-paragraph error from Snakemake, before any job runs.
             from snakemake.exceptions import WorkflowError
@@ -71,7 +59,7 @@ class Pipeline:
             self.mirror = remote_stage.planning_mirror(self.root, workflow)
         self.base = "" if self.mirror else self.root
         self.presence = config["rerun_policy"] == "presence"
-        self.code_version = code_version(self.workflow_dir)
+        self.code_version = wconfig.code_version(self.workflow_dir)
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
@@ -163,6 +151,8 @@ class Pipeline:
             return [found] if isinstance(found, str) else list(found)
 
         def job_inputs(wildcards):
+            if self.reused_from(consumer, wildcards):
+                return {name: [] for name in inputs}  # copied from elsewhere: nothing upstream is needed
             marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
             unfinished = self.present(marker)
             if self.presence and not unfinished and self.is_done(consumer, wildcards):
@@ -178,6 +168,65 @@ class Pipeline:
                 resolved["_unfinished"] = marker
             return resolved
         return job_inputs
+
+    # --- reuse ------------------------------------------------------------
+    def reuse_location(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> str | None:
+        """The stage directory an experiment takes this stage from (its
+        ``reuse`` setting), or None when the stage is computed here."""
+        source = wconfig.reuse_source(self.config, experiment, pair, stage)
+        if source is None:
+            return None
+        if layout.is_valid_name(source):   # another experiment under the same root
+            location = layout.stage_dir(self.root, pair, source, stage, instance)
+        else:
+            location = storage.join(source, instance) if instance else source
+        return location if storage.is_remote(location) else os.path.abspath(location)
+
+    def reused_from(self, stage: str, wildcards) -> str | None:
+        return self.reuse_location(wildcards.experiment, wildcards.get("pair", layout.ALL_PAIRS), stage,
+                                   wildcards.get("instance"))
+
+    def check(self) -> None:
+        """After all rules are defined (end of the Snakefile): every reuse
+        source of a stage still to be done must be a SUCCESS stage, or the run
+        stops here with all the problems, before any job runs. Also records
+        the stage graph for the ``waypost`` command (``.waypost/stages.json``)."""
+        from snakemake.io import apply_wildcards
+        if getattr(self.workflow, "remote_exec", False):
+            return  # a cluster job: the main process checked already
+        problems = []
+        for rule, instances in self._tracked:
+            stage = rule.rule.name
+            per_experiment = "pair" not in rule.rule.wildcard_names
+            for experiment in self.experiments:
+                for pair in [layout.ALL_PAIRS] if per_experiment else self.pairs(experiment):
+                    for instance in (instances(experiment) if instances else [None]):
+                        location = self.reuse_location(experiment, pair, stage, instance)
+                        values = {"pair": pair, "experiment": experiment, "instance": instance}
+                        if location and not all(os.path.exists(apply_wildcards(p, values)) for p in rule.output):
+                            problem = reuse.source_problem(location)
+                            if problem:
+                                problems.append(f"{experiment}/{pair}/{stage}"
+                                                f"{'/' + instance if instance else ''}: {problem}")
+        if problems:
+            from snakemake.exceptions import WorkflowError
+            raise WorkflowError(f"reuse sources in {self.configfile} can't be used (nothing was run):\n  "
+                                + "\n  ".join(problems))
+        self._record_graph()
+
+    def _record_graph(self) -> None:
+        graph = {"parents": {stage: sorted(parents) for stage, parents in sorted(self._parents.items())},
+                 "stages": [rule.rule.name for rule, _ in self._tracked]}
+        path = os.path.join(".waypost", "stages.json")
+        try:
+            with open(path) as f:
+                if json.load(f) == graph:
+                    return
+        except (OSError, ValueError):
+            pass
+        os.makedirs(".waypost", exist_ok=True)
+        from .manifest import write_json_atomic
+        write_json_atomic(path, graph, durable=False)
 
     def stage_dir(self, stage: str, wildcards) -> str:
         return layout.stage_dir(self.base, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
@@ -274,6 +323,9 @@ class Pipeline:
                 return self._resources[key]
             settings = self.settings(wildcards.experiment, pair, stage)
             _, spec = self.worker(stage, default_class, wildcards.experiment, pair)
+            if self.reused_from(stage, wildcards) and REUSE_CLASS in self.workers["pools"][self.pool]["classes"]:
+                # a reuse job only copies files: no GPU node for that
+                spec = wworkers.worker_class(self.workers, self.pool, REUSE_CLASS, f"stage {stage}")
             policy = self._policy(wildcards.experiment, pair, stage)
             overrides = dict(settings.get("resources") or {})
             if policy.runtime is not None:
@@ -301,7 +353,7 @@ class Pipeline:
             pair = wildcards.get("pair", layout.ALL_PAIRS)
             instance = wildcards.get("instance")
             settings = self.settings(wildcards.experiment, pair, stage)
-            engine = {key: settings.pop(key, None) for key in ENGINE_KEYS}
+            engine = {key: settings.pop(key, None) for key in wconfig.ENGINE_KEYS}
             policy = dict(engine["policy"] or {})
             worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), wildcards.experiment, pair)
             if policy.get("runtime") is None and (engine["resources"] or {}).get("runtime", spec.get("runtime")):
@@ -319,6 +371,9 @@ class Pipeline:
                 argv += ["--instance", instance]
             if self.mirror:
                 argv += ["--local-dir", os.path.join(self.mirror, stage_dir[len("gs://"):])]
+            source = self.reuse_location(wildcards.experiment, pair, stage, instance)
+            if source:
+                argv += ["--reuse-from", source]
             if self.tolerated(stage, wildcards.experiment, pair):
                 argv.append("--tolerated")
             for name, paths in input.items():
@@ -357,11 +412,16 @@ class Pipeline:
     def all_outputs(self) -> list[str]:
         from snakemake.io import apply_wildcards
         targets = []
+        select = self.config.get("select") or {}
+        experiments = [e for e in self.experiments if e in select.get("experiments", [e])]
         for rule, instances in self._tracked:
             patterns = [self._pattern(p) for p in rule.output]
             per_experiment = "pair" not in rule.rule.wildcard_names
-            for experiment in self.experiments:
-                pairs = [layout.ALL_PAIRS] if per_experiment else self.pairs(experiment)
+            for experiment in experiments:
+                if per_experiment:  # a funnel is over all pairs: not when only some are selected
+                    pairs = [] if select.get("pairs") else [layout.ALL_PAIRS]
+                else:
+                    pairs = [p for p in self.pairs(experiment) if p in select.get("pairs", [p])]
                 for pair in pairs:
                     for instance in (instances(experiment) if instances else [None]):
                         values = {"pair": pair, "experiment": experiment, "instance": instance}

@@ -66,7 +66,7 @@ def explain(exc: BaseException, url: str) -> StorageError:
     """One line for the errors a user can act on (no bucket, no permission)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, FileNotFoundError):
-        return StorageError(f"{url}: not found ({text})")
+        return StorageError(f"{url}: not found (no such bucket?)" if is_remote(url) else f"{url}: not found")
     if isinstance(exc, PermissionError) or "403" in text or "401" in text:
         return StorageError(f"{url}: permission denied; check the credentials "
                             f"(GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`)")
