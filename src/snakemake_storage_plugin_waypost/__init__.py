@@ -2,30 +2,25 @@
 
 Selected with ``default-storage-provider: waypost`` and
 ``default-storage-prefix: <the root>`` (README: "Running with a bucket").
-Snakemake then sees stage outputs in the bucket (existence, mtimes), fetches
-a job's inputs into ``.snakemake/storage/waypost/<bucket>/...`` before it
-runs and stores its outputs afterwards. The step runner owns the rest of the
-stage directory's I/O (workspace, logs, archives, the manifest last; see
-``waypost.remote_stage``).
+Snakemake then looks for stage files in the bucket (existence, mtimes) and
+hands jobs their gs:// URLs; it neither fetches inputs nor stores outputs.
+The step runner does (``waypost.remote_stage``): it fetches the inputs, runs
+the step on local copies, and stores the outputs, then the manifest last.
 
 Why not snakemake-storage-plugin-gcs (1.1.4), measured against
-fake-gcs-server: it uploads every output again after the job even when the
-step runner already stored it (so the manifest can't be the last object
-written without uploading every model twice); its mtimes are the objects'
-upload times, so the ``_unfinished`` marker can't be dated after the
-placeholders Snakemake uploads later (the next run would not redo a failed
-stage); it creates a missing bucket instead of failing; it asks for a
-project even on the emulator, and plans a 2-job workflow with 57 requests.
-Here: one listing of the root answers a whole planning, an output already
-stored identically is not uploaded again, an object's ``waypost-mtime``
-metadata stands for its mtime, and a missing bucket is an error.
+fake-gcs-server: Snakemake uploads a job's outputs after the job, so the
+manifest could only come last if every output were uploaded twice (a step's
+own upload is followed by Snakemake's); reusing a stage from another
+experiment would be a download and an upload; its mtimes are upload times,
+so the ``_unfinished`` marker can't be dated after the placeholders
+Snakemake uploads later; it creates a missing bucket instead of failing; and
+it plans a 2-job workflow with 57 requests. Here one listing of the root
+answers a whole planning, and an object's ``waypost-mtime`` metadata stands
+for its mtime.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import os
 from typing import Iterable, List, Optional
 
 from snakemake_interface_storage_plugins.io import IOCacheStorageInterface, Mtime, get_constant_prefix
@@ -50,14 +45,6 @@ def mtime_of(info: dict) -> float:
     """An object's mtime: its ``waypost-mtime`` metadata, else when it was written."""
     stamp = (info.get("metadata") or {}).get(MTIME_KEY)
     return float(stamp) if stamp else info["mtime"].timestamp()
-
-
-def _md5(path: str) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return base64.b64encode(digest.digest()).decode()
 
 
 class StorageProvider(StorageProviderBase):
@@ -87,6 +74,10 @@ class StorageProvider(StorageProviderBase):
 
 class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
     def __post_init__(self):
+        # Snakemake neither fetches inputs nor stores outputs (jobs get gs://
+        # URLs): the step runner does, so that the manifest is stored last and
+        # a reuse between gs:// locations is a server-side copy.
+        self.retrieve = False
         self.fs, self.path = storage.filesystem(self.query)
 
     def local_suffix(self) -> str:
@@ -126,14 +117,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         self.fs.get_file(self.path, str(self.local_path()))
 
     def store_object(self):
-        local = str(self.local_path())
-        try:
-            info = self.fs.info(self.path)
-        except FileNotFoundError:
-            info = None
-        if info and info["size"] == os.path.getsize(local) and info.get("md5Hash") == _md5(local):
-            return  # the step runner stored it already, before the stage's manifest
-        self.fs.put_file(local, self.path)
+        self.fs.put_file(str(self.local_path()), self.path)
 
     def remove(self):
         self.fs.rm_file(self.path)

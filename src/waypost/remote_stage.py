@@ -1,20 +1,24 @@
 """Stage directories on a ``gs://`` root.
 
-Steps are ordinary programs that read and write local files, so on a gs://
-root Snakemake works on a local copy of the bucket
-(``.snakemake/storage/waypost/<bucket>/<prefix>/...``, through waypost's
-storage plugin) and the step runner keeps each stage directory in the bucket
-in step with its local copy:
+On a gs:// root Snakemake only looks at the bucket (through waypost's storage
+plugin) and gives jobs gs:// URLs. Steps are ordinary programs that read and
+write local files, so the step runner runs each step on a local copy of its
+stage directory (``.snakemake/storage/waypost/<bucket>/<key>``, the same
+layout) and keeps the bucket in step with it:
 
-- at the start, the stage's ``_manifest.json`` and ``_running.json`` come
-  down (the whole workspace, checkpoints included, when Snakemake resubmits a
-  job to go on with its series), and so do the manifests of the input stages,
-  beside the inputs Snakemake fetched;
+- the step's command line gets local paths for the URLs of the job's inputs
+  and outputs and for any URL under the stage directory (a checkpoint dir);
+- at the start the inputs come down, with the manifests of their stages
+  beside them, and so do the stage's ``_manifest.json`` and
+  ``_running.json`` (the whole workspace, checkpoints included, when
+  Snakemake resubmits a job to go on with its series);
 - archiving a workspace into ``.attempts/<n>/`` is a server-side move;
-- when an attempt starts, the workspace goes up (logs, checkpoints, ...) but
-  never the declared outputs, so a step killed mid-way never looks done;
-- at the end the outputs go up, then ``_manifest.json`` last. Snakemake's
-  own store of the outputs afterwards finds them there and uploads nothing.
+- when an attempt starts, and every ``WAYPOST_SYNC_SECONDS`` (default 60)
+  while it runs, the workspace goes up (logs, checkpoints, ...) but never the
+  declared outputs, so a step killed mid-way never looks done while a lost
+  machine loses at most that much of its checkpoints;
+- at the end the outputs go up (only if they count: a success, or the
+  placeholders a funnel needs), then ``_manifest.json`` last.
 
 Everything goes through gcsfs: credentials from Google's standard mechanisms,
 transient errors retried with backoff.
@@ -25,12 +29,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
+import threading
 
 from . import storage
 from .layout import ATTEMPTS, MANIFEST, RUNNING
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
+SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
 
 
 class RemoteStage:
@@ -44,6 +51,20 @@ class RemoteStage:
             raise ValueError(f"{local} is not a local copy of {url}")
         self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
         self._synced: dict[str, tuple[int, int]] = {}    # local file → (size, mtime_ns) as in the bucket
+
+    def local_of(self, url: str) -> str:
+        """Where a gs:// URL is copied locally."""
+        return os.path.join(self.mirror, url[len(storage.GCS_PREFIX):])
+
+    def localize(self, command: list[str], urls: list[str]) -> list[str]:
+        """The step's command with local paths for ``urls`` and for every URL
+        under the stage directory (also after ``--option=``)."""
+        def local(arg: str) -> str:
+            option, eq, value = arg.partition("=") if not arg.startswith(storage.GCS_PREFIX) else ("", "", arg)
+            if value in urls or value == self.url or value.startswith(self.url + "/"):
+                return option + eq + self.local_of(value)
+            return arg
+        return [local(arg) for arg in command]
 
     def url_of(self, local_path: str) -> str:
         """The gs:// URL of a file in the local copy of the bucket."""
@@ -95,16 +116,16 @@ class RemoteStage:
 
     def pull(self, inputs: list[str], workspace: bool) -> None:
         """A fresh local copy of the stage dir: the engine's files, or the
-        whole workspace (``workspace``: to go on with a series); and the
-        manifest of each input's stage beside the input (or none, where the
-        input was placed by hand)."""
+        whole workspace (``workspace``: to go on with a series); the inputs
+        (local paths); and the manifest of each input's stage beside the
+        input (or none, where the input was placed by hand)."""
         shutil.rmtree(self.local, ignore_errors=True)
         os.makedirs(self.local)
         remote = self._workspace(self._listing())
         wanted = [rel for rel in remote if workspace or rel in (MANIFEST, RUNNING)]
-        if wanted:
-            self.fs.get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
-            self._record(wanted)
+        self._get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
+        self._record(wanted)
+        self._get([self.url_of(p)[len(storage.GCS_PREFIX):] for p in inputs], inputs)
         manifests = {os.path.join(os.path.dirname(os.path.abspath(p)), MANIFEST) for p in inputs}
         names = [self.url_of(m)[len(storage.GCS_PREFIX):] for m in manifests]
         found = self.fs.cat(names, on_error="omit") if names else {}
@@ -114,8 +135,31 @@ class RemoteStage:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(local)  # an old copy must not outlive the bucket's
             else:
-                with open(local, "wb") as f:
+                with open(self._temp(local), "wb") as f:
                     f.write(data)
+                os.replace(self._temp(local), local)
+
+    @staticmethod
+    def _temp(path: str) -> str:
+        return os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
+
+    def _get(self, remote: list[str], local: list[str]) -> None:
+        """Download, all at once, each file under a temporary name renamed into
+        place (jobs running side by side fetch the same inputs). One that is
+        missing (deleted meanwhile) is left for the runner to find missing."""
+        for path in local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        temps = [self._temp(p) for p in local]
+        try:
+            if remote:
+                self.fs.get(remote, temps)
+        except FileNotFoundError:
+            for one, temp in zip(remote, temps):
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.get_file(one, temp)
+        for temp, path in zip(temps, local):
+            if os.path.exists(temp):
+                os.replace(temp, path)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
         """Make the bucket's workspace what the local one is. The declared
@@ -131,6 +175,26 @@ class RemoteStage:
             self.fs.rm([self._remote(r) for r in stale])
         if MANIFEST in local:
             self._upload([MANIFEST])
+
+    @contextlib.contextmanager
+    def syncing(self, outputs: list[str]):
+        """Push the workspace every SYNC_SECONDS while a step runs."""
+        stop = threading.Event()
+
+        def loop():
+            while not stop.wait(SYNC_SECONDS):
+                try:
+                    self.push(outputs)
+                except Exception as exc:  # noqa: BLE001 - the next sync tries again
+                    print(f"waypost: syncing {self.url} failed ({exc}); trying again later", file=sys.stderr)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def archive(self, keep: tuple[str, ...] = ()) -> str | None:
         """Move the workspace (but the entries in ``keep``) into
@@ -158,29 +222,58 @@ class RemoteStage:
         self._synced = {rel: st for rel, st in self._synced.items() if rel.split("/")[0] in keep}
         return target
 
+    def copy_in(self, source: str, outputs: list[dict]) -> str:
+        """Bring a reused stage's outputs (its manifest's ``outputs``) into the
+        bucket: each source file checked against the manifest's size (and, from
+        a local dir, sha256), then copied in — server-side from a gs://
+        source, each copy checked against its source's crc32c. Says how."""
+        from .manifest import ManifestError, sha256_file
+
+        sources = [storage.join(source, o["path"]) for o in outputs]
+        targets = [self._remote(o["path"]) for o in outputs]
+        if storage.is_remote(source):
+            found = {s: self.fs.info(storage.filesystem(s)[1]) for s in sources}
+        for src, out in zip(sources, outputs):
+            size = found[src]["size"] if storage.is_remote(source) else os.path.getsize(src)
+            if size != out.get("size") or (not storage.is_remote(source) and sha256_file(src) != out.get("sha256")):
+                raise ManifestError(f"{src}: differs from its manifest (size {size} vs {out.get('size')}, or checksum)")
+        if not storage.is_remote(source):
+            self.fs.put(sources, targets)
+            return "uploaded"
+        self.fs.copy([storage.filesystem(s)[1] for s in sources], targets)
+        copied = [self.fs.info(t) for t in targets]
+        if any(c.get("crc32c") != found[s].get("crc32c") for c, s in zip(copied, sources)):
+            self.fs.rm(targets)
+            raise ManifestError(f"{source}: a server-side copy differs from its source (crc32c)")
+        return "copied in the bucket"
+
     def put_marker(self, name: str, mtime: float) -> None:
         """Upload a marker file dated ``mtime`` for Snakemake (see the storage plugin)."""
         from snakemake_storage_plugin_waypost import MTIME_KEY
         with open(os.path.join(self.local, name), "rb") as f:
             self.fs.pipe_file(self._remote(name), f.read(), metadata={MTIME_KEY: repr(mtime)})
 
-    def close(self, outputs: list[str]) -> None:
-        """After the manifest: no attempt is in progress any more, and the local
-        copy keeps only the outputs (Snakemake stores them, finding them there)."""
+    def close(self) -> None:
+        """After the manifest: no attempt is in progress any more, and the
+        local copy of the stage dir is not needed (the bucket has it all)."""
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._remote(RUNNING))
-        keep = {os.path.abspath(o) for o in outputs}
-        for rel in self._local_files():
-            if os.path.join(self.local, rel) not in keep:
-                os.unlink(os.path.join(self.local, rel))
+        shutil.rmtree(self.local, ignore_errors=True)
 
 
-def for_runner(stage_dir: str, local_dir: str | None) -> RemoteStage | None:
-    if not storage.is_remote(stage_dir):
+def for_runner(args) -> RemoteStage | None:
+    """The remote stage of a runner whose ``--stage-dir`` is a gs:// URL, with
+    the runner's arguments turned to local paths (inputs, outputs, and the
+    step's command line); None for a local stage dir."""
+    if not storage.is_remote(args.stage_dir):
         return None
-    if not local_dir:
+    if not args.local_dir:
         raise SystemExit("waypost.runner: a gs:// --stage-dir needs --local-dir (the local copy to work in)")
-    return RemoteStage(stage_dir, local_dir)
+    stage = RemoteStage(args.stage_dir, args.local_dir)
+    args.command = stage.localize(args.command, args.input + args.output)
+    args.input = [stage.local_of(u) if storage.is_remote(u) else u for u in args.input]
+    args.output = [stage.local_of(u) if storage.is_remote(u) else u for u in args.output]
+    return stage
 
 
 def check_bucket(root: str) -> None:

@@ -8,7 +8,9 @@ same local filesystem, else a copy (a server-side copy between gs://
 locations) —, checks each against the source manifest's size and sha256, and
 writes a manifest of its own with ``reused_from``. Files arrive under a
 temporary name and are renamed into place only once checked, so a killed
-copy never leaves an output that looks done.
+copy never leaves an output that looks done. Into a gs:// stage dir, the
+files are copied in the bucket (server-side from another gs:// location: no
+download; see ``remote_stage.RemoteStage.copy_in``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import socket
 import sys
 import time
 
-from . import layout, manifest, storage
+from . import layout, manifest, remote_stage, storage
 
 
 def read_source(location: str) -> dict:
@@ -68,7 +70,10 @@ def _bring(source: str, target: str) -> str:
 
 def take(args) -> int:
     """Run a reuse job: the runner's work when ``--reuse-from`` is given."""
-    stage_dir, source = args.stage_dir, args.reuse_from
+    remote = remote_stage.for_runner(args)  # a gs:// stage dir: its engine files, locally
+    if remote:
+        remote.pull([], workspace=False)
+    stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
     busy, where = manifest.attempt_in_flight(stage_dir, me=os.getpid())
     if busy:
         print(f"waypost: {args.stage}: an attempt is still running in {stage_dir} ({where})", file=sys.stderr)
@@ -83,7 +88,7 @@ def take(args) -> int:
         print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
         return 1
     os.makedirs(stage_dir, exist_ok=True)
-    archived = manifest.archive_workspace(stage_dir)
+    archived = remote.archive() if remote else manifest.archive_workspace(stage_dir)
     if archived:
         print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
     running = os.path.join(stage_dir, layout.RUNNING)
@@ -92,7 +97,7 @@ def take(args) -> int:
                                durable=False)
     staged, how = [], set()
     try:
-        for out in data.get("outputs", []):
+        for out in [] if remote else data.get("outputs", []):
             target = os.path.join(stage_dir, out["path"])
             os.makedirs(os.path.dirname(target), exist_ok=True)
             temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
@@ -103,14 +108,18 @@ def take(args) -> int:
                 raise manifest.ManifestError(f"{storage.join(source, out['path'])}: differs from its manifest "
                                              f"(size {size} vs {out.get('size')}, or checksum)")
         declared = {os.path.abspath(p) for p in args.output}
-        missing = declared - {os.path.abspath(t) for _, t in staged}
+        missing = declared - {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in data.get("outputs", [])}
         if missing:
             raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
+        if remote:
+            how.add(remote.copy_in(source, data.get("outputs", [])))
     except (OSError, manifest.ManifestError) as exc:
         for temp, _ in staged:
             if os.path.exists(temp):
                 os.unlink(temp)
         os.unlink(running)
+        if remote:
+            remote.close()
         print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
         return 1
     for temp, target in staged:
@@ -129,7 +138,11 @@ def take(args) -> int:
     record["reused_manifest"] = {k: data.get(k) for k in ("experiment", "pair", "stage", "instance", "created",
                                                           "reused_from", "adopted", "code_version")}
     manifest.write_json_atomic(manifest.manifest_path(stage_dir), record)
+    if remote:
+        remote.push(args.output)  # the manifest (the outputs are there already)
     os.unlink(running)
+    if remote:
+        remote.close()
     print(f"waypost: {args.stage}: reused from {source} ({attempt['how']}, checksums match)", file=sys.stderr)
     return 0
 

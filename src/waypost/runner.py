@@ -31,6 +31,7 @@ The step's own exit status is kept as it was; checks never overwrite it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -241,7 +242,7 @@ class StageRun:
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.remote = remote_stage.for_runner(args.stage_dir, args.local_dir)
+        self.remote = remote_stage.for_runner(args)
         self.dir = self.remote.local if self.remote else args.stage_dir
         self.policy = wpolicy.Policy.from_config(json.loads(args.policy))
         self.history: list[dict] = []   # every attempt ever, this series last
@@ -370,7 +371,8 @@ class StageRun:
         oom_before = _oom_kills()
         started = time.monotonic()
         attempt = Attempt(command, env, self._path(log_rel), runtime, self.policy.kill_grace)
-        returncode = attempt.run()
+        with self.remote.syncing(self.args.output) if self.remote else contextlib.nullcontext():
+            returncode = attempt.run()
         oom_after = _oom_kills()
         missing = [p for p in self.args.output if not os.path.exists(p)] if returncode == 0 else []
         state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
@@ -536,14 +538,14 @@ class StageRun:
         if tolerated:
             self._placeholders()
         manifest.write_json_atomic(manifest.manifest_path(self.dir), record)
-        if self.remote:
-            self.remote.push(self.args.output, final=True)
+        if self.remote:  # outputs only where they count; the manifest last
+            self.remote.push(self.args.output, final=state == "SUCCESS" or tolerated)
         if tolerated or record["provisional"]:
             self._mark_unfinished(state)
         if os.path.exists(self._path(RUNNING)):
             os.unlink(self._path(RUNNING))
         if self.remote:
-            self.remote.close(self.args.output)
+            self.remote.close()
         if state == "SUCCESS":
             return 0
         if tolerated:

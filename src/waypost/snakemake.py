@@ -203,7 +203,8 @@ class Pipeline:
                     for instance in (instances(experiment) if instances else [None]):
                         location = self.reuse_location(experiment, pair, stage, instance)
                         values = {"pair": pair, "experiment": experiment, "instance": instance}
-                        if location and not all(os.path.exists(apply_wildcards(p, values)) for p in rule.output):
+                        if location and not all(self.present(apply_wildcards(self._pattern(p), values))
+                                                for p in rule.output):
                             problem = reuse.source_problem(location)
                             if problem:
                                 problems.append(f"{experiment}/{pair}/{stage}"
