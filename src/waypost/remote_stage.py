@@ -73,6 +73,10 @@ class RemoteStage:
             return storage.GCS_PREFIX + path[len(self.mirror) + 1:]
         return local_path
 
+    def _name(self, local_path: str) -> str:
+        """The object name (bucket/key) of a file in the local copy of the bucket."""
+        return self.url_of(local_path)[len(storage.GCS_PREFIX):]
+
     def locate(self, inputs: list[dict]) -> list[dict]:
         """Input records (``runner.describe_inputs``) naming where the inputs
         live, not where this run's copies were."""
@@ -98,7 +102,7 @@ class RemoteStage:
         found = {}
         for directory, _, names in os.walk(self.local):
             for name in names:
-                if not name.startswith(".tmp-"):  # a manifest being written
+                if not name.startswith(".tmp-"):  # a file being written or fetched
                     full = os.path.join(directory, name)
                     st = os.stat(full)
                     found[os.path.relpath(full, self.local)] = (st.st_size, st.st_mtime_ns)
@@ -106,8 +110,9 @@ class RemoteStage:
 
     def _record(self, rels) -> None:
         for rel in rels:
-            st = os.stat(os.path.join(self.local, rel))
-            self._synced[rel] = (st.st_size, st.st_mtime_ns)
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(os.path.join(self.local, rel))
+                self._synced[rel] = (st.st_size, st.st_mtime_ns)
 
     def _upload(self, rels: list[str]) -> None:
         if rels:
@@ -125,12 +130,11 @@ class RemoteStage:
         wanted = [rel for rel in remote if workspace or rel in (MANIFEST, RUNNING)]
         self._get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
-        self._get([self.url_of(p)[len(storage.GCS_PREFIX):] for p in inputs], inputs)
+        self._get([self._name(p) for p in inputs], inputs)
         manifests = {os.path.join(os.path.dirname(os.path.abspath(p)), MANIFEST) for p in inputs}
-        names = [self.url_of(m)[len(storage.GCS_PREFIX):] for m in manifests]
-        found = self.fs.cat(names, on_error="omit") if names else {}
+        found = self.fs.cat([self._name(m) for m in manifests], on_error="omit") if manifests else {}
         for local in manifests:
-            data = found.get(self.url_of(local)[len(storage.GCS_PREFIX):])
+            data = found.get(self._name(local))
             if data is None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(local)  # an old copy must not outlive the bucket's

@@ -52,7 +52,8 @@ class Pipeline:
         self.root = config["root"]
         # On a gs:// root Snakemake sees stage files through waypost's storage
         # plugin: rules' paths are relative to the root (the storage prefix),
-        # and jobs work in the bucket's local copy (see remote_stage).
+        # jobs get gs:// URLs, and the step runner works on a local copy of
+        # the bucket, ``self.mirror`` (see remote_stage).
         self.mirror = None
         if layout.is_gcs(self.root):
             from . import remote_stage
