@@ -166,3 +166,17 @@ def test_rerun_refuses_unknown_names_and_changes_nothing(run_copy):
     proc = waypost(run_copy, "rerun", "train_student", "--experiment", "nope", check=False)
     assert proc.returncode == 1 and "unknown experiment" in proc.stderr
     assert planned(run_copy) == {}
+
+
+def test_rerun_refuses_while_an_attempt_runs(run_copy):
+    import socket
+    import subprocess
+    target = stage(run_copy, "en-xa", "train_student", "exp1")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (target / "_running.json").write_text(json.dumps({"pid": sleeper.pid, "host": socket.gethostname()}))
+        proc = waypost(run_copy, "rerun", "train_student", "--experiment", "exp1", check=False)
+        assert proc.returncode == 1 and "an attempt is running" in proc.stderr and "nothing was changed" in proc.stderr
+        assert (target / "model.json").exists() and not (target / ".attempts").exists()
+    finally:
+        sleeper.kill()
