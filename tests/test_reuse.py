@@ -153,8 +153,9 @@ def test_plan_shows_missing_work_and_drift(run_copy):
     plan = json.loads(waypost(run_copy, "plan", "--profile", str(LOCAL_PROFILE), "--json").stdout)
     assert [(r["pair"], r["stage"], r["why"]) for r in plan["next_run"]] == [("en-xb", "export", "outputs missing")]
     drifted = {(r["pair"], r["stage"]): r["what"] for r in plan["drift"]}
-    assert drifted[("en-xa", "train_student")] == ["settings: epochs: 2 → 4"]
-    assert ("en-xa", "train_teacher") not in drifted
+    # (the code version may differ too when the checkout changes while the tests run)
+    assert [w for w in drifted[("en-xa", "train_student")] if not w.startswith("code:")] == ["settings: epochs: 2 → 4"]
+    assert not [w for w in drifted.get(("en-xa", "train_teacher"), []) if not w.startswith("code:")]
     text = waypost(run_copy, "plan", "--profile", str(LOCAL_PROFILE), "--width", "200").stdout
     assert "next run: 1 job(s)" in text and "epochs: 2 → 4" in text
 
@@ -165,3 +166,17 @@ def test_rerun_refuses_unknown_names_and_changes_nothing(run_copy):
     proc = waypost(run_copy, "rerun", "train_student", "--experiment", "nope", check=False)
     assert proc.returncode == 1 and "unknown experiment" in proc.stderr
     assert planned(run_copy) == {}
+
+
+def test_rerun_refuses_while_an_attempt_runs(run_copy):
+    import socket
+    import subprocess
+    target = stage(run_copy, "en-xa", "train_student", "exp1")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (target / "_running.json").write_text(json.dumps({"pid": sleeper.pid, "host": socket.gethostname()}))
+        proc = waypost(run_copy, "rerun", "train_student", "--experiment", "exp1", check=False)
+        assert proc.returncode == 1 and "an attempt is running" in proc.stderr and "nothing was changed" in proc.stderr
+        assert (target / "model.json").exists() and not (target / ".attempts").exists()
+    finally:
+        sleeper.kill()

@@ -111,6 +111,7 @@ def _remote_manifests(fs, prefix: str) -> dict[str, str]:
     """{stage dir URL: generation} from one listing of the prefix."""
     found = {}
     depth = prefix.count("/")
+    fs.invalidate_cache(prefix)  # others write to the bucket: never answer from an old listing
     for path, info in fs.find(prefix, detail=True).items():
         if not path.endswith("/" + layout.MANIFEST) or "/." in path[len(prefix):]:
             continue

@@ -293,9 +293,7 @@ def cmd_reuse(args) -> int:
               "finished:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
     path = os.path.join(wconfig.reuse_dir(args.config), f"{args.into}.yaml")
-    command = "waypost " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("waypost") else \
-        f"waypost reuse --into {args.into} --from {args.source} --upstream-of {args.upstream_of}"
-    reuse.write_pointers(path, args.into, entries, command)
+    reuse.write_pointers(path, args.into, entries, "waypost " + shlex.join(sys.argv[1:]))
     print(f"wrote {os.path.relpath(path)}: experiment {args.into} takes {len(entries)} stage(s) from "
           f"{args.source}: {', '.join(entries)}")
     print(f"the next run computes {args.upstream_of} and what follows it")
