@@ -26,10 +26,14 @@ demo: profiles
 	@echo
 	@echo "Report: $$(pwd)/results/_all/sample/report/report.md (and report.html)"
 
-# As root (CI), start the local Slurm cluster the Slurm tests use (installs
-# munge, Slurm and MariaDB on first use); elsewhere those tests skip.
+# As root (CI), install Debian's chromium for the status page test and start
+# the local Slurm cluster the Slurm tests use (installs munge, Slurm and
+# MariaDB on first use); elsewhere those tests skip.
 test: profiles
-	@if [ "$$(id -u)" = 0 ]; then bash scripts/slurm-dev-cluster.sh start; \
+	@if [ "$$(id -u)" = 0 ]; then \
+	    [ -x /usr/bin/chromium ] || { echo "installing chromium (for the status page test)"; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || exit 1; \
+	    bash scripts/slurm-dev-cluster.sh start; \
 	else echo "not root: the Slurm tests will be skipped"; fi
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

@@ -67,10 +67,13 @@ def planned(workdir: Path, *args: str, **kwargs) -> dict[str, int]:
     return jobs
 
 
+CONFIG_COMMANDS = ("status", "find", "reuse", "rerun", "adopt", "plan", "run")
+
+
 def waypost(workdir: Path, *args: str, check: bool = True, config: str = "config.yaml") -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "waypost.cli", *args]
-    if args and args[0] in ("status",):
-        cmd += ["--config", str(workdir / config), "--workflow", str(REPO / "workflow")]
+    if args and args[0] in CONFIG_COMMANDS:
+        cmd[3:4] = [args[0], "--config", str(workdir / config), "--workflow", str(REPO / "workflow")]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=120)
     if check and proc.returncode != 0:
         raise AssertionError(f"waypost failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -105,12 +108,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class EmulatorLog:
+    """The requests fake-gcs-server served (from its log), for tests that
+    check what went over the wire: ``mark()``, then ``requests(mark)``."""
+
+    REQUEST = re.compile(r'\\"([A-Z]+) (\S+) HTTP/')
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def mark(self) -> int:
+        return self.path.stat().st_size
+
+    def requests(self, since: int = 0) -> list[str]:
+        from urllib.parse import unquote
+        with open(self.path, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        return [f"{method} {unquote(path)}" for method, path in self.REQUEST.findall(text)]
+
+
+_EMULATOR: dict = {}
+
+
 @pytest.fixture(scope="session")
-def gcs_emulator():
+def gcs_emulator(tmp_path_factory):
     """fake-gcs-server on 127.0.0.1 (in memory), for the whole session.
 
     Sets STORAGE_EMULATOR_HOST in this process and so in every snakemake and
-    waypost subprocess the tests start; yields the endpoint URL.
+    waypost subprocess the tests start; yields the endpoint URL. Its request
+    log is the ``gcs_log`` fixture.
     """
     import time
     import urllib.request
@@ -123,9 +150,12 @@ def gcs_emulator():
     binary = next((Path(wrapper.__file__).parent / "vendor/fake-gcs-server/bin").glob("fake-gcs-server-linux-*"))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                             "-external-url", url, "-backend", "memory", "-log-level", "warn"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path_factory.mktemp("gcs") / "requests.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+                                 "-external-url", url, "-backend", "memory", "-log-level", "info"],
+                                stdout=out, stderr=out)
+    _EMULATOR["log"] = EmulatorLog(log)
     deadline = time.time() + 20
     while True:
         try:
@@ -150,6 +180,11 @@ def gcs_emulator():
         else:
             os.environ[key] = value
     storage.reset()
+
+
+@pytest.fixture
+def gcs_log(gcs_emulator) -> EmulatorLog:
+    return _EMULATOR["log"]
 
 
 @pytest.fixture

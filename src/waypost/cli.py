@@ -9,21 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from . import __version__
 from . import config as wconfig
+from .catalog import DEFAULT_DB
 
-STYLE = {
-    "SUCCESS": ("done", "green"),
-    "adopted": ("adopted", "cyan"),
-    "missing": ("missing", "bright_black"),
-    "running": ("running", "yellow"),
-    "interrupted": ("interrupted", "magenta"),
-    "corrupt": ("corrupt", "bold red"),
-    "SKIPPED": ("skipped", "yellow"),
-}
-FAILED_STYLE = "bold red"
+DEFAULT_CONFIG = "config/config.yaml"
 
 
 def load_config(args) -> dict:
@@ -42,31 +35,30 @@ def cmd_status(args) -> int:
         json.dump(grid, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    if args.html:
+        from . import statuspage
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(statuspage.render(grid))
+        print(f"wrote {args.html}")
+        return 0
     render_status(grid)
     return 0
 
 
 def _label(cell: dict) -> tuple[str, str]:
-    state = cell["state"]
-    text, style = STYLE.get(state, (state.lower(), FAILED_STYLE))
-    attempts = cell.get("attempts", 0)
-    if "instances" in cell:
-        instances = cell["instances"].values()
-        done = sum(1 for c in instances if c["state"] in ("SUCCESS", "adopted"))
-        text = f"{text} {done}/{len(cell['instances'])}"
-        attempts = max((c.get("attempts", 0) for c in instances), default=0)
-    if cell.get("provisional") or any(c.get("provisional") for c in cell.get("instances", {}).values()):
-        text += "*"
-    if attempts > 1:
-        text += f" ×{attempts}"
-    return text, style
+    from . import status
+
+    text, attempts = status.label(cell)
+    return text + (f" ×{attempts}" if attempts > 1 else ""), status.look(cell["state"])[1]
 
 
 def render_status(grid: dict) -> None:
-    """One table per experiment: a row per stage, a column per pair."""
+    """One table per experiment: a row per stage, a column per pair; a legend."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from . import status
 
     console = Console()
     for experiment, columns in grid["experiments"].items():
@@ -78,13 +70,9 @@ def render_status(grid: dict) -> None:
             cells = [Text(*_label(col[stage])) if stage in col else Text("") for col in columns.values()]
             table.add_row(stage, *cells)
         console.print(table)
-    legend = Text("legend: ")
-    for key in ("SUCCESS", "adopted", "missing", "running", "interrupted", "SKIPPED"):
-        text, style = STYLE[key]
-        legend.append(text, style=style).append("  ")
-    legend.append("failed/timeout/oom/…", style=FAILED_STYLE)
-    legend.append("   n/m: instances done   ×k: attempts   *: ran over failed parents, redone next run")
-    console.print(legend)
+    lines = [Text("  ").join(Text(*status.look(state)[:2]) for state in group)
+             for group in (status.LOOKS, status.FAILURES)]
+    console.print(Text("legend: ") + Text("\n        ").join([*lines, Text(status.LEGEND_MARKS)]))
 
 
 def _stage_cells(grid: dict, stage: str, experiment: str | None, pair: str | None):
@@ -233,18 +221,187 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def cmd_find(args) -> int:
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from . import catalog
+
+    cfg = load_config(args)
+    cat = catalog.Catalog(args.db)
+    roots = catalog.roots_of(cfg) + (args.root or [])
+    if not args.no_refresh:
+        cat.forget_others(roots)
+        for root in roots:
+            try:
+                done = cat.refresh(root)
+            except Exception as exc:  # noqa: BLE001 — one root down doesn't hide the others
+                print(f"waypost: catalog: {exc}", file=sys.stderr)
+                continue
+            for problem in done.problems:
+                print(f"waypost: catalog: skipped {problem}", file=sys.stderr)
+    rows = cat.find(stage=args.stage, pair=args.pair, experiment=args.experiment, state=args.state,
+                    since=args.since, until=args.until, config_hash=args.config_hash, limit=args.limit)
+    for row in rows:
+        against = args.against or (row["experiment"] if row["experiment"] in cfg["experiments"] else
+                                   next((e for e, x in cfg["experiments"].items() if row["pair"] in x["pairs"]), None))
+        if against and row["stage"] in cfg["stages"] and (row["pair"] in cfg["experiments"][against]["pairs"]
+                                                          or row["pair"] == "_all"):
+            current = wconfig.step_settings(cfg, against, row["pair"], row["stage"])
+            row["differs"] = catalog.settings_diff(row["settings"], current)
+            row["compared_with"] = against
+        else:
+            row["differs"], row["compared_with"] = None, None
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    locations = [r["location"] if r["location"].startswith("gs://") or not r["location"].startswith(os.getcwd() + os.sep)
+                 else os.path.relpath(r["location"]) for r in rows]
+    stages = [r["stage"] + (f"/{r['instance']}" if r["instance"] else "") for r in rows]
+    widths = {"stage": max(map(len, stages), default=5), "created": 16, "config": 8, "state": 5}
+    for column in ("experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config", "location"):
+        table.add_column(column, overflow="fold", min_width=widths.get(column))
+    for row, location, name in zip(rows, locations, stages):
+        text, style = _label({"state": "adopted" if row["adopted"] else row["state"]})
+        if row["differs"] is None:
+            differs = "–"
+        else:
+            differs = "same" if not row["differs"] else "; ".join(row["differs"])
+            differs = f"{differs} ({row['compared_with']})"
+        table.add_row(row["experiment"], row["pair"], name,
+                      f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else ""),
+                      (row["created"] or "")[:16].replace("T", " "), str(row["attempts"]),
+                      (row["config_hash"] or "–")[:8], escape(differs), escape(location))
+    Console(width=args.width).print(table)
+    return 0
+
+
+def cmd_reuse(args) -> int:
+    from . import graph, reuse
+
+    cfg = load_config(args)
+    parents = graph.load(args.config, args.workflow)
+    entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
+                                       args.from_root)
+    if problems:
+        print(f"waypost: can't reuse from experiment {args.source} (nothing written): these stages are not "
+              "finished:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    path = os.path.join(wconfig.reuse_dir(args.config), f"{args.into}.yaml")
+    reuse.write_pointers(path, args.into, entries, "waypost " + shlex.join(sys.argv[1:]))
+    print(f"wrote {os.path.relpath(path)}: experiment {args.into} takes {len(entries)} stage(s) from "
+          f"{args.source}: {', '.join(entries)}")
+    print(f"the next run computes {args.upstream_of} and what follows it")
+    return 0
+
+
+def cmd_rerun(args) -> int:
+    from . import steer
+
+    cfg = load_config(args)
+    done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
+    for directory, archived in done:
+        print(f"{os.path.relpath(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}")
+    verb = "would be redone" if args.dry_run else "will be redone by the next run"
+    print(f"{len(done)} stage(s) {verb}")
+    return 0
+
+
+def cmd_adopt(args) -> int:
+    from . import steer
+
+    cfg = load_config(args)
+    record = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
+    print(f"adopted {len(record['outputs'])} file(s) as {args.experiment}/{args.pair}/{args.stage}"
+          f"{'/' + args.instance if args.instance else ''}: " + ", ".join(o["path"] for o in record["outputs"]))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rich.markup import escape
+
+    from . import plan
+
+    cfg = load_config(args)
+    extra = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    config_path = None if args.config == DEFAULT_CONFIG else args.config
+    code, text = plan.dry_run(args.profile, config_path, args.workflow, extra)
+    if code != 0:
+        print(text[-4000:], file=sys.stderr)
+        print("waypost: the dry run failed (above)", file=sys.stderr)
+        return code
+    rows = plan.next_run(plan.parse_jobs(text), cfg)
+    drifted = plan.drift(cfg, wconfig.code_version(args.workflow), wconfig.experiment_scoped_stages(args.workflow))
+    if args.json:
+        json.dump({"next_run": rows, "drift": drifted}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    console = Console(width=args.width)
+    if rows:
+        table = Table(title=f"next run: {sum(max(1, len(r['instances'])) for r in rows)} job(s)", title_justify="left")
+        for column in ("experiment", "pair", "stage", "why"):
+            table.add_column(column, overflow="fold")
+        for r in rows:
+            stage = r["stage"] + (f" [{', '.join(sorted(r['instances']))}]" if r["instances"] else "")
+            table.add_row(r["experiment"], "all pairs" if r["pair"] == "_all" else r["pair"], escape(stage),
+                          escape(r["why"]))
+        console.print(table)
+    else:
+        console.print("next run: nothing to do")
+    if drifted:
+        table = Table(title="done, but made with other settings, code or inputs than now "
+                            "(kept in presence mode; `waypost rerun STAGE` redoes one)", title_justify="left")
+        for column in ("experiment", "pair", "stage", "made", "what differs"):
+            table.add_column(column, overflow="fold")
+        for r in drifted:
+            table.add_row(r["experiment"], "all pairs" if r["pair"] == "_all" else r["pair"],
+                          r["stage"] + (f"/{r['instance']}" if r["instance"] else ""),
+                          (r["created"] or "")[:19].replace("T", " ")
+                          + (f" (reused from {r['reused_from']})" if r["reused_from"] else ""),
+                          escape("\n".join(r["what"])))
+        console.print(table)
+    else:
+        console.print("no drift: every done stage was made with the current settings and code")
+    return 0
+
+
+def cmd_run(args) -> int:
+    """Snakemake up to a stage, for some experiments and pairs."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(args.workflow, "Snakefile"), "--profile", args.profile]
+    if args.config != DEFAULT_CONFIG:
+        cmd += ["--configfile", args.config]
+    if args.until:
+        cmd += ["--until", *args.until]
+    select = {k: v for k, v in (("experiments", args.experiment), ("pairs", args.pair)) if v}
+    if select:
+        cmd += ["--config", "select=" + json.dumps(select, separators=(",", ":"))]
+    cmd += args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    print("waypost: " + " ".join(shlex.quote(c) for c in ["snakemake", *cmd[3:]]), file=sys.stderr)
+    sys.stdout.flush()
+    os.execv(cmd[0], cmd)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="waypost", description="Look at and steer the file state of a waypost workflow.")
     parser.add_argument("--version", action="version", version=f"waypost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p):
-        p.add_argument("--config", default="config/config.yaml", help="config file (default: %(default)s)")
+        p.add_argument("--config", default=DEFAULT_CONFIG, help="config file (default: %(default)s)")
         p.add_argument("--workflow", default="workflow", help="workflow dir with schemas/ (default: %(default)s)")
         return p
 
     p = with_config(sub.add_parser("status", help="experiments × pairs × stages, from the stage directories"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--html", metavar="FILE", help="write the grid as one self-contained HTML page")
     p.add_argument("--attempts", nargs="+", metavar="STAGE", help="list the attempt history of these stages")
     p.add_argument("--experiment", help="with --attempts: only this experiment")
     p.add_argument("--pair", help="with --attempts: only this pair")
@@ -267,6 +424,65 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-checksums", action="store_true", help="check output sizes only, not sha256")
     p.set_defaults(func=cmd_verify)
 
+    p = with_config(sub.add_parser("find", help="stages that already exist, in every root of the catalog"))
+    p.add_argument("--stage", help="a stage (shell patterns work: train_*)")
+    p.add_argument("--pair", help="a pair (shell patterns work: en-*)")
+    p.add_argument("--experiment", help="an experiment (shell patterns work)")
+    p.add_argument("--state", help="SUCCESS, FAILED, TIMEOUT, ...")
+    p.add_argument("--since", help="made at or after this UTC date/time (2026-11-01 or 2026-11-01T12:00)")
+    p.add_argument("--until", help="made before this UTC date/time")
+    p.add_argument("--config-hash", help="made with exactly these settings")
+    p.add_argument("--against", metavar="EXPERIMENT", help="compare settings with this experiment's (default: "
+                   "the stage's own experiment if configured)")
+    p.add_argument("--root", action="append", help="one more root to look in (path or gs:// URI)")
+    p.add_argument("--db", default=DEFAULT_DB, help="the catalog cache (default: %(default)s)")
+    p.add_argument("--no-refresh", action="store_true", help="query the cache as it is")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--width", type=int, help="table width (default: the terminal's)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_find)
+
+    p = with_config(sub.add_parser("reuse", help="make an experiment take the stages upstream of STAGE from another"))
+    p.add_argument("--into", required=True, metavar="NEW", help="the experiment that reuses")
+    p.add_argument("--from", dest="source", required=True, metavar="OLD", help="the experiment reused from")
+    p.add_argument("--upstream-of", required=True, metavar="STAGE", help="reuse every stage this one depends on")
+    p.add_argument("--pairs", nargs="+", help="only these pairs (default: all of NEW's)")
+    p.add_argument("--from-root", help="OLD lives under this root (path or gs:// URI), not the pipeline's")
+    p.set_defaults(func=cmd_reuse)
+
+    p = with_config(sub.add_parser("rerun", help="archive stages so the next run computes them again"))
+    p.add_argument("stage")
+    p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
+    p.add_argument("--pair", action="append", help="only this pair (repeatable)")
+    p.add_argument("--instance", help="only this instance of the stage")
+    p.add_argument("--downstream", action="store_true", help="and every stage made from their outputs")
+    p.add_argument("-n", "--dry-run", action="store_true", help="say what would be archived")
+    p.set_defaults(func=cmd_rerun)
+
+    p = with_config(sub.add_parser("adopt", help="declare files placed by hand in a stage directory done"))
+    p.add_argument("stage")
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--pair", default="_all", help="(default: the per-experiment slot, for funnels)")
+    p.add_argument("--instance")
+    p.add_argument("--note", help="why, for the record")
+    p.add_argument("--force", action="store_true", help="even over a stage waypost finished itself")
+    p.set_defaults(func=cmd_adopt)
+
+    p = with_config(sub.add_parser("plan", help="what the next run would do and why; done stages that drifted"))
+    p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
+    p.add_argument("--width", type=int, help="table width (default: the terminal's)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
+    p.set_defaults(func=cmd_plan)
+
+    p = with_config(sub.add_parser("run", help="run the pipeline, up to a stage, for some experiments and pairs"))
+    p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
+    p.add_argument("--until", nargs="+", metavar="STAGE", help="stop after these stages")
+    p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
+    p.add_argument("--pair", action="append", help="only this pair (repeatable)")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
+    p.set_defaults(func=cmd_run)
+
     profiles = sub.add_parser("profiles", help="Snakemake profiles").add_subparsers(dest="action", required=True)
     p = profiles.add_parser("install", help="make the repo's profiles usable by bare name (--profile local)")
     p.add_argument("--source", default="profiles", help="the repo's profiles dir (default: %(default)s)")
@@ -276,12 +492,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `waypost find --json | head` ends quietly
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except wconfig.ConfigError as exc:
         print(f"waypost: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # StorageError, SteerError, GraphError: one clear line, nothing changed
+        print(f"waypost: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

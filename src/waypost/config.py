@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import subprocess
 from functools import lru_cache
 
 import jsonschema
@@ -150,6 +151,16 @@ def check_semantics(config: dict, source: str) -> None:
             if pair not in pairs:
                 problems.append(f"{source}: experiments.{name}.per_pair.{pair}: unknown pair {pair!r} "
                                 f"(expected one of this experiment's pairs: {', '.join(pairs)})")
+        for stage, where in experiment.get("reuse", {}).items():
+            key = f"{source}: experiments.{name}.reuse.{stage}"
+            if stage not in config["stages"]:
+                problems.append(f"{key}: unknown stage {stage!r} (expected one of: {', '.join(config['stages'])})")
+            for pair, origin in (where.items() if isinstance(where, dict) else [(None, where)]):
+                if pair is not None and pair not in pairs:
+                    problems.append(f"{key}.{pair}: unknown pair {pair!r} "
+                                    f"(expected one of this experiment's pairs: {', '.join(pairs)})")
+                if origin == name:
+                    problems.append(f"{key}: an experiment can't reuse its own stage")
         # Pairs without per_pair entries share their settings: check the first.
         first_shared = next((pair for pair in pairs if pair not in per_pair), None)
         for pair in pairs:
@@ -186,7 +197,30 @@ def experiment_scoped_stages(workflow_dir: str) -> list[str]:
 
 
 def load(path: str, workflow_dir: str) -> dict:
-    return prepare(load_yaml(path), workflow_dir, path)
+    config, source = with_reuse_files(load_yaml(path), path)
+    return prepare(config, workflow_dir, source)
+
+
+# `waypost reuse` writes its pointers here, next to the config file; they are
+# merged over the config (one file per experiment, so they are easy to drop).
+REUSE_DIR = "reuse"
+
+
+def reuse_dir(config_path: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(config_path)), REUSE_DIR)
+
+
+def with_reuse_files(config: dict, config_path: str) -> tuple[dict, str]:
+    """The config with ``reuse/*.yaml`` beside it merged over it, and a
+    source naming every file read (for error messages)."""
+    directory = reuse_dir(config_path)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith((".yaml", ".yml")))
+    except FileNotFoundError:
+        return config, config_path
+    for name in names:
+        config = merge(config, load_yaml(os.path.join(directory, name)))
+    return config, " + ".join([config_path] + [os.path.join(REUSE_DIR, n) for n in names])
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -197,6 +231,14 @@ def merge(base: dict, override: dict) -> dict:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def reuse_source(config: dict, experiment: str, pair: str, stage: str) -> str | None:
+    """Where an experiment takes a stage from (see the ``reuse`` key), or None."""
+    where = config["experiments"][experiment].get("reuse", {}).get(stage)
+    if isinstance(where, dict):
+        return where.get(pair)
+    return where
 
 
 def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
@@ -210,6 +252,26 @@ def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict
     settings = merge(settings, exp.get("stages", {}).get(stage, {}))
     settings = merge(settings, exp.get("per_pair", {}).get(pair, {}).get(stage, {}))
     return settings
+
+
+# Settings that steer the engine, not the step: not passed to it, not hashed.
+ENGINE_KEYS = ("policy", "worker", "resources")
+
+
+def step_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
+    """What a stage's step is given (and its manifest records): its settings
+    without the engine's keys."""
+    return {k: v for k, v in stage_settings(config, experiment, pair, stage).items() if k not in ENGINE_KEYS}
+
+
+def code_version(directory: str) -> str:
+    """The git commit of the workflow (``-dirty`` when it has local changes)."""
+    try:
+        out = subprocess.run(["git", "-C", directory, "describe", "--always", "--dirty", "--abbrev=12"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
 def settings_hash(settings: dict) -> str:

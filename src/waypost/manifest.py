@@ -89,11 +89,20 @@ def read(stage_dir: str) -> dict | None:
     """
     path = manifest_path(stage_dir)
     try:
-        with open(path) as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            text = f.read()
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
+        raise ManifestError(f"{path}: unreadable manifest ({exc})") from exc
+    return parse(text, path)
+
+
+def parse(text: bytes | str, path: str) -> dict:
+    """A manifest from its bytes; ManifestError naming ``path`` if it isn't one."""
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: unreadable manifest ({exc})") from exc
     if not isinstance(data, dict) or data.get("state") not in STATES or not isinstance(data.get("attempts"), list):
         raise ManifestError(f"{path}: not a waypost manifest (missing state or attempts)")

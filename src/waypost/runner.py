@@ -31,6 +31,7 @@ The step's own exit status is kept as it was; checks never overwrite it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -41,7 +42,7 @@ import sys
 import threading
 import time
 
-from . import manifest, policy as wpolicy, slurm, workers
+from . import manifest, policy as wpolicy, remote_stage, slurm, workers
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING, UNFINISHED
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -66,6 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="python -m waypost.runner")
     parser.add_argument("--stage-dir", required=True)
+    parser.add_argument("--local-dir", help="with a gs:// --stage-dir: the local copy of it the step works in")
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--pair", required=True)
     parser.add_argument("--stage", required=True)
@@ -83,6 +85,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--worker-env", default="{}", help="the worker class's declared GPUS/WORKSPACE as JSON")
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--output", action="append", default=[])
+    parser.add_argument("--reuse-from", help="take the stage from this stage directory instead of running it")
     args = parser.parse_args(argv[:split])
     args.command = argv[split + 1:]
     if not args.command:
@@ -238,7 +241,8 @@ class StageRun:
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.dir = args.stage_dir
+        self.remote = remote_stage.for_runner(args)
+        self.dir = self.remote.local if self.remote else args.stage_dir
         self.policy = wpolicy.Policy.from_config(json.loads(args.policy))
         self.history: list[dict] = []   # every attempt ever, this series last
         self.series_no = 1
@@ -253,9 +257,11 @@ class StageRun:
             "pid": os.getpid(), "host": manifest.hostname(), "series": self.series_no,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
+        if self.remote:
+            self.remote.push(self.args.output)
 
     def _archive(self, keep: tuple[str, ...] = ()) -> str | None:
-        archived = manifest.archive_workspace(self.dir, keep=keep)
+        archived = self.remote.archive(keep) if self.remote else manifest.archive_workspace(self.dir, keep=keep)
         if archived:
             for old in self.history:
                 if old.get("workspace") == ".":
@@ -364,7 +370,8 @@ class StageRun:
         oom_before = _oom_kills()
         started = time.monotonic()
         attempt = Attempt(command, env, self._path(log_rel), runtime, self.policy.kill_grace)
-        returncode = attempt.run()
+        with self.remote.syncing(self.args.output) if self.remote else contextlib.nullcontext():
+            returncode = attempt.run()
         oom_after = _oom_kills()
         missing = [p for p in self.args.output if not os.path.exists(p)] if returncode == 0 else []
         state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
@@ -434,6 +441,8 @@ class StageRun:
 
     def run(self) -> int:
         self.received_signal = None
+        if self.remote:  # a Snakemake retry goes on with the series: it needs the workspace
+            self.remote.pull(self.args.input, workspace=self.args.snakemake_attempt > 1)
         busy, where = manifest.attempt_in_flight(self.dir, me=os.getpid())
         if busy:
             print(f"waypost: {self.args.stage}: another attempt is still running in {self.dir} ({where}); "
@@ -485,6 +494,8 @@ class StageRun:
     def finish(self, state: str, reason: str | None = None) -> int:
         outputs = manifest.describe_outputs(self.dir, self.args.output) if state == "SUCCESS" else []
         inputs = describe_inputs(self.args.input)
+        if self.remote:
+            inputs = self.remote.locate(inputs)
         record = manifest.build(
             experiment=self.args.experiment, pair=self.args.pair, stage=self.args.stage,
             instance=self.args.instance, state=state, attempts=self.history, outputs=outputs,
@@ -503,10 +514,14 @@ class StageRun:
         if tolerated:
             self._placeholders()
         manifest.write_json_atomic(manifest.manifest_path(self.dir), record)
+        if self.remote:  # outputs only where they count; the manifest last
+            self.remote.push(self.args.output, final=state == "SUCCESS" or tolerated)
         if tolerated or record["provisional"]:
             self._mark_unfinished(state)
         if os.path.exists(self._path(RUNNING)):
             os.unlink(self._path(RUNNING))
+        if self.remote:
+            self.remote.close()
         if state == "SUCCESS":
             return 0
         if tolerated:
@@ -529,6 +544,8 @@ class StageRun:
             f.write(f"{state}\n")
         ahead = time.time() + 3600
         os.utime(marker, (ahead, ahead))
+        if self.remote:
+            self.remote.put_marker(UNFINISHED, ahead)
 
     def _placeholders(self) -> None:
         """Declared outputs Snakemake needs to see; empty where the step wrote
@@ -541,6 +558,9 @@ class StageRun:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.reuse_from:
+        from . import reuse
+        return reuse.take(args)
     try:
         return StageRun(args).run()
     except wpolicy.PolicyError as exc:

@@ -12,26 +12,14 @@ import inspect
 import json
 import os
 import shlex
-import subprocess
 import sys
 
 from . import config as wconfig
-from . import layout
+from . import layout, reuse, storage
 from . import workers as wworkers
 
 INSTANCE = "{instance}"
-# Settings that steer the engine, not the step: not passed to it, not hashed.
-ENGINE_KEYS = ("policy", "worker", "resources")
-
-
-def code_version(directory: str) -> str:
-    """The git commit of the workflow (``-dirty`` when it has local changes)."""
-    try:
-        out = subprocess.run(["git", "-C", directory, "describe", "--always", "--dirty", "--abbrev=12"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 
 
 class Pipeline:
@@ -48,13 +36,13 @@ class Pipeline:
         self.repo_dir = os.path.dirname(os.path.abspath(self.workflow_dir))
         try:
             if workflow.configfiles:
-                source = ", ".join(map(str, workflow.configfiles))
+                self.configfile = str(workflow.configfiles[-1])
+                loaded, source = wconfig.with_reuse_files(dict(config), self.configfile)
             else:
-                source = default_configfile
-                loaded = wconfig.load_yaml(default_configfile)
-                overrides = workflow.config_settings.overwrite_config or {}
-                config.update(wconfig.merge(loaded, dict(overrides)))
-            prepared = wconfig.prepare(dict(config), self.workflow_dir, source)
+                self.configfile = default_configfile
+                loaded, source = wconfig.with_reuse_files(wconfig.load_yaml(default_configfile), default_configfile)
+                loaded = wconfig.merge(loaded, dict(workflow.config_settings.overwrite_config or {}))
+            prepared = wconfig.prepare(loaded, self.workflow_dir, source)
         except wconfig.ConfigError as exc:
             # A clean one-paragraph error from Snakemake, before any job runs.
             from snakemake.exceptions import WorkflowError
@@ -63,8 +51,17 @@ class Pipeline:
         config.update(prepared)
         self.config = config
         self.root = config["root"]
+        # On a gs:// root Snakemake sees stage files through waypost's storage
+        # plugin: rules' paths are relative to the root (the storage prefix),
+        # jobs get gs:// URLs, and the step runner works on a local copy of
+        # the bucket, ``self.mirror`` (see remote_stage).
+        self.mirror = None
+        if layout.is_gcs(self.root):
+            from . import remote_stage
+            self.mirror = remote_stage.planning_mirror(self.root, workflow)
+        self.base = "" if self.mirror else self.root
         self.presence = config["rerun_policy"] == "presence"
-        self.code_version = code_version(self.workflow_dir)
+        self.code_version = wconfig.code_version(self.workflow_dir)
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
@@ -73,8 +70,11 @@ class Pipeline:
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._default_class: dict[str, str] = {}
         # Per (experiment, scope, stage), where the scope is the pair when the
-        # experiment's per_pair overrides it, else None (all its other pairs
-        # and its funnels share one set of settings): computed once each.
+        # experiment's per_pair or reuse names it, else None (all its other
+        # pairs and its funnels are alike): computed once each.
+        self._named_pairs = {name: set(spec.get("per_pair", {})).union(
+            *(where for where in spec.get("reuse", {}).values() if isinstance(where, dict)))
+            for name, spec in config["experiments"].items()}
         self._settings: dict[tuple, dict] = {}
         self._policies: dict[tuple, object] = {}
         self._tolerated: dict[tuple, bool] = {}
@@ -113,7 +113,23 @@ class Pipeline:
     def path(self, stage: str, filename: str, instance: str | None = None, pair: str = "{pair}") -> str:
         """Pattern of a stage output; ``instance=INSTANCE`` for per-instance stages."""
         parts = [pair, "{experiment}", stage] + ([instance] if instance else []) + [filename]
-        return layout.join(self.root, *parts)
+        return layout.join(self.base, *parts)
+
+    def present(self, path: str) -> bool:
+        """Does a stage file (a path as rules write it) exist? On a gs://
+        root: is it in the one listing of the root this planning makes."""
+        if self.mirror is None:
+            return os.path.exists(path)
+        from . import storage
+        return storage.listed(layout.join(self.root, path))
+
+    def _pattern(self, path) -> str:
+        """A rule's output as the rule wrote it (Snakemake turns paths on a
+        gs:// root into storage files named by their local copy)."""
+        from snakemake.io import is_flagged
+        if is_flagged(path, "storage_object"):
+            return path.storage_object.query[len(self.root.rstrip("/")) + 1:]
+        return path
 
     def needs(self, consumer: str, **inputs):
         """The inputs of stage ``consumer``, for a rule's ``input: unpack(...)``
@@ -140,8 +156,10 @@ class Pipeline:
                    for name, (stage, *rest) in inputs.items()}
 
         def job_inputs(wildcards):
+            if self.reused_from(consumer, wildcards):
+                return {name: [] for name in inputs}  # copied from elsewhere: nothing upstream is needed
             marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
-            unfinished = os.path.exists(marker)
+            unfinished = self.present(marker)
             if self.presence and not unfinished and self.is_done(consumer, wildcards):
                 return {name: [] for name in inputs}
             values = dict(wildcards.items())
@@ -158,17 +176,78 @@ class Pipeline:
             return resolved
         return _presigned(job_inputs)
 
+    # --- reuse ------------------------------------------------------------
+    def reuse_location(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> str | None:
+        """The stage directory an experiment takes this stage from (its
+        ``reuse`` setting), or None when the stage is computed here."""
+        source = wconfig.reuse_source(self.config, experiment, pair, stage)
+        if source is None:
+            return None
+        if layout.is_valid_name(source):   # another experiment under the same root
+            location = layout.stage_dir(self.root, pair, source, stage, instance)
+        else:
+            location = storage.join(source, instance) if instance else source
+        return location if storage.is_remote(location) else os.path.abspath(location)
+
+    def reused_from(self, stage: str, wildcards) -> str | None:
+        return self.reuse_location(wildcards.experiment, wildcards.get("pair", layout.ALL_PAIRS), stage,
+                                   wildcards.get("instance"))
+
+    def check(self) -> None:
+        """After all rules are defined (end of the Snakefile): every reuse
+        source of a stage still to be done must be a SUCCESS stage, or the run
+        stops here with all the problems, before any job runs. Also records
+        the stage graph for the ``waypost`` command (``.waypost/stages.json``)."""
+        from snakemake.io import apply_wildcards
+        if getattr(self.workflow, "remote_exec", False):
+            return  # a cluster job: the main process checked already
+        problems = []
+        for rule, instances in self._tracked:
+            stage = rule.rule.name
+            per_experiment = "pair" not in rule.rule.wildcard_names
+            for experiment in self.experiments:
+                for pair in [layout.ALL_PAIRS] if per_experiment else self.pairs(experiment):
+                    for instance in (instances(experiment) if instances else [None]):
+                        location = self.reuse_location(experiment, pair, stage, instance)
+                        values = {"pair": pair, "experiment": experiment, "instance": instance}
+                        if location and not all(self.present(apply_wildcards(self._pattern(p), values))
+                                                for p in rule.output):
+                            problem = reuse.source_problem(location)
+                            if problem:
+                                problems.append(f"{experiment}/{pair}/{stage}"
+                                                f"{'/' + instance if instance else ''}: {problem}")
+        if problems:
+            from snakemake.exceptions import WorkflowError
+            raise WorkflowError(f"reuse sources in {self.configfile} can't be used (nothing was run):\n  "
+                                + "\n  ".join(problems))
+        self._record_graph()
+
+    def _record_graph(self) -> None:
+        graph = {"parents": {stage: sorted(parents) for stage, parents in sorted(self._parents.items())},
+                 "stages": [rule.rule.name for rule, _ in self._tracked]}
+        path = os.path.join(".waypost", "stages.json")
+        try:
+            with open(path) as f:
+                if json.load(f) == graph:
+                    return
+        except (OSError, ValueError):
+            pass
+        os.makedirs(".waypost", exist_ok=True)
+        from .manifest import write_json_atomic
+        write_json_atomic(path, graph, durable=False)
+
     def stage_dir(self, stage: str, wildcards) -> str:
-        return layout.stage_dir(self.root, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
+        return layout.stage_dir(self.base, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
                                 stage, wildcards.get("instance"))
 
     def is_unfinished(self, stage: str, wildcards) -> bool:
-        return os.path.exists(os.path.join(self.stage_dir(stage, wildcards), layout.UNFINISHED))
+        return self.present(os.path.join(self.stage_dir(stage, wildcards), layout.UNFINISHED))
 
     def is_done(self, stage: str, wildcards) -> bool:
         from snakemake.io import apply_wildcards
         values = dict(wildcards.items())
-        return all(os.path.exists(apply_wildcards(p, values)) for p in self.workflow.get_rule(stage).output)
+        return all(self.present(apply_wildcards(self._pattern(p), values))
+                   for p in self.workflow.get_rule(stage).output)
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
         """Does a funnel downstream of ``stage`` accept its failure?"""
@@ -204,15 +283,15 @@ class Pipeline:
 
     # --- settings --------------------------------------------------------
     def _scope(self, experiment: str, pair: str) -> str | None:
-        """The pair, where the experiment's ``per_pair`` overrides it; else
-        None: the experiment's other pairs and its funnels share settings."""
-        return pair if pair in self.config["experiments"][experiment].get("per_pair", {}) else None
+        """The pair, where the experiment's ``per_pair`` or ``reuse`` names it;
+        else None: the experiment's other pairs and its funnels are alike."""
+        return pair if pair in self._named_pairs[experiment] else None
 
     def _scopes(self):
-        """One (experiment, pair) per distinct set of stage settings."""
-        for experiment, spec in self.config["experiments"].items():
+        """One (experiment, pair) per distinct set of stage settings and reuse."""
+        for experiment, pairs in self._named_pairs.items():
             yield experiment, layout.ALL_PAIRS
-            yield from ((experiment, pair) for pair in spec.get("per_pair", {}))
+            yield from ((experiment, pair) for pair in sorted(pairs))
 
     def _stage_settings(self, experiment: str, pair: str, stage: str) -> dict:
         """The merged settings, shared: not to be changed."""
@@ -251,6 +330,10 @@ class Pipeline:
         if key not in self._resources:
             settings = self._stage_settings(experiment, pair, stage)
             _, spec = self.worker(stage, default_class, experiment, pair)
+            if (self.reuse_location(experiment, pair, stage)
+                    and REUSE_CLASS in self.workers["pools"][self.pool]["classes"]):
+                # a reuse job only copies files: no GPU node for that
+                spec = wworkers.worker_class(self.workers, self.pool, REUSE_CLASS, f"stage {stage}")
             policy = self._policy(experiment, pair, stage)
             overrides = dict(settings.get("resources") or {})
             if policy.runtime is not None:
@@ -305,12 +388,17 @@ class Pipeline:
             head = [self.python, "-m", "waypost.runner", "--stage-dir", stage_dir,
                     "--experiment", wildcards.experiment, "--pair", pair, "--stage", stage]
             tail = ["--instance", instance] if instance else []
+            if self.mirror:
+                tail += ["--local-dir", os.path.join(self.mirror, stage_dir[len("gs://"):])]
+            source = self.reuse_location(wildcards.experiment, pair, stage, instance)
+            if source:
+                tail += ["--reuse-from", source]
             if self.tolerated(stage, wildcards.experiment, pair):
                 tail.append("--tolerated")
-            marker = os.path.join(stage_dir, layout.UNFINISHED)   # an input only to make Snakemake redo it
-            for path in input:
-                if path != marker:
-                    tail += ["--input", path]
+            for name, paths in input.items():
+                if name != "_unfinished":
+                    tail += [arg for path in ([paths] if isinstance(paths, str) else paths)
+                             for arg in ("--input", path)]
             for path in output:
                 tail += ["--output", path]
             return " ".join([shlex.join(head), self._runner_options(stage, wildcards.experiment, pair)]
@@ -322,7 +410,7 @@ class Pipeline:
         key = (stage, experiment, self._scope(experiment, pair))
         if key not in self._step_options:
             settings = self.settings(experiment, pair, stage)
-            engine = {key: settings.pop(key, None) for key in ENGINE_KEYS}
+            engine = {key: settings.pop(key, None) for key in wconfig.ENGINE_KEYS}
             policy = dict(engine["policy"] or {})
             worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), experiment, pair)
             runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
@@ -357,18 +445,23 @@ class Pipeline:
         """
         wanted = self.all_outputs()
         if self.presence:
-            wanted = [path for path in wanted if not os.path.exists(path)
-                      or os.path.exists(os.path.join(os.path.dirname(path), layout.UNFINISHED))]
+            wanted = [path for path in wanted if not self.present(path)
+                      or self.present(os.path.join(os.path.dirname(path), layout.UNFINISHED))]
         return wanted
 
     def all_outputs(self) -> list[str]:
         from snakemake.io import apply_wildcards
         targets = []
+        select = self.config.get("select") or {}
+        experiments = [e for e in self.experiments if e in select.get("experiments", [e])]
         for rule, instances in self._tracked:
-            patterns = list(rule.output)
+            patterns = [self._pattern(p) for p in rule.output]
             per_experiment = "pair" not in rule.rule.wildcard_names
-            for experiment in self.experiments:
-                pairs = [layout.ALL_PAIRS] if per_experiment else self.pairs(experiment)
+            for experiment in experiments:
+                if per_experiment:  # a funnel is over all pairs: not when only some are selected
+                    pairs = [] if select.get("pairs") else [layout.ALL_PAIRS]
+                else:
+                    pairs = [p for p in self.pairs(experiment) if p in select.get("pairs", [p])]
                 for pair in pairs:
                     for instance in (instances(experiment) if instances else [None]):
                         values = {"pair": pair, "experiment": experiment, "instance": instance}

@@ -5,6 +5,7 @@ A stage directory is, in order of precedence:
                          interrupted when its process is gone
   corrupt                ``_manifest.json`` exists but can't be read
   SUCCESS (done)         its manifest says SUCCESS and its outputs are there
+                         (adopted if the manifest itself says ``adopted``)
   missing                its manifest says SUCCESS but an output was deleted
   FAILED, TIMEOUT, …     its manifest records a failed last attempt
   adopted                files are there without a manifest of this stage
@@ -20,9 +21,42 @@ import os
 from . import layout, manifest
 
 DONE = ("SUCCESS", "adopted")
+FAILURES = ("FAILED", "TIMEOUT", "OOM", "HWFAILURE", "PREEMPTED", "CANCELLED")
 # Worst first: the order in which an aggregate cell picks its state.
 SEVERITY = ["corrupt", "FAILED", "OOM", "TIMEOUT", "HWFAILURE", "PREEMPTED", "CANCELLED", "SKIPPED",
             "interrupted", "running", "missing", "adopted", "SUCCESS"]
+
+# How a state shows: label, rich style (terminal), CSS colour (HTML page).
+# The failure states, and any state not listed, show as FAILURE_LOOK.
+LOOKS = {
+    "SUCCESS": ("done", "green", "#2e7d32"),
+    "adopted": ("adopted", "cyan", "#00838f"),
+    "missing": ("missing", "bright_black", "#757575"),
+    "running": ("running", "yellow", "#b7950b"),
+    "interrupted": ("interrupted", "magenta", "#ad1fa3"),
+    "corrupt": ("corrupt", "bold red", "#c62828"),
+    "SKIPPED": ("skipped", "yellow", "#b7950b"),
+}
+FAILURE_LOOK = ("bold red", "#c62828")
+LEGEND_MARKS = "n/m: instances done  ×N: attempts  *: provisional, redone next run"
+
+
+def look(state: str) -> tuple[str, str, str]:
+    return LOOKS.get(state, (state.lower(), *FAILURE_LOOK))
+
+
+def label(cell: dict) -> tuple[str, int]:
+    """A cell's label (state, instances done ``n/m``, ``*`` if provisional)
+    and its attempts (of a stage with instances: the most of any)."""
+    text = look(cell["state"])[0]
+    attempts = cell.get("attempts", 0)
+    instances = cell.get("instances", {}).values()
+    if instances:
+        text += f" {sum(1 for c in instances if c['state'] in DONE)}/{len(instances)}"
+        attempts = max(c.get("attempts", 0) for c in instances)
+    if cell.get("provisional") or any(c.get("provisional") for c in instances):
+        text += "*"
+    return text, attempts
 
 
 def _running_state(stage_dir: str) -> str | None:
@@ -67,7 +101,7 @@ def stage_state(stage_dir: str, expected: dict) -> dict:
         elif data["state"] == "SUCCESS":
             missing = [o["path"] for o in data.get("outputs", [])
                        if not os.path.exists(os.path.join(stage_dir, o["path"]))]
-            cell["state"] = "missing" if missing else "SUCCESS"
+            cell["state"] = "missing" if missing else "adopted" if data.get("adopted") else "SUCCESS"
             if missing:
                 cell["missing_outputs"] = missing
         else:
@@ -107,6 +141,10 @@ def collect(config: dict, funnels: list[str]) -> dict:
     ``funnels`` are the stages that run once per experiment (``_all`` slot).
     """
     root = config["root"]
+    if layout.is_gcs(root):  # read from one listing of the bucket, as if it were on disk
+        from . import remote_stage
+        with remote_stage.snapshot(root) as local:
+            return remote_stage.relocate(collect({**config, "root": local}, funnels), local, root)
     stages = list(config["stages"])
     per_pair = [s for s in stages if s not in funnels]
     grid = {}

@@ -1,0 +1,127 @@
+"""waypost's Snakemake storage plugin: stage files on a ``gs://`` root, through gcsfs.
+
+Selected with ``default-storage-provider: waypost`` and
+``default-storage-prefix: <the root>`` (README: "Running with a bucket").
+Snakemake then looks for stage files in the bucket (existence, mtimes) and
+hands jobs their gs:// URLs; it neither fetches inputs nor stores outputs.
+The step runner does (``waypost.remote_stage``): it fetches the inputs, runs
+the step on local copies, and stores the outputs, then the manifest last.
+
+Why not snakemake-storage-plugin-gcs (1.1.4), measured against
+fake-gcs-server: Snakemake uploads a job's outputs after the job, so the
+manifest could only come last if every output were uploaded twice (a step's
+own upload is followed by Snakemake's); reusing a stage from another
+experiment would be a download and an upload; its mtimes are upload times,
+so the ``_unfinished`` marker can't be dated after the placeholders
+Snakemake uploads later; it creates a missing bucket instead of failing; and
+it plans a 2-job workflow with 57 requests. Here one listing of the root
+answers a whole planning, and an object's ``waypost-mtime`` metadata stands
+for its mtime.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Optional
+
+from snakemake_interface_storage_plugins.io import IOCacheStorageInterface, Mtime, get_constant_prefix
+from snakemake_interface_storage_plugins.storage_object import (
+    StorageObjectGlob,
+    StorageObjectRead,
+    StorageObjectWrite,
+)
+from snakemake_interface_storage_plugins.storage_provider import (
+    ExampleQuery,
+    QueryType,
+    StorageProviderBase,
+    StorageQueryValidationResult,
+)
+
+from waypost import storage
+
+MTIME_KEY = "waypost-mtime"
+
+
+def mtime_of(info: dict) -> float:
+    """An object's mtime: its ``waypost-mtime`` metadata, else when it was written."""
+    stamp = (info.get("metadata") or {}).get(MTIME_KEY)
+    return float(stamp) if stamp else info["mtime"].timestamp()
+
+
+class StorageProvider(StorageProviderBase):
+    def __post_init__(self):
+        pass
+
+    @classmethod
+    def example_queries(cls) -> List[ExampleQuery]:
+        return [ExampleQuery(query="gs://my-bucket/results/en-de/exp1/train_student/model.json",
+                             type=QueryType.ANY, description="a stage file under a gs:// root")]
+
+    @classmethod
+    def is_valid_query(cls, query: str) -> StorageQueryValidationResult:
+        valid = query.startswith(storage.GCS_PREFIX) and len(query) > len(storage.GCS_PREFIX)
+        return StorageQueryValidationResult(query=query, valid=valid,
+                                            reason=None if valid else "expected gs://bucket/path")
+
+    def use_rate_limiter(self) -> bool:
+        return False
+
+    def default_max_requests_per_second(self) -> float:
+        return 100.0
+
+    def rate_limiter_key(self, query: str, operation):
+        return None
+
+
+class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
+    def __post_init__(self):
+        # Snakemake neither fetches inputs nor stores outputs (jobs get gs://
+        # URLs): the step runner does, so that the manifest is stored last and
+        # a reuse between gs:// locations is a server-side copy.
+        self.retrieve = False
+        self.fs, self.path = storage.filesystem(self.query)
+
+    def local_suffix(self) -> str:
+        return self.path  # bucket/key
+
+    def cleanup(self):
+        pass
+
+    def get_inventory_parent(self) -> Optional[str]:
+        root = storage.root_of(self.query)
+        return self.cache_key(storage.filesystem(root)[1]) if root else None
+
+    async def inventory(self, cache: IOCacheStorageInterface):
+        """Fill Snakemake's cache from the one listing of the root this file is
+        under: what is listed exists, with its mtime and size; what is not
+        does not (the parent key marks the root as inventoried)."""
+        root = storage.root_of(self.query)
+        if root is None:
+            return
+        for name, info in storage.listing(root).items():
+            key = self.cache_key(name)
+            cache.exists_in_storage[key] = True
+            cache.mtime[key] = Mtime(storage=mtime_of(info))
+            cache.size[key] = info["size"]
+        cache.exists_in_storage.has_inventory.add(self.get_inventory_parent())
+
+    def exists(self) -> bool:
+        return self.fs.exists(self.path)
+
+    def mtime(self) -> float:
+        return mtime_of(self.fs.info(self.path))
+
+    def size(self) -> int:
+        return self.fs.info(self.path)["size"]
+
+    def retrieve_object(self):
+        self.fs.get_file(self.path, str(self.local_path()))
+
+    def store_object(self):
+        self.fs.put_file(str(self.local_path()), self.path)
+
+    def remove(self):
+        self.fs.rm_file(self.path)
+
+    def list_candidate_matches(self) -> Iterable[str]:
+        prefix = storage.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
+        return [storage.GCS_PREFIX + name for name in self.fs.find(prefix)]

@@ -1,0 +1,271 @@
+"""The catalog: every stage manifest under any number of roots, in a local
+SQLite cache, so "what already exists" is one indexed query.
+
+Roots are local paths or ``gs://bucket/prefix`` URIs (read through fsspec).
+A refresh lists each root's current manifests with a cheap stamp (mtime,
+size and inode locally; the object generation on GCS) and reads only those
+whose stamp changed since the last refresh; manifests that disappeared are
+dropped. A manifest that can't be read or parsed is recorded as a problem
+and skipped, never fatal.
+
+Only a stage's current manifest counts (``{root}/{pair}/{experiment}/{stage}
+[/{instance}]/_manifest.json``), not the archived ones under ``.attempts/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+
+from . import layout, manifest, storage
+
+DEFAULT_DB = os.path.join(".waypost", "catalog.sqlite")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS manifests (
+    location     TEXT PRIMARY KEY,   -- the stage (or instance) directory
+    root         TEXT NOT NULL,
+    stamp        TEXT NOT NULL,      -- changes whenever the manifest does
+    experiment   TEXT, pair TEXT, stage TEXT, instance TEXT,
+    state        TEXT, created TEXT, attempts INTEGER,
+    config_hash  TEXT, code_version TEXT, reused_from TEXT, adopted INTEGER,
+    provisional  INTEGER,
+    settings     TEXT                -- JSON
+);
+CREATE INDEX IF NOT EXISTS manifests_stage ON manifests (stage, pair, created);
+CREATE INDEX IF NOT EXISTS manifests_experiment ON manifests (experiment, pair, stage);
+CREATE INDEX IF NOT EXISTS manifests_root ON manifests (root);
+CREATE INDEX IF NOT EXISTS manifests_created ON manifests (created);
+CREATE INDEX IF NOT EXISTS manifests_config ON manifests (config_hash);
+CREATE TABLE IF NOT EXISTS problems (
+    location TEXT PRIMARY KEY, root TEXT NOT NULL, stamp TEXT NOT NULL, error TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS roots (
+    root TEXT PRIMARY KEY, refreshed REAL, manifests INTEGER
+);
+"""
+COLUMNS = ("location", "root", "stamp", "experiment", "pair", "stage", "instance", "state", "created",
+           "attempts", "config_hash", "code_version", "reused_from", "adopted", "provisional", "settings")
+
+
+@dataclass
+class Refresh:
+    """What one refresh of one root did."""
+    root: str
+    listed: int = 0      # manifests found
+    read: int = 0        # manifests read (new or changed)
+    removed: int = 0     # manifests gone since the last refresh
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _stamp(st: os.stat_result) -> str:
+    return f"{st.st_mtime_ns}:{st.st_size}:{st.st_ino}"
+
+
+def _local_manifests(root: str) -> dict[str, str]:
+    """{stage dir: stamp} for every current manifest under a local root.
+
+    The layout has a fixed depth, so this lists pair, experiment and stage
+    directories (and instance directories one level below) and nothing else:
+    no descent into outputs, checkpoints, logs or archives.
+    """
+    found = {}
+
+    def dirs(path):
+        try:
+            with os.scandir(path) as it:
+                return [e for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return []
+
+    def entries_of(path):
+        try:
+            with os.scandir(path) as it:
+                return {e.name: e for e in it}
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return {}
+
+    for pair in dirs(root):
+        if not (layout.is_valid_name(pair.name) or pair.name == layout.ALL_PAIRS):
+            continue
+        for experiment in dirs(pair.path):
+            for stage in dirs(experiment.path):
+                entries = entries_of(stage.path)
+                if layout.MANIFEST in entries:
+                    found[stage.path] = _stamp(entries[layout.MANIFEST].stat())
+                for name, entry in entries.items():
+                    if layout.is_valid_name(name) and entry.is_dir(follow_symlinks=False):
+                        try:
+                            st = os.stat(os.path.join(entry.path, layout.MANIFEST))
+                        except (FileNotFoundError, NotADirectoryError):
+                            continue
+                        found[entry.path] = _stamp(st)
+    return found
+
+
+def _remote_manifests(fs, prefix: str) -> dict[str, str]:
+    """{stage dir URL: generation} from one listing of the prefix."""
+    found = {}
+    depth = prefix.count("/")
+    fs.invalidate_cache(prefix)  # others write to the bucket: never answer from an old listing
+    for path, info in fs.find(prefix, detail=True).items():
+        if not path.endswith("/" + layout.MANIFEST) or "/." in path[len(prefix):]:
+            continue
+        if path.count("/") - depth not in (4, 5):   # pair/experiment/stage[/instance]/_manifest.json
+            continue
+        stamp = str(info.get("generation") or f"{info.get('updated')}:{info.get('size')}")
+        found[storage.url_of(fs, path.rsplit("/", 1)[0])] = stamp
+    return found
+
+
+def _row(location: str, root: str, stamp: str, data: dict) -> tuple:
+    return (location, root, stamp, data.get("experiment"), data.get("pair"), data.get("stage"),
+            data.get("instance"), data.get("state"), data.get("created"), len(data.get("attempts") or []),
+            data.get("config_hash"), data.get("code_version"), data.get("reused_from"),
+            int(bool(data.get("adopted"))), int(bool(data.get("provisional"))),
+            json.dumps(data.get("settings") or {}, sort_keys=True))
+
+
+class Catalog:
+    def __init__(self, path: str = DEFAULT_DB):
+        self.path = path
+        if path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.db = sqlite3.connect(path)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- refresh ---------------------------------------------------------
+    def refresh(self, root: str) -> Refresh:
+        """Bring one root's rows up to date, reading only what changed."""
+        started = time.perf_counter()
+        fs, base = storage.filesystem(root)
+        root_key = storage.url_of(fs, base)
+        result = Refresh(root_key)
+        try:
+            listed = _remote_manifests(fs, base) if storage.is_remote(root) else _local_manifests(base)
+        except Exception as exc:  # a root that can't be listed is reported, the others still refresh
+            raise storage.explain(exc, root_key) from None
+        result.listed = len(listed)
+        known = dict(self.db.execute("SELECT location, stamp FROM manifests WHERE root = ?", (root_key,)))
+        known.update(self.db.execute("SELECT location, stamp FROM problems WHERE root = ?", (root_key,)))
+        changed = [loc for loc, stamp in listed.items() if known.get(loc) != stamp]
+        gone = [loc for loc in known if loc not in listed]
+        rows, problems = [], []
+        for location, text in self._read_all(fs, changed):
+            path = storage.join(location, layout.MANIFEST)
+            try:
+                if isinstance(text, Exception):
+                    raise manifest.ManifestError(f"{path}: unreadable manifest ({text})")
+                rows.append(_row(location, root_key, listed[location], manifest.parse(text, path)))
+            except manifest.ManifestError as exc:
+                problems.append((location, root_key, listed[location], str(exc)))
+        result.read = len(changed)
+        result.removed = len(gone)
+        result.problems = [p[3] for p in problems]
+        with self.db:
+            for table in ("manifests", "problems"):
+                self.db.executemany(f"DELETE FROM {table} WHERE location = ?", [(loc,) for loc in changed + gone])
+            self.db.executemany(f"INSERT INTO manifests VALUES ({','.join('?' * len(COLUMNS))})", rows)
+            self.db.executemany("INSERT INTO problems VALUES (?, ?, ?, ?)", problems)
+            self.db.execute("INSERT OR REPLACE INTO roots VALUES (?, ?, ?)", (root_key, time.time(), len(rows)))
+        result.seconds = time.perf_counter() - started
+        return result
+
+    @staticmethod
+    def _read_all(fs, locations: list[str]):
+        """(location, bytes or the exception) for each; on GCS in concurrent batches."""
+        if not locations:
+            return
+        if storage.is_remote(locations[0]):
+            paths = [storage.filesystem(storage.join(loc, layout.MANIFEST))[1] for loc in locations]
+            for start in range(0, len(paths), 1000):
+                batch = paths[start:start + 1000]
+                got = fs.cat(batch, on_error="return")
+                for loc, path in zip(locations[start:start + 1000], batch):
+                    yield loc, got.get(path, FileNotFoundError(path))
+            return
+        for loc in locations:
+            try:
+                with open(os.path.join(loc, layout.MANIFEST), "rb") as f:
+                    yield loc, f.read()
+            except OSError as exc:
+                yield loc, exc
+
+    def forget_others(self, roots: list[str]) -> None:
+        """Drop the rows of roots no longer configured."""
+        keys = [storage.url_of(*storage.filesystem(r)) for r in roots]
+        marks = ",".join("?" * len(keys))
+        with self.db:
+            for table in ("manifests", "problems", "roots"):
+                self.db.execute(f"DELETE FROM {table} WHERE root NOT IN ({marks})", keys)
+
+    # --- queries ---------------------------------------------------------
+    def find(self, *, stage: str | None = None, pair: str | None = None, experiment: str | None = None,
+             state: str | None = None, since: str | None = None, until: str | None = None,
+             config_hash: str | None = None, root: str | None = None, limit: int | None = None) -> list[dict]:
+        """Manifests matching every given filter, newest first. ``pair``,
+        ``stage`` and ``experiment`` take shell-style patterns (``en-*``);
+        ``since``/``until`` are ISO dates or times (UTC)."""
+        where, args = [], []
+        for column, value in (("stage", stage), ("pair", pair), ("experiment", experiment)):
+            if value is not None:
+                where.append(f"{column} GLOB ?" if any(c in value for c in "*?[") else f"{column} = ?")
+                args.append(value)
+        for column, value in (("state", state), ("config_hash", config_hash), ("root", root)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if since:
+            where.append("created >= ?")
+            args.append(since)
+        if until:
+            where.append("created < ?")
+            args.append(until)
+        sql = "SELECT * FROM manifests" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY created DESC, location"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        rows = []
+        for row in self.db.execute(sql, args):
+            item = dict(row)
+            item["settings"] = json.loads(item["settings"] or "{}")
+            item["adopted"] = bool(item["adopted"])
+            item["provisional"] = bool(item["provisional"])
+            rows.append(item)
+        return rows
+
+    def problems(self) -> list[dict]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM problems ORDER BY location")]
+
+    def count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM manifests").fetchone()[0]
+
+
+def roots_of(config: dict) -> list[str]:
+    """The pipeline's own root, then the config's ``catalog`` roots."""
+    return list(dict.fromkeys([config["root"], *config.get("catalog", [])]))
+
+
+def settings_diff(old: dict, new: dict) -> list[str]:
+    """``key: old → new`` for each setting that differs (nested keys dotted)."""
+    out = []
+
+    def walk(a, b, prefix):
+        for key in sorted(set(a) | set(b), key=str):
+            x, y = a.get(key, "∅"), b.get(key, "∅")
+            if isinstance(x, dict) and isinstance(y, dict):
+                walk(x, y, f"{prefix}{key}.")
+            elif x != y:
+                out.append(f"{prefix}{key}: {json.dumps(x) if x != '∅' else x} → {json.dumps(y) if y != '∅' else y}")
+    walk(old or {}, new or {}, "")
+    return out

@@ -1,0 +1,354 @@
+"""Stage directories on a ``gs://`` root.
+
+On a gs:// root Snakemake only looks at the bucket (through waypost's storage
+plugin) and gives jobs gs:// URLs. Steps are ordinary programs that read and
+write local files, so the step runner runs each step on a local copy of its
+stage directory (``.snakemake/storage/waypost/<bucket>/<key>``, the same
+layout) and keeps the bucket in step with it:
+
+- the step's command line gets local paths for the URLs of the job's inputs
+  and outputs and for any URL under the stage directory (a checkpoint dir);
+- at the start the inputs come down, with the manifests of their stages
+  beside them, and so do the stage's ``_manifest.json`` and
+  ``_running.json`` (the whole workspace, checkpoints included, when
+  Snakemake resubmits a job to go on with its series);
+- archiving a workspace into ``.attempts/<n>/`` is a server-side move;
+- when an attempt starts, and every ``WAYPOST_SYNC_SECONDS`` (default 60)
+  while it runs, the workspace goes up (logs, checkpoints, ...) but never the
+  declared outputs, so a step killed mid-way never looks done while a lost
+  machine loses at most that much of its checkpoints;
+- at the end the outputs go up (only if they count: a success, or the
+  placeholders a funnel needs), then ``_manifest.json`` last.
+
+Everything goes through gcsfs: credentials from Google's standard mechanisms,
+transient errors retried with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import threading
+
+from . import storage
+from .layout import ATTEMPTS, MANIFEST, RUNNING
+
+PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
+SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
+
+
+class RemoteStage:
+    """One stage directory in a bucket and the local copy its step works in."""
+
+    def __init__(self, url: str, local: str):
+        self.url = url.rstrip("/")
+        self.local = os.path.abspath(local)
+        self.fs, self.path = storage.filesystem(self.url)
+        if not self.local.endswith("/" + self.path):
+            raise ValueError(f"{local} is not a local copy of {url}")
+        self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
+        self._synced: dict[str, tuple[int, int]] = {}    # local file → (size, mtime_ns) as in the bucket
+
+    def local_of(self, url: str) -> str:
+        """Where a gs:// URL is copied locally."""
+        return os.path.join(self.mirror, url[len(storage.GCS_PREFIX):])
+
+    def localize(self, command: list[str], urls: list[str]) -> list[str]:
+        """The step's command with local paths for ``urls`` and for every URL
+        under the stage directory (also after ``--option=``)."""
+        def local(arg: str) -> str:
+            option, eq, value = arg.partition("=") if not arg.startswith(storage.GCS_PREFIX) else ("", "", arg)
+            if value in urls or value == self.url or value.startswith(self.url + "/"):
+                return option + eq + self.local_of(value)
+            return arg
+        return [local(arg) for arg in command]
+
+    def url_of(self, local_path: str) -> str:
+        """The gs:// URL of a file in the local copy of the bucket."""
+        path = os.path.abspath(local_path)
+        if path.startswith(self.mirror + "/"):
+            return storage.GCS_PREFIX + path[len(self.mirror) + 1:]
+        return local_path
+
+    def _name(self, local_path: str) -> str:
+        """The object name (bucket/key) of a file in the local copy of the bucket."""
+        return self.url_of(local_path)[len(storage.GCS_PREFIX):]
+
+    def locate(self, inputs: list[dict]) -> list[dict]:
+        """Input records (``runner.describe_inputs``) naming where the inputs
+        live, not where this run's copies were."""
+        return [{**i, "path": self.url_of(i["path"]), "manifest": i["manifest"] and self.url_of(i["manifest"])}
+                for i in inputs]
+
+    def _remote(self, rel: str) -> str:
+        return f"{self.path}/{rel}"
+
+    def _listing(self) -> dict[str, dict]:
+        """The stage's objects, archives included (relative name → info)."""
+        try:
+            found = self.fs.find(self.path, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {name[len(self.path) + 1:]: info for name, info in found.items()}
+
+    @staticmethod
+    def _workspace(listing: dict) -> dict:
+        return {rel: info for rel, info in listing.items() if not rel.startswith(ATTEMPTS + "/")}
+
+    def _local_files(self) -> dict[str, tuple[int, int]]:
+        found = {}
+        for directory, _, names in os.walk(self.local):
+            for name in names:
+                if not name.startswith(".tmp-"):  # a file being written or fetched
+                    full = os.path.join(directory, name)
+                    st = os.stat(full)
+                    found[os.path.relpath(full, self.local)] = (st.st_size, st.st_mtime_ns)
+        return found
+
+    def _record(self, rels) -> None:
+        for rel in rels:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(os.path.join(self.local, rel))
+                self._synced[rel] = (st.st_size, st.st_mtime_ns)
+
+    def _upload(self, rels: list[str]) -> None:
+        if rels:
+            self.fs.put([os.path.join(self.local, r) for r in rels], [self._remote(r) for r in rels])
+            self._record(rels)
+
+    def pull(self, inputs: list[str], workspace: bool) -> None:
+        """A fresh local copy of the stage dir: the engine's files, or the
+        whole workspace (``workspace``: to go on with a series); the inputs
+        (local paths); and the manifest of each input's stage beside the
+        input (or none, where the input was placed by hand)."""
+        shutil.rmtree(self.local, ignore_errors=True)
+        os.makedirs(self.local)
+        remote = self._workspace(self._listing())
+        wanted = [rel for rel in remote if workspace or rel in (MANIFEST, RUNNING)]
+        self._get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
+        self._record(wanted)
+        self._get([self._name(p) for p in inputs], inputs)
+        manifests = {os.path.join(os.path.dirname(os.path.abspath(p)), MANIFEST) for p in inputs}
+        found = self.fs.cat([self._name(m) for m in manifests], on_error="omit") if manifests else {}
+        for local in manifests:
+            data = found.get(self._name(local))
+            if data is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(local)  # an old copy must not outlive the bucket's
+            else:
+                with open(self._temp(local), "wb") as f:
+                    f.write(data)
+                os.replace(self._temp(local), local)
+
+    @staticmethod
+    def _temp(path: str) -> str:
+        return os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
+
+    def _get(self, remote: list[str], local: list[str]) -> None:
+        """Download, all at once, each file under a temporary name renamed into
+        place (jobs running side by side fetch the same inputs). One that is
+        missing (deleted meanwhile) is left for the runner to find missing."""
+        for path in local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        temps = [self._temp(p) for p in local]
+        try:
+            if remote:
+                self.fs.get(remote, temps)
+        except FileNotFoundError:
+            for one, temp in zip(remote, temps):
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.get_file(one, temp)
+        for temp, path in zip(temps, local):
+            if os.path.exists(temp):
+                os.replace(temp, path)
+
+    def push(self, outputs: list[str], final: bool = False) -> None:
+        """Make the bucket's workspace what the local one is. The declared
+        outputs go up only at the end (``final``); ``_manifest.json`` after
+        everything else."""
+        held = set() if final else {os.path.relpath(os.path.abspath(o), self.local) for o in outputs}
+        local = {rel: st for rel, st in self._local_files().items() if rel not in held}
+        remote = self._workspace(self._listing())
+        self._upload([rel for rel, st in local.items()
+                      if rel != MANIFEST and (rel not in remote or self._synced.get(rel) != st)])
+        stale = [rel for rel in remote if rel not in local and rel not in held]
+        if stale:
+            self.fs.rm([self._remote(r) for r in stale])
+        if MANIFEST in local:
+            self._upload([MANIFEST])
+
+    @contextlib.contextmanager
+    def syncing(self, outputs: list[str]):
+        """Push the workspace every SYNC_SECONDS while a step runs."""
+        stop = threading.Event()
+
+        def loop():
+            while not stop.wait(SYNC_SECONDS):
+                try:
+                    self.push(outputs)
+                except Exception as exc:  # noqa: BLE001 - the next sync tries again
+                    print(f"waypost: syncing {self.url} failed ({exc}); trying again later", file=sys.stderr)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def archive(self, keep: tuple[str, ...] = ()) -> str | None:
+        """Move the workspace (but the entries in ``keep``) into
+        ``.attempts/<n>/``: server-side for what the bucket has, uploaded
+        straight there for what is only local. Returns ``.attempts/<n>``."""
+        listing = self._listing()
+        remote = [rel for rel in self._workspace(listing) if rel.split("/")[0] not in keep]
+        local = {rel: st for rel, st in self._local_files().items() if rel.split("/")[0] not in keep}
+        if not remote and not local:
+            return None
+        numbers = [int(rel.split("/")[1]) for rel in listing
+                   if rel.startswith(ATTEMPTS + "/") and rel.split("/")[1].isdigit()]
+        target = f"{ATTEMPTS}/{1 + max(numbers, default=0)}"
+        fresh = [rel for rel, st in local.items() if rel not in remote or self._synced.get(rel) != st]
+        moved = [rel for rel in remote if rel not in fresh]
+        if moved:
+            self.fs.copy([self._remote(r) for r in moved], [self._remote(f"{target}/{r}") for r in moved])
+        if fresh:
+            self.fs.put([os.path.join(self.local, r) for r in fresh], [self._remote(f"{target}/{r}") for r in fresh])
+        if remote:
+            self.fs.rm([self._remote(r) for r in remote])
+        for entry in {rel.split("/")[0] for rel in local}:
+            path = os.path.join(self.local, entry)
+            shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+        self._synced = {rel: st for rel, st in self._synced.items() if rel.split("/")[0] in keep}
+        return target
+
+    def copy_in(self, source: str, outputs: list[dict]) -> str:
+        """Bring a reused stage's outputs (its manifest's ``outputs``) into the
+        bucket: each source file checked against the manifest's size (and, from
+        a local dir, sha256), then copied in — server-side from a gs://
+        source, each copy checked against its source's crc32c. Says how."""
+        from .manifest import ManifestError, sha256_file
+
+        sources = [storage.join(source, o["path"]) for o in outputs]
+        targets = [self._remote(o["path"]) for o in outputs]
+        if storage.is_remote(source):
+            found = {s: self.fs.info(storage.filesystem(s)[1]) for s in sources}
+        for src, out in zip(sources, outputs):
+            size = found[src]["size"] if storage.is_remote(source) else os.path.getsize(src)
+            if size != out.get("size") or (not storage.is_remote(source) and sha256_file(src) != out.get("sha256")):
+                raise ManifestError(f"{src}: differs from its manifest (size {size} vs {out.get('size')}, or checksum)")
+        if not storage.is_remote(source):
+            self.fs.put(sources, targets)
+            return "uploaded"
+        self.fs.copy([storage.filesystem(s)[1] for s in sources], targets)
+        copied = [self.fs.info(t) for t in targets]
+        if any(c.get("crc32c") != found[s].get("crc32c") for c, s in zip(copied, sources)):
+            self.fs.rm(targets)
+            raise ManifestError(f"{source}: a server-side copy differs from its source (crc32c)")
+        return "copied in the bucket"
+
+    def put_marker(self, name: str, mtime: float) -> None:
+        """Upload a marker file dated ``mtime`` for Snakemake (see the storage plugin)."""
+        from snakemake_storage_plugin_waypost import MTIME_KEY
+        with open(os.path.join(self.local, name), "rb") as f:
+            self.fs.pipe_file(self._remote(name), f.read(), metadata={MTIME_KEY: repr(mtime)})
+
+    def close(self) -> None:
+        """After the manifest: no attempt is in progress any more, and the
+        local copy of the stage dir is not needed (the bucket has it all)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self._remote(RUNNING))
+        shutil.rmtree(self.local, ignore_errors=True)
+
+
+def for_runner(args) -> RemoteStage | None:
+    """The remote stage of a runner whose ``--stage-dir`` is a gs:// URL, with
+    the runner's arguments turned to local paths (inputs, outputs, and the
+    step's command line); None for a local stage dir."""
+    if not storage.is_remote(args.stage_dir):
+        return None
+    if not args.local_dir:
+        raise SystemExit("waypost.runner: a gs:// --stage-dir needs --local-dir (the local copy to work in)")
+    stage = RemoteStage(args.stage_dir, args.local_dir)
+    args.command = stage.localize(args.command, args.input + args.output)
+    args.input = [stage.local_of(u) if storage.is_remote(u) else u for u in args.input]
+    args.output = [stage.local_of(u) if storage.is_remote(u) else u for u in args.output]
+    return stage
+
+
+def check_bucket(root: str) -> None:
+    """One clear line when the root's bucket is missing or can't be read."""
+    fs, path = storage.filesystem(root)
+    bucket = path.split("/")[0]
+    try:
+        fs.info(bucket)
+    except FileNotFoundError:
+        raise storage.StorageError(f"{root}: bucket {bucket!r} does not exist (waypost never creates "
+                                   "buckets; check the name and the project)") from None
+    except Exception as exc:  # noqa: BLE001 - whatever gcsfs raised, as one line
+        raise storage.explain(exc, root) from None
+
+
+def planning_mirror(root: str, workflow) -> str:
+    """For a Snakemake run over a gs:// root: check that Snakemake stores
+    stage files there through waypost's plugin, and that the bucket is
+    there; returns the local copy of the bucket (a path)."""
+    from snakemake.exceptions import WorkflowError
+
+    settings = workflow.storage_settings
+    prefix = (getattr(settings, "default_storage_prefix", None) or "").rstrip("/")
+    if getattr(settings, "default_storage_provider", None) != PROVIDER or prefix != root.rstrip("/"):
+        raise WorkflowError(f"root {root} is a bucket: run Snakemake with --default-storage-provider {PROVIDER} "
+                            f"--default-storage-prefix {root} (or those two keys in the profile; "
+                            "see 'Running with a bucket' in README.md)")
+    try:
+        check_bucket(root)
+    except storage.StorageError as exc:
+        raise WorkflowError(str(exc)) from None
+    storage.register_root(root)
+    return str(workflow.storage_registry.default_storage_provider.local_prefix)
+
+
+@contextlib.contextmanager
+def snapshot(root: str):
+    """A local stand-in for the stage directories under a gs:// root, from one
+    listing: manifests and in-progress markers with their contents (fetched
+    together), every other object an empty file (status only asks whether
+    they exist); archives left out. Yields its path."""
+    check_bucket(root)
+    fs, path = storage.filesystem(root)
+    try:
+        names = fs.find(path)
+    except FileNotFoundError:
+        names = []
+    with tempfile.TemporaryDirectory(prefix="waypost-status-") as tmp:
+        engine = []
+        for name in names:
+            rel = name[len(path) + 1:]
+            if f"/{ATTEMPTS}/" in f"/{rel}":
+                continue
+            local = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            if os.path.basename(rel) in (MANIFEST, RUNNING):
+                engine.append(name)
+            else:
+                open(local, "wb").close()
+        for name, data in (fs.cat(engine) if engine else {}).items():
+            with open(os.path.join(tmp, name[len(path) + 1:]), "wb") as f:
+                f.write(data)
+        yield tmp
+
+
+def relocate(value, old: str, new: str):
+    """``value`` with every string under the path ``old`` moved under ``new``."""
+    if isinstance(value, str):
+        return new + value[len(old):] if value == old or value.startswith(old + "/") else value
+    if isinstance(value, dict):
+        return {k: relocate(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [relocate(v, old, new) for v in value]
+    return value

@@ -1,0 +1,202 @@
+"""Reuse: a stage taken from another experiment, directory or bucket instead
+of computed.
+
+The job of a reused stage runs ``python -m waypost.runner ... --reuse-from
+SOURCE``: instead of the step, the runner brings the source stage's outputs
+(the files its manifest lists) into the stage directory — a hard link on the
+same local filesystem, else a copy (a server-side copy between gs://
+locations) —, checks each against the source manifest's size and sha256, and
+writes a manifest of its own with ``reused_from``. Files arrive under a
+temporary name and are renamed into place only once checked, so a killed
+copy never leaves an output that looks done. Into a gs:// stage dir, the
+files are copied in the bucket (server-side from another gs:// location: no
+download; see ``remote_stage.RemoteStage.copy_in``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+
+from . import layout, manifest, remote_stage, storage
+
+
+def read_source(location: str) -> dict:
+    """The source stage's manifest; ManifestError when there is none or it
+    can't be read."""
+    path = storage.join(location, layout.MANIFEST)
+    try:
+        text = storage.read_bytes(path)
+    except FileNotFoundError:
+        raise manifest.ManifestError(f"{path}: no manifest (not a finished waypost stage)") from None
+    except Exception as exc:  # noqa: BLE001 — a bucket error becomes one line
+        raise manifest.ManifestError(str(storage.explain(exc, path))) from None
+    return manifest.parse(text, path)
+
+
+def source_problem(location: str) -> str | None:
+    """Why a location can't be reused (None when it can)."""
+    try:
+        return unusable(read_source(location), location)
+    except manifest.ManifestError as exc:
+        return str(exc)
+
+
+def unusable(data: dict, location: str) -> str | None:
+    if data["state"] != "SUCCESS":
+        return f"{location}: the source stage is {data['state']}, not SUCCESS"
+    if data.get("provisional"):
+        return f"{location}: the source stage is provisional (it ran over failed parents)"
+    return None
+
+
+def _bring(source: str, target: str) -> str:
+    """Put the file at ``source`` (path or gs:// URI) at local ``target``;
+    says how (linked or copied)."""
+    if storage.is_remote(source):
+        fs, path = storage.filesystem(source)
+        fs.get_file(path, target)
+        return "copied"
+    try:
+        os.link(source, target)
+        return "linked"
+    except OSError:
+        shutil.copy2(source, target)
+        return "copied"
+
+
+def take(args) -> int:
+    """Run a reuse job: the runner's work when ``--reuse-from`` is given."""
+    remote = remote_stage.for_runner(args)  # a gs:// stage dir: its engine files, locally
+    if remote:
+        remote.pull([], workspace=False)
+    stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
+    busy, where = manifest.attempt_in_flight(stage_dir, me=os.getpid())
+    if busy:
+        print(f"waypost: {args.stage}: an attempt is still running in {stage_dir} ({where})", file=sys.stderr)
+        return 75
+    started, started_iso = time.time(), manifest.now_iso()
+    try:
+        data = read_source(source)
+        problem = unusable(data, source)
+        if problem:
+            raise manifest.ManifestError(problem)
+    except manifest.ManifestError as exc:
+        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        return 1
+    os.makedirs(stage_dir, exist_ok=True)
+    archived = remote.archive() if remote else manifest.archive_workspace(stage_dir)
+    if archived:
+        print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
+    running = os.path.join(stage_dir, layout.RUNNING)
+    manifest.write_json_atomic(running, {"pid": os.getpid(), "host": socket.gethostname(),
+                                         "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": []},
+                               durable=False)
+    staged, how = [], set()
+    try:
+        for out in [] if remote else data.get("outputs", []):
+            target = os.path.join(stage_dir, out["path"])
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
+            staged.append((temp, target))
+            how.add(_bring(storage.join(source, out["path"]), temp))
+            size, digest = os.path.getsize(temp), manifest.sha256_file(temp)
+            if size != out.get("size") or digest != out.get("sha256"):
+                raise manifest.ManifestError(f"{storage.join(source, out['path'])}: differs from its manifest "
+                                             f"(size {size} vs {out.get('size')}, or checksum)")
+        declared = {os.path.abspath(p) for p in args.output}
+        missing = declared - {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in data.get("outputs", [])}
+        if missing:
+            raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
+        if remote:
+            how.add(remote.copy_in(source, data.get("outputs", [])))
+    except (OSError, manifest.ManifestError) as exc:
+        for temp, _ in staged:
+            if os.path.exists(temp):
+                os.unlink(temp)
+        os.unlink(running)
+        if remote:
+            remote.close()
+        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        return 1
+    for temp, target in staged:
+        os.replace(temp, target)
+    ended = time.time()
+    attempt = {"number": 1, "series": 1, "action": "reuse", "state": "SUCCESS", "exit_code": 0,
+               "started": started_iso, "duration_s": round(ended - started, 3),
+               "host": socket.gethostname(), "workspace": ".", "log": None,
+               "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "how": " and ".join(sorted(how)) or "nothing"}
+    record = manifest.build(
+        experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance, state="SUCCESS",
+        attempts=[attempt], outputs=[{k: o[k] for k in ("path", "size", "sha256")} for o in data["outputs"]],
+        inputs=[], settings=data.get("settings") or {}, config_hash=data.get("config_hash", ""),
+        code_version=data.get("code_version", ""), reused_from=source)
+    # The source's own record, so provenance survives the source being deleted.
+    record["reused_manifest"] = {k: data.get(k) for k in ("experiment", "pair", "stage", "instance", "created",
+                                                          "reused_from", "adopted", "code_version")}
+    manifest.write_json_atomic(manifest.manifest_path(stage_dir), record)
+    if remote:
+        remote.push(args.output)  # the manifest (the outputs are there already)
+    os.unlink(running)
+    if remote:
+        remote.close()
+    print(f"waypost: {args.stage}: reused from {source} ({attempt['how']}, checksums match)", file=sys.stderr)
+    return 0
+
+
+def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str, upstream_of: str,
+             pairs: list[str] | None = None, source_root: str | None = None) -> tuple[dict, list[str]]:
+    """The ``reuse`` entries that make ``into`` take every stage upstream of
+    ``upstream_of`` from experiment ``source`` (under ``source_root``, default
+    the pipeline's root), and the problems that forbid it (a source stage
+    that isn't a finished SUCCESS)."""
+    from . import config as wconfig
+    from . import graph, status
+
+    experiments = config["experiments"]
+    if into not in experiments:
+        raise wconfig.ConfigError(f"experiment {into!r} is not in the config; add experiments.{into} "
+                                  f"(with its pairs) first")
+    if upstream_of not in parents:
+        raise wconfig.ConfigError(f"unknown stage {upstream_of!r} (expected one of: {', '.join(parents)})")
+    chosen = pairs or experiments[into]["pairs"]
+    unknown = [p for p in chosen if p not in experiments[into]["pairs"]]
+    if unknown:
+        raise wconfig.ConfigError(f"pair(s) {', '.join(unknown)} not in experiment {into!r} "
+                                  f"(expected some of: {', '.join(experiments[into]['pairs'])})")
+    root = source_root or config["root"]
+    stages = [s for s in parents if s in graph.ancestors(parents, upstream_of)]
+    entries, problems = {}, []
+    for stage in stages:
+        for pair in chosen:
+            cell = status.stage_cell(root, source, pair, stage)
+            if cell["state"] != "SUCCESS" or any(c.get("provisional") for c in [cell, *cell.get("instances", {}).values()]):
+                problems.append(f"{layout.stage_dir(root, pair, source, stage)}: {cell['state']}"
+                                + (" (provisional)" if cell["state"] == "SUCCESS" else ""))
+        if source_root:
+            entries[stage] = {pair: layout.stage_dir(root, pair, source, stage) for pair in chosen}
+        elif pairs:
+            entries[stage] = {pair: source for pair in chosen}
+        else:
+            entries[stage] = source
+    return entries, problems
+
+
+def write_pointers(path: str, into: str, entries: dict, command: str) -> None:
+    """Merge ``entries`` into the reuse file of experiment ``into``."""
+    import yaml
+
+    from . import config as wconfig
+
+    existing = wconfig.load_yaml(path) if os.path.exists(path) else {}
+    merged = wconfig.merge(existing, {"experiments": {into: {"reuse": entries}}})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temp = path + ".tmp"
+    with open(temp, "w") as f:
+        f.write(f"# Reuse pointers of experiment {into}, merged over the config. Written by\n"
+                f"#   {command}\n# Delete this file (or an entry) to compute those stages again.\n")
+        yaml.safe_dump(merged, f, sort_keys=False)
+    os.replace(temp, path)

@@ -1,0 +1,161 @@
+"""`waypost status`: the legend, and the `--html` page (its renderer alone,
+then the page of a real run as headless Chromium renders it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, waypost
+from waypost import manifest, status, statuspage
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts"
+
+
+class Elements(HTMLParser):
+    """Every element with a ``data-state`` attribute, as its attributes; an
+    instance's also name its cell (``cell``: pair, stage)."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.found: list[dict] = []
+        self.cell = None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "data-stage" in attrs:
+            self.cell = (attrs["data-pair"], attrs["data-stage"])
+        if "data-instance" in attrs:
+            attrs["cell"] = self.cell
+        if "data-state" in attrs:
+            self.found.append({"tag": tag, **attrs})
+
+    def where(self, cls: str) -> list[dict]:
+        return [e for e in self.found if cls in e.get("class", "").split()]
+
+
+def attempt(number: int, state: str, **kw) -> dict:
+    return {"number": number, "action": "cmd", "state": state, "exit_code": 0 if state == "SUCCESS" else 1,
+            "signal": None, "duration_s": 1.25, "host": "node1", "slurm_job_id": "42",
+            "log": f"_logs/attempt-{number}.log", **kw}
+
+
+def one_cell_grid(cell: dict, stage: str = "train") -> dict:
+    return {"root": "results", "stages": [stage], "experiments": {"e": {"p": {stage: cell}}}}
+
+
+def test_page_escapes_free_text():
+    cell = {"state": "FAILED", "attempts": 1, "path": "results/p/e/train", "log": "results/<b>/x.log",
+            "reason": 'parent "a" <script>alert(1)</script> & more',
+            "history": [attempt(1, "FAILED", host="<img src=x>")]}
+    page = statuspage.render(one_cell_grid(cell))
+    assert "<script>alert" not in page and "<img" not in page and "<b>/" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page and "&lt;img src=x&gt;" in page
+    (td,) = Elements(page).where("cell")
+    assert td["data-state"] == "FAILED" and td["data-attempts"] == "1"
+    assert "state-FAILED" in td["class"].split()
+
+
+def test_page_shows_each_instance_with_its_history():
+    instances = {"0": {"state": "SUCCESS", "attempts": 1, "path": "r/p/e/train/0", "history": [attempt(1, "SUCCESS")]},
+                 "1": {"state": "TIMEOUT", "attempts": 3, "path": "r/p/e/train/1",
+                       "history": [attempt(n, "TIMEOUT", signal=15, exit_code=None) for n in (1, 2, 3)]}}
+    cell = {"state": "TIMEOUT", "attempts": 4, "path": "r/p/e/train", "instances": instances}
+    page = statuspage.render(one_cell_grid(cell))
+    elements = Elements(page)
+    (td,) = elements.where("cell")
+    assert [td[f"data-{k}"] for k in ("experiment", "pair", "stage", "state")] == ["e", "p", "train", "TIMEOUT"]
+    assert td["data-attempts"] == "3"  # the most of any instance, as in the terminal
+    instance_states = {e["data-instance"]: e["data-state"] for e in elements.where("instance")}
+    assert instance_states == {"0": "SUCCESS", "1": "TIMEOUT"}
+    assert "timeout 1/2" in page and "sig 15" in page and "r/p/e/train/1" in page and "_logs/attempt-3.log" in page
+    assert 'id="e/p/train"' in page
+
+
+def test_manifest_marked_adopted_shows_adopted(tmp_path):
+    stage_dir = tmp_path / "p/e/train"
+    stage_dir.mkdir(parents=True)
+    (stage_dir / "model.json").write_text("{}")
+    outputs = manifest.describe_outputs(str(stage_dir), [str(stage_dir / "model.json")])
+    data = manifest.build(experiment="e", pair="p", stage="train", instance=None, state="SUCCESS", attempts=[],
+                          outputs=outputs, inputs=[], settings={}, config_hash="", code_version="", adopted=True)
+    manifest.write_json_atomic(manifest.manifest_path(str(stage_dir)), data)
+    expected = {"experiment": "e", "pair": "p", "stage": "train", "instance": None}
+    assert status.stage_state(str(stage_dir), expected)["state"] == "adopted"
+
+
+def fail_teacher(workdir: Path, pair: str, instance: str) -> None:
+    """A real failed attempt: the step runner over a command that exits 3."""
+    stage_dir = f"results/{pair}/exp1/train_teacher/{instance}"
+    proc = subprocess.run([sys.executable, "-m", "waypost.runner", "--stage-dir", stage_dir, "--experiment", "exp1",
+                           "--pair", pair, "--stage", "train_teacher", "--instance", instance,
+                           "--output", f"{stage_dir}/model.json", "--", "bash", "-c", "exit 3"],
+                          cwd=workdir, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory):
+    """Runs headless Chromium with some arguments; in CI, a missing browser fails.
+    (Session-scoped so a skip comes before the pipeline run of ``run_copy``.)"""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing (make test installs Debian's chromium as root)")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    profile = tmp_path_factory.mktemp("chromium")
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                               "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                               "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}",
+                               *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+    return run
+
+
+def test_status_page_in_chromium(chromium, run_copy, tmp_path):
+    (run_copy / "results/en-xa/exp1/train_student/model.json").unlink()
+    fail_teacher(run_copy, "en-xb", "1")
+
+    terminal = waypost(run_copy, "status").stdout
+    for state in [*status.LOOKS, *status.FAILURES]:
+        assert status.look(state)[0] in terminal
+    assert "failed 1/2 ×2" in terminal and "×N: attempts" in terminal
+
+    assert waypost(run_copy, "status", "--html", "page.html").stdout == "wrote page.html\n"
+    grid = json.loads(waypost(run_copy, "status", "--json").stdout)
+    url = (run_copy / "page.html").as_uri()
+    dom = Elements(chromium("--dump-dom", url))
+
+    cells = dom.where("cell")
+    funnels = [s for s in grid["stages"] if s in grid["experiments"]["exp1"]["_all"]]
+    assert funnels == ["report"]
+    assert len(cells) == 2 * (len(grid["stages"]) - 1) + 1 == 21
+    states = {(c["data-pair"], c["data-stage"]): c["data-state"] for c in cells}
+    assert states == {(pair, stage): cell["state"] for pair, column in grid["experiments"]["exp1"].items()
+                      for stage, cell in column.items()}
+    assert states.pop(("en-xa", "train_student")) == "missing"
+    assert states.pop(("en-xb", "train_teacher")) == "FAILED"
+    assert set(states.values()) == {"SUCCESS"}
+    teacher = [e for e in dom.where("instance") if e["cell"] == ("en-xb", "train_teacher")]
+    assert {e["data-instance"]: e["data-state"] for e in teacher} == {"0": "SUCCESS", "1": "FAILED"}
+    assert {e["data-state"] for e in dom.where("swatch")} == {*status.LOOKS, *status.FAILURES}
+
+    # The screenshot shows the failed cell opened (a link to a cell opens it).
+    png = tmp_path / "status-page.png"
+    chromium(f"--screenshot={png}", "--window-size=1400,1000", f"{url}#exp1/en-xb/train_teacher")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    for target in [ARTIFACTS, os.environ.get("WAYPOST_TEST_ARTIFACTS")]:
+        if target:
+            Path(target).mkdir(parents=True, exist_ok=True)
+            shutil.copy(png, Path(target) / png.name)
