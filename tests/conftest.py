@@ -67,7 +67,7 @@ def planned(workdir: Path, *args: str, **kwargs) -> dict[str, int]:
     return jobs
 
 
-CONFIG_COMMANDS = ("status", "find", "reuse", "rerun", "adopt", "plan", "run")
+CONFIG_COMMANDS = ("status", "find", "reuse", "rerun", "adopt", "plan", "run", "verify", "cron")
 
 
 def waypost(workdir: Path, *args: str, check: bool = True, config: str = "config.yaml") -> subprocess.CompletedProcess:
@@ -199,3 +199,79 @@ def bucket(gcs_emulator, request):
         fs.rm(name, recursive=True)
     except FileNotFoundError:
         pass
+
+
+# --- gs:// roots --------------------------------------------------------------
+
+def gcs_flags(root: str) -> tuple[str, ...]:
+    """The two Snakemake settings a gs:// root needs (README: Running with a bucket)."""
+    return ("--default-storage-provider", "waypost", "--default-storage-prefix", root)
+
+
+def gcs_fs():
+    from waypost import storage
+    return storage.filesystem("gs://any")[0]
+
+
+def gcs_key(url: str) -> str:
+    return url.removeprefix("gs://")
+
+
+def gcs_objects(root: str) -> set[str]:
+    """Object names under ``root``, relative to it."""
+    return {name[len(gcs_key(root)) + 1:] for name in gcs_fs().find(gcs_key(root))}
+
+
+def gcs_manifest(root: str, stage_dir: str) -> dict:
+    return json.loads(gcs_fs().cat_file(f"{gcs_key(root)}/{stage_dir}/_manifest.json"))
+
+
+def gcs_manifests(root: str) -> dict[str, dict]:
+    """Stage dir → manifest, for every stage (archives left out)."""
+    names = [n for n in gcs_objects(root) if n.endswith("/_manifest.json") and ".attempts/" not in n]
+    return {name.rsplit("/", 1)[0]: gcs_manifest(root, name.rsplit("/", 1)[0]) for name in names}
+
+
+def gcs_config(root: str, base: dict = SMALL_CONFIG, **changes) -> dict:
+    import copy
+    config = copy.deepcopy(base)
+    config["root"] = root
+    config.update(changes)
+    return config
+
+
+def media_downloads(requests: list[str]) -> list[str]:
+    """The requests (of EmulatorLog.requests) that fetched an object's bytes."""
+    return [r for r in requests if r.startswith("GET ") and ("alt=media" in r or "/download/" in r)]
+
+
+@pytest.fixture(scope="session")
+def gcs_finished(gcs_emulator, tmp_path_factory):
+    """One full run of the small pipeline in a bucket; tests copy it (gcs_copy)
+    or only read it."""
+    from types import SimpleNamespace
+    name = f"finished-{os.getpid()}"
+    gcs_fs().mkdir(name)
+    workdir = tmp_path_factory.mktemp("gcs-finished")
+    root = f"gs://{name}/results"
+    write_config(workdir, gcs_config(root))
+    snakemake(workdir, *gcs_flags(root))
+    yield SimpleNamespace(root=root, workdir=workdir)
+    gcs_fs().rm(name, recursive=True)
+
+
+@pytest.fixture
+def gcs_copy(gcs_finished, bucket, tmp_path):
+    """A private copy of the finished run in a fresh bucket (copied in the
+    bucket), with a fresh working directory. The manifests are rewritten to
+    name the copy, as a run there would have (they record their inputs'
+    locations)."""
+    from types import SimpleNamespace
+    root = f"{bucket}/results"
+    names = sorted(gcs_objects(gcs_finished.root))
+    gcs_fs().copy([f"{gcs_key(gcs_finished.root)}/{n}" for n in names], [f"{gcs_key(root)}/{n}" for n in names])
+    records = [f"{gcs_key(root)}/{n}" for n in names if n.endswith("/_manifest.json")]
+    for path, data in gcs_fs().cat(records).items():
+        gcs_fs().pipe_file(path, data.replace(f"{gcs_finished.root}/".encode(), f"{root}/".encode()))
+    write_config(tmp_path, gcs_config(root))
+    return SimpleNamespace(root=root, workdir=tmp_path)

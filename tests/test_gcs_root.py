@@ -5,7 +5,6 @@ copy, and the errors a user can act on."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -13,83 +12,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
-import pytest
 import yaml
 
-from conftest import (LOCAL_PROFILE, REPO, SMALL_CONFIG, SNAKEFILE, planned, snakemake, waypost,
-                      write_config)
+from conftest import LOCAL_PROFILE, REPO, SNAKEFILE, planned, snakemake, waypost, write_config
+from conftest import gcs_config as config_for
+from conftest import gcs_flags as flags
+from conftest import gcs_fs as fs
+from conftest import gcs_key as key
+from conftest import gcs_manifest as manifest
+from conftest import gcs_manifests as manifests
+from conftest import gcs_objects as objects
+from conftest import media_downloads as downloads
 
 EXAMPLE = REPO / "examples" / "param-study"
 
 
-def flags(root: str) -> tuple[str, ...]:
-    """The two Snakemake settings a gs:// root needs (README: Running with a bucket)."""
-    return ("--default-storage-provider", "waypost", "--default-storage-prefix", root)
-
-
-def fs():
-    from waypost import storage
-    return storage.filesystem("gs://any")[0]
-
-
-def key(url: str) -> str:
-    return url.removeprefix("gs://")
-
-
-def objects(root: str) -> set[str]:
-    """Object names under ``root``, relative to it."""
-    return {name[len(key(root)) + 1:] for name in fs().find(key(root))}
-
-
-def manifest(root: str, stage_dir: str) -> dict:
-    return json.loads(fs().cat_file(f"{key(root)}/{stage_dir}/_manifest.json"))
-
-
-def manifests(root: str) -> dict[str, dict]:
-    """Stage dir → manifest, for every stage (archives left out)."""
-    names = [n for n in objects(root) if n.endswith("/_manifest.json") and ".attempts/" not in n]
-    return {name.rsplit("/", 1)[0]: manifest(root, name.rsplit("/", 1)[0]) for name in names}
-
-
 def status(workdir: Path) -> dict:
     return json.loads(waypost(workdir, "status", "--json").stdout)["experiments"]
-
-
-def config_for(root: str, base: dict = SMALL_CONFIG, **changes) -> dict:
-    config = copy.deepcopy(base)
-    config["root"] = root
-    config.update(changes)
-    return config
-
-
-def downloads(requests: list[str]) -> list[str]:
-    return [r for r in requests if r.startswith("GET ") and ("alt=media" in r or "/download/" in r)]
-
-
-@pytest.fixture(scope="module")
-def gcs_finished(gcs_emulator, tmp_path_factory):
-    """One full run of the small pipeline in a bucket; tests copy it."""
-    name = f"finished-{os.getpid()}"
-    fs().mkdir(name)
-    workdir = tmp_path_factory.mktemp("gcs-finished")
-    root = f"gs://{name}/results"
-    write_config(workdir, config_for(root))
-    snakemake(workdir, *flags(root))
-    yield SimpleNamespace(root=root, workdir=workdir)
-    fs().rm(name, recursive=True)
-
-
-@pytest.fixture
-def gcs_copy(gcs_finished, bucket, tmp_path) -> SimpleNamespace:
-    """A private copy of the finished run in a fresh bucket (copied in the
-    bucket), with a fresh working directory."""
-    root = f"{bucket}/results"
-    names = sorted(objects(gcs_finished.root))
-    fs().copy([f"{key(gcs_finished.root)}/{n}" for n in names], [f"{key(root)}/{n}" for n in names])
-    write_config(tmp_path, config_for(root))
-    return SimpleNamespace(root=root, workdir=tmp_path)
 
 
 def test_full_run_with_a_bucket_root(gcs_finished, gcs_log):

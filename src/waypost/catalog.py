@@ -188,11 +188,9 @@ class Catalog:
             return
         if storage.is_remote(locations[0]):
             paths = [storage.filesystem(storage.join(loc, layout.MANIFEST))[1] for loc in locations]
-            for start in range(0, len(paths), 1000):
-                batch = paths[start:start + 1000]
-                got = fs.cat(batch, on_error="return")
-                for loc, path in zip(locations[start:start + 1000], batch):
-                    yield loc, got.get(path, FileNotFoundError(path))
+            got = storage.read_many(fs, paths)
+            for loc, path in zip(locations, paths):
+                yield loc, got[path]
             return
         for loc in locations:
             try:

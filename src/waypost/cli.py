@@ -15,6 +15,7 @@ import sys
 from . import __version__
 from . import config as wconfig
 from .catalog import DEFAULT_DB
+from .remote_stage import snakemake_options
 
 DEFAULT_CONFIG = "config/config.yaml"
 
@@ -218,6 +219,8 @@ def cmd_verify(args) -> int:
         action = f"archived in {p.stage_dir}/{p.archived}" if p.archived else "not done (use --repair to set it aside)"
         print(f"{p.stage_dir}: {p.what}; {action}")
     print(f"{len(problems)} stage(s) not to be trusted" if problems else "every manifest checks out")
+    if cfg["root"].startswith("gs://"):
+        print(verify.SIZES_ONLY)
     return 0
 
 
@@ -285,7 +288,7 @@ def cmd_reuse(args) -> int:
     from . import graph, reuse
 
     cfg = load_config(args)
-    parents = graph.load(args.config, args.workflow)
+    parents = graph.load(args.config, args.workflow, cfg["root"])
     entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
                                        args.from_root)
     if problems:
@@ -306,7 +309,8 @@ def cmd_rerun(args) -> int:
     cfg = load_config(args)
     done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
     for directory, archived in done:
-        print(f"{os.path.relpath(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}")
+        shown = directory if directory.startswith("gs://") else os.path.relpath(directory)
+        print(f"{shown}: {'would be archived' if args.dry_run else 'archived in ' + archived}")
     verb = "would be redone" if args.dry_run else "will be redone by the next run"
     print(f"{len(done)} stage(s) {verb}")
     return 0
@@ -333,7 +337,7 @@ def cmd_plan(args) -> int:
     cfg = load_config(args)
     extra = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
     config_path = None if args.config == DEFAULT_CONFIG else args.config
-    code, text = plan.dry_run(args.profile, config_path, args.workflow, extra)
+    code, text = plan.dry_run(args.profile, config_path, args.workflow, [*snakemake_options(cfg["root"]), *extra])
     if code != 0:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)
@@ -378,6 +382,7 @@ def cmd_run(args) -> int:
     cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(args.workflow, "Snakefile"), "--profile", args.profile]
     if args.config != DEFAULT_CONFIG:
         cmd += ["--configfile", args.config]
+    cmd += snakemake_options(load_config(args)["root"])
     if args.until:
         cmd += ["--until", *args.until]
     select = {k: v for k, v in (("experiments", args.experiment), ("pairs", args.pair)) if v}

@@ -29,7 +29,7 @@ import time
 from datetime import datetime, timezone
 
 from . import config as wconfig
-from . import manifest, verify
+from . import manifest, remote_stage, stagetree, verify
 
 STATE_DIR = ".waypost"
 LOCK = os.path.join(STATE_DIR, "cron.lock")
@@ -40,9 +40,10 @@ RUNS = os.path.join(STATE_DIR, "runs")
 def _snapshot(root: str) -> dict[str, tuple]:
     """stage dir → (created, state) of its manifest."""
     found = {}
-    for stage_dir in verify.manifests_under(root):
+    tree = stagetree.open(root)
+    for stage_dir in tree.manifest_dirs():
         try:
-            data = manifest.read(stage_dir)
+            data = tree.manifest(stage_dir)
         except manifest.ManifestError:
             continue
         if data:
@@ -102,7 +103,8 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     started_at = datetime.now(timezone.utc)
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     output = os.path.join(RUNS, f"{stamp}.log")
-    command = [sys.executable, "-m", "snakemake"] + (["--profile", profile] if profile else []) + snakemake_args
+    command = [sys.executable, "-m", "snakemake"] + (["--profile", profile] if profile else []) \
+        + remote_stage.snakemake_options(root) + snakemake_args
     if config_path != "config/config.yaml":
         command += ["--configfile", config_path]
 

@@ -20,11 +20,14 @@ class GraphError(RuntimeError):
     pass
 
 
-def load(config_path: str, workflow_dir: str) -> dict[str, set[str]]:
-    """stage → the stages it takes inputs from."""
+def load(config_path: str, workflow_dir: str, root: str = "") -> dict[str, set[str]]:
+    """stage → the stages it takes inputs from (``root``: the config's, for
+    the options a gs:// root needs)."""
+    from .remote_stage import snakemake_options
+
     if not os.path.exists(GRAPH_FILE):
         cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile"),
-               "--configfile", config_path, "--list-rules", "--quiet", "all"]
+               "--configfile", config_path, *snakemake_options(root), "--list-rules", "--quiet", "all"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(GRAPH_FILE):
             raise GraphError(f"could not read the stage graph from the workflow ({' '.join(cmd)}):\n"

@@ -32,11 +32,21 @@ def now_iso() -> str:
 
 
 def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            digest.update(chunk)
+        return sha256_stream(f)
+
+
+def sha256_stream(f) -> str:
+    """The sha256 of what is left to read in a binary file object."""
+    digest = hashlib.sha256()
+    while chunk := f.read(HASH_CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def dumps(data: dict) -> str:
+    """How waypost writes a manifest (or marker) file."""
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
 def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
@@ -66,8 +76,7 @@ def write_json_atomic(path: str, data: dict, durable: bool = True) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
+            f.write(dumps(data))
             f.flush()
             if durable:
                 os.fsync(f.fileno())
@@ -174,10 +183,23 @@ def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
 
 def attempt_in_flight(stage_dir: str, me: int | None = None) -> tuple[bool, str | None]:
     """Is there an attempt under way in this stage dir (``_running.json``)?
+    See ``marker_in_flight``; (False, None) when there is no marker."""
+    try:
+        with open(os.path.join(stage_dir, RUNNING), "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return False, None
+    except OSError:
+        return False, "gone"
+    return marker_in_flight(text, me)
 
-    (False, None): none recorded; (True, where): its process (on this host)
-    or its Slurm job is alive; (False, "gone"): recorded, but its process or
-    job is gone (it was interrupted).
+
+def marker_in_flight(text: bytes | str, me: int | None = None) -> tuple[bool, str | None]:
+    """Is the attempt a ``_running.json`` (its contents) records under way?
+
+    (True, where): its process (on this host) or its Slurm job is alive;
+    (False, "gone"): its process or job is gone (it was interrupted), or the
+    marker can't be read.
     Slurm jobs are asked of sacct; a process on another host without a
     Slurm job can't be checked and counts as gone, so a marker left by a
     dead machine never blocks the stage forever.
@@ -185,11 +207,8 @@ def attempt_in_flight(stage_dir: str, me: int | None = None) -> tuple[bool, str 
     from . import slurm
 
     try:
-        with open(os.path.join(stage_dir, RUNNING)) as f:
-            info = json.load(f)
-    except FileNotFoundError:
-        return False, None
-    except (OSError, ValueError):
+        info = json.loads(text)
+    except ValueError:
         return False, "gone"
     pid, host, job = info.get("pid"), info.get("host"), info.get("slurm_job_id")
     if host == hostname() and pid and pid != me:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from . import config as wconfig
-from . import layout, manifest
+from . import layout, manifest, stagetree
 from .catalog import settings_diff
 
 JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
@@ -87,18 +87,10 @@ def next_run(jobs: list[dict], config: dict) -> list[dict]:
     return out
 
 
-def _own_dirs(stage_dir: str) -> list[tuple[str | None, str]]:
-    entries = manifest.workspace_entries(stage_dir)
-    if layout.MANIFEST in entries:
-        return [(None, stage_dir)]
-    return [(e, os.path.join(stage_dir, e)) for e in entries
-            if layout.is_valid_name(e) and os.path.exists(os.path.join(stage_dir, e, layout.MANIFEST))]
-
-
-def _output_digests(stage_dir: str, cache: dict) -> dict:
+def _output_digests(tree, stage_dir: str, cache: dict) -> dict:
     if stage_dir not in cache:
         try:
-            data = manifest.read(stage_dir) or {}
+            data = tree.manifest(stage_dir) or {}
         except manifest.ManifestError:
             data = {}
         cache[stage_dir] = {o["path"]: o.get("sha256") for o in data.get("outputs", [])}
@@ -106,18 +98,20 @@ def _output_digests(stage_dir: str, cache: dict) -> dict:
 
 
 def drift(config: dict, code_version: str, funnels: list[str]) -> list[dict]:
-    """Done stages made with other settings, code or inputs than now."""
+    """Done stages made with other settings, code or inputs than now (on a
+    gs:// root: from one listing and one batch read of the manifests)."""
     rows, digests = [], {}
     root = config["root"]
+    tree = stagetree.open(root)
     for experiment, exp in config["experiments"].items():
         for pair in [*exp["pairs"], layout.ALL_PAIRS]:
             for stage in config["stages"]:
                 if (stage in funnels) != (pair == layout.ALL_PAIRS):
                     continue
                 current = wconfig.step_settings(config, experiment, pair, stage)
-                for instance, directory in _own_dirs(layout.stage_dir(root, pair, experiment, stage)):
+                for instance, directory in tree.state_dirs(layout.stage_dir(root, pair, experiment, stage)):
                     try:
-                        data = manifest.read(directory)
+                        data = tree.manifest(directory)
                     except manifest.ManifestError:
                         continue
                     if not data or data["state"] != "SUCCESS" or data.get("adopted"):
@@ -128,9 +122,9 @@ def drift(config: dict, code_version: str, funnels: list[str]) -> list[dict]:
                         what.append("settings: " + ", ".join(differs))
                     if data.get("code_version") and data["code_version"] != code_version:
                         what.append(f"code: {data['code_version']} → {code_version}")
-                    changed = [os.path.relpath(i["path"], root) for i in data.get("inputs", [])
+                    changed = [tree.relative(i["path"]) for i in data.get("inputs", [])
                                if i.get("manifest") and i.get("sha256") and
-                               _output_digests(os.path.dirname(i["manifest"]), digests).get(
+                               _output_digests(tree, os.path.dirname(i["manifest"]), digests).get(
                                    os.path.basename(i["path"])) not in (None, i["sha256"])]
                     if changed:
                         what.append("inputs redone since: " + ", ".join(changed))

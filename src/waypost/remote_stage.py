@@ -30,7 +30,6 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
 import threading
 
 from . import storage
@@ -205,21 +204,13 @@ class RemoteStage:
         ``.attempts/<n>/``: server-side for what the bucket has, uploaded
         straight there for what is only local. Returns ``.attempts/<n>``."""
         listing = self._listing()
-        remote = [rel for rel in self._workspace(listing) if rel.split("/")[0] not in keep]
+        remote = self._workspace(listing)
         local = {rel: st for rel, st in self._local_files().items() if rel.split("/")[0] not in keep}
-        if not remote and not local:
+        fresh = {rel: os.path.join(self.local, rel) for rel, st in local.items()
+                 if rel not in remote or self._synced.get(rel) != st}
+        target, _ = archive_objects(self.fs, self.path, listing, keep, fresh)
+        if target is None:
             return None
-        numbers = [int(rel.split("/")[1]) for rel in listing
-                   if rel.startswith(ATTEMPTS + "/") and rel.split("/")[1].isdigit()]
-        target = f"{ATTEMPTS}/{1 + max(numbers, default=0)}"
-        fresh = [rel for rel, st in local.items() if rel not in remote or self._synced.get(rel) != st]
-        moved = [rel for rel in remote if rel not in fresh]
-        if moved:
-            self.fs.copy([self._remote(r) for r in moved], [self._remote(f"{target}/{r}") for r in moved])
-        if fresh:
-            self.fs.put([os.path.join(self.local, r) for r in fresh], [self._remote(f"{target}/{r}") for r in fresh])
-        if remote:
-            self.fs.rm([self._remote(r) for r in remote])
         for entry in {rel.split("/")[0] for rel in local}:
             path = os.path.join(self.local, entry)
             shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
@@ -265,6 +256,32 @@ class RemoteStage:
         shutil.rmtree(self.local, ignore_errors=True)
 
 
+def archive_objects(fs, path: str, listing: dict[str, dict], keep: tuple[str, ...] = (),
+                    uploads: dict[str, str] | None = None) -> tuple[str | None, list[str]]:
+    """Move a stage directory's workspace in the bucket into ``.attempts/<n>/``
+    server-side (a rewrite per object, nothing downloaded), all but the
+    entries in ``keep``. ``path`` is the stage dir (bucket/key), ``listing``
+    its objects (relative name → info, archives included); ``uploads``
+    (relative name → local file) go up straight into the archive instead of
+    their bucket copies. Returns ``.attempts/<n>`` (None when there was
+    nothing to archive) and the relative names moved out of the workspace."""
+    uploads = uploads or {}
+    remote = [rel for rel in RemoteStage._workspace(listing) if rel.split("/")[0] not in keep]
+    if not remote and not uploads:
+        return None, []
+    numbers = [int(rel.split("/")[1]) for rel in listing
+               if rel.startswith(ATTEMPTS + "/") and rel.split("/")[1].isdigit()]
+    target = f"{ATTEMPTS}/{1 + max(numbers, default=0)}"
+    moved = [rel for rel in remote if rel not in uploads]
+    if moved:
+        fs.copy([f"{path}/{r}" for r in moved], [f"{path}/{target}/{r}" for r in moved])
+    if uploads:
+        fs.put(list(uploads.values()), [f"{path}/{target}/{r}" for r in uploads])
+    if remote:
+        fs.rm([f"{path}/{r}" for r in remote])
+    return target, remote
+
+
 def for_runner(args) -> RemoteStage | None:
     """The remote stage of a runner whose ``--stage-dir`` is a gs:// URL, with
     the runner's arguments turned to local paths (inputs, outputs, and the
@@ -293,6 +310,13 @@ def check_bucket(root: str) -> None:
         raise storage.explain(exc, root) from None
 
 
+def snakemake_options(root: str) -> list[str]:
+    """The Snakemake options a run over ``root`` needs (none for a local root)."""
+    if not storage.is_remote(root):
+        return []
+    return ["--default-storage-provider", PROVIDER, "--default-storage-prefix", root]
+
+
 def planning_mirror(root: str, workflow) -> str:
     """For a Snakemake run over a gs:// root: check that Snakemake stores
     stage files there through waypost's plugin, and that the bucket is
@@ -302,8 +326,8 @@ def planning_mirror(root: str, workflow) -> str:
     settings = workflow.storage_settings
     prefix = (getattr(settings, "default_storage_prefix", None) or "").rstrip("/")
     if getattr(settings, "default_storage_provider", None) != PROVIDER or prefix != root.rstrip("/"):
-        raise WorkflowError(f"root {root} is a bucket: run Snakemake with --default-storage-provider {PROVIDER} "
-                            f"--default-storage-prefix {root} (or those two keys in the profile; "
+        raise WorkflowError(f"root {root} is a bucket: run Snakemake with {' '.join(snakemake_options(root))} "
+                            "(or those two keys in the profile; "
                             "see 'Running with a bucket' in README.md)")
     try:
         check_bucket(root)
@@ -311,44 +335,3 @@ def planning_mirror(root: str, workflow) -> str:
         raise WorkflowError(str(exc)) from None
     storage.register_root(root)
     return str(workflow.storage_registry.default_storage_provider.local_prefix)
-
-
-@contextlib.contextmanager
-def snapshot(root: str):
-    """A local stand-in for the stage directories under a gs:// root, from one
-    listing: manifests and in-progress markers with their contents (fetched
-    together), every other object an empty file (status only asks whether
-    they exist); archives left out. Yields its path."""
-    check_bucket(root)
-    fs, path = storage.filesystem(root)
-    try:
-        names = fs.find(path)
-    except FileNotFoundError:
-        names = []
-    with tempfile.TemporaryDirectory(prefix="waypost-status-") as tmp:
-        engine = []
-        for name in names:
-            rel = name[len(path) + 1:]
-            if f"/{ATTEMPTS}/" in f"/{rel}":
-                continue
-            local = os.path.join(tmp, rel)
-            os.makedirs(os.path.dirname(local), exist_ok=True)
-            if os.path.basename(rel) in (MANIFEST, RUNNING):
-                engine.append(name)
-            else:
-                open(local, "wb").close()
-        for name, data in (fs.cat(engine) if engine else {}).items():
-            with open(os.path.join(tmp, name[len(path) + 1:]), "wb") as f:
-                f.write(data)
-        yield tmp
-
-
-def relocate(value, old: str, new: str):
-    """``value`` with every string under the path ``old`` moved under ``new``."""
-    if isinstance(value, str):
-        return new + value[len(old):] if value == old or value.startswith(old + "/") else value
-    if isinstance(value, dict):
-        return {k: relocate(v, old, new) for k, v in value.items()}
-    if isinstance(value, list):
-        return [relocate(v, old, new) for v in value]
-    return value

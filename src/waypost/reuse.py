@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-from . import layout, manifest, remote_stage, storage
+from . import layout, manifest, remote_stage, stagetree, storage
 
 
 def read_source(location: str) -> dict:
@@ -170,9 +170,10 @@ def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str,
     root = source_root or config["root"]
     stages = [s for s in parents if s in graph.ancestors(parents, upstream_of)]
     entries, problems = {}, []
+    tree = stagetree.open(root)  # a bucket: one listing, one batch read of the manifests
     for stage in stages:
         for pair in chosen:
-            cell = status.stage_cell(root, source, pair, stage)
+            cell = status.stage_cell(root, source, pair, stage, tree)
             if cell["state"] != "SUCCESS" or any(c.get("provisional") for c in [cell, *cell.get("instances", {}).values()]):
                 problems.append(f"{layout.stage_dir(root, pair, source, stage)}: {cell['state']}"
                                 + (" (provisional)" if cell["state"] == "SUCCESS" else ""))

@@ -16,9 +16,7 @@ A stage with instances (``stage/<instance>/``) shows the worst instance.
 
 from __future__ import annotations
 
-import os
-
-from . import layout, manifest
+from . import layout, manifest, stagetree
 
 DONE = ("SUCCESS", "adopted")
 FAILURES = ("FAILED", "TIMEOUT", "OOM", "HWFAILURE", "PREEMPTED", "CANCELLED")
@@ -59,27 +57,29 @@ def label(cell: dict) -> tuple[str, int]:
     return text, attempts
 
 
-def _running_state(stage_dir: str) -> str | None:
-    alive, where = manifest.attempt_in_flight(stage_dir)
+def _running_state(tree, stage_dir: str) -> str | None:
+    alive, where = tree.in_flight(stage_dir)
     if alive:
         return "running"
     return "interrupted" if where else None
 
 
-def stage_state(stage_dir: str, expected: dict) -> dict:
-    """State of one stage (or instance) directory.
+def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
+    """State of one stage (or instance) directory (in ``tree``, a
+    ``stagetree`` over its root; by default one over the directory).
 
     ``expected`` holds the experiment/pair/stage/instance this directory is
     for; a manifest that names another location was copied here by hand.
     """
+    tree = tree or stagetree.open(stage_dir)
     cell = {"state": "missing", "attempts": 0, "path": stage_dir, "log": None, "last": None}
-    running = _running_state(stage_dir)
+    running = _running_state(tree, stage_dir)
     try:
-        data = manifest.read(stage_dir)
+        data = tree.manifest(stage_dir)
     except manifest.ManifestError as exc:
         cell.update(state="corrupt", error=str(exc))
         return cell
-    files = [e for e in manifest.workspace_entries(stage_dir) if not manifest.is_engine_file(e)]
+    files = [e for e in tree.entries(stage_dir) if not manifest.is_engine_file(e)]
     if data is not None:
         attempts = data["attempts"]
         cell["attempts"] = len(attempts)
@@ -91,7 +91,7 @@ def stage_state(stage_dir: str, expected: dict) -> dict:
         if data.get("reason"):
             cell["reason"] = data["reason"]
         if attempts:
-            cell["log"] = os.path.join(stage_dir, attempts[-1].get("log") or "")
+            cell["log"] = layout.join(stage_dir, attempts[-1].get("log") or "")
             cell["last"] = attempts[-1].get("state")
         own = all(data.get(k) == v for k, v in expected.items())
         if running:
@@ -100,7 +100,7 @@ def stage_state(stage_dir: str, expected: dict) -> dict:
             cell["state"] = "adopted" if files else "missing"
         elif data["state"] == "SUCCESS":
             missing = [o["path"] for o in data.get("outputs", [])
-                       if not os.path.exists(os.path.join(stage_dir, o["path"]))]
+                       if tree.size(layout.join(stage_dir, o["path"])) is None]
             cell["state"] = "missing" if missing else "adopted" if data.get("adopted") else "SUCCESS"
             if missing:
                 cell["missing_outputs"] = missing
@@ -117,16 +117,16 @@ def worst(states: list[str]) -> str:
     return min(states, key=lambda s: SEVERITY.index(s) if s in SEVERITY else 0)
 
 
-def stage_cell(root: str, experiment: str, pair: str, stage: str) -> dict:
+def stage_cell(root: str, experiment: str, pair: str, stage: str, tree=None) -> dict:
+    """The cell of one stage of one experiment and pair (``tree``: a
+    ``stagetree`` over ``root``, made if not given)."""
+    tree = tree or stagetree.open(root)
     stage_dir = layout.stage_dir(root, pair, experiment, stage)
     expected = {"experiment": experiment, "pair": pair, "stage": stage}
-    entries = manifest.workspace_entries(stage_dir)
-    has_own_files = any(manifest.is_engine_file(e) or os.path.isfile(os.path.join(stage_dir, e)) for e in entries)
-    instances = [e for e in entries if os.path.isdir(os.path.join(stage_dir, e)) and layout.is_valid_name(e)]
-    if has_own_files or not instances:
-        return stage_state(stage_dir, {**expected, "instance": None})
-    cells = {name: stage_state(os.path.join(stage_dir, name), {**expected, "instance": name})
-             for name in sorted(instances)}
+    dirs = tree.state_dirs(stage_dir)
+    if dirs == [(None, stage_dir)]:
+        return stage_state(stage_dir, {**expected, "instance": None}, tree)
+    cells = {name: stage_state(directory, {**expected, "instance": name}, tree) for name, directory in dirs}
     return {
         "state": worst([c["state"] for c in cells.values()]),
         "attempts": sum(c["attempts"] for c in cells.values()),
@@ -139,21 +139,20 @@ def collect(config: dict, funnels: list[str]) -> dict:
     """experiments → pairs (and the per-experiment funnel slot) → stages → cell.
 
     ``funnels`` are the stages that run once per experiment (``_all`` slot).
+    On a gs:// root, from one listing of the bucket and one batch read of
+    the manifests.
     """
     root = config["root"]
-    if layout.is_gcs(root):  # read from one listing of the bucket, as if it were on disk
-        from . import remote_stage
-        with remote_stage.snapshot(root) as local:
-            return remote_stage.relocate(collect({**config, "root": local}, funnels), local, root)
+    tree = stagetree.open(root)
     stages = list(config["stages"])
     per_pair = [s for s in stages if s not in funnels]
     grid = {}
     for experiment, settings in config["experiments"].items():
         rows = {}
         for pair in settings["pairs"]:
-            rows[pair] = {stage: stage_cell(root, experiment, pair, stage) for stage in per_pair}
+            rows[pair] = {stage: stage_cell(root, experiment, pair, stage, tree) for stage in per_pair}
         if funnels:
-            rows[layout.ALL_PAIRS] = {stage: stage_cell(root, experiment, layout.ALL_PAIRS, stage)
+            rows[layout.ALL_PAIRS] = {stage: stage_cell(root, experiment, layout.ALL_PAIRS, stage, tree)
                                       for stage in funnels}
         grid[experiment] = rows
     return {"root": root, "stages": stages, "experiments": grid}

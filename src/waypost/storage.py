@@ -78,6 +78,17 @@ def read_bytes(url: str) -> bytes:
     return fs.cat_file(path)
 
 
+def read_many(fs, paths: list[str], batch: int = 1000) -> dict[str, bytes | Exception]:
+    """The contents of many objects (fsspec paths), fetched concurrently in
+    batches; an object that can't be read maps to the exception."""
+    found: dict[str, bytes | Exception] = {}
+    for start in range(0, len(paths), batch):
+        some = paths[start:start + batch]
+        got = fs.cat(some, on_error="return")
+        found.update({path: got.get(path, FileNotFoundError(path)) for path in some})
+    return found
+
+
 def exists(url: str) -> bool:
     fs, path = filesystem(url)
     return fs.exists(path)

@@ -5,7 +5,9 @@ corrupt), or says SUCCESS while an output it lists is missing, has another
 size, or (with checksums) another sha256. Such a stage's files are archived
 under ``.attempts/<n>/`` (never deleted), so its outputs are gone and the next
 run redoes it. Checksums are cached by (path, size, mtime) in
-``.waypost/verified.json``, so a big unchanged model is hashed once.
+``.waypost/verified.json``, so a big unchanged model is hashed once. On a
+gs:// root only sizes are checked (the sha256 would need every output
+downloaded), and the archive is a server-side move.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import layout, manifest
+from . import layout, manifest, stagetree
+from .stagetree import manifests_under  # noqa: F401 - waypost.verify.manifests_under, as before
 
 CACHE = os.path.join(".waypost", "verified.json")
+# What verify says of a gs:// root: the manifests record each output's sha256,
+# which GCS does not keep (it keeps crc32c and md5): checking it would mean
+# downloading every output.
+SIZES_ONLY = "gs:// root: output sizes checked, not checksums (that would download every output)"
 
 
 @dataclass
@@ -24,22 +31,6 @@ class Problem:
     stage_dir: str
     what: str
     archived: str | None = None
-
-
-def manifests_under(root: str, max_depth: int = 6):
-    """Every stage directory with a manifest under ``root`` (not archives)."""
-    def walk(directory: str, depth: int):
-        try:
-            entries = list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            return
-        if any(e.name == layout.MANIFEST for e in entries):
-            yield directory
-        if depth < max_depth:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_logs")):
-                    yield from walk(entry.path, depth + 1)
-    yield from walk(root, 0)
 
 
 class ChecksumCache:
@@ -69,37 +60,41 @@ class ChecksumCache:
             manifest.write_json_atomic(self.path, self.data)
 
 
-def check(stage_dir: str, cache: ChecksumCache | None) -> str | None:
+def check(tree, stage_dir: str, cache: ChecksumCache | None) -> str | None:
     """What is wrong with a stage dir's manifest, or None."""
-    if os.path.exists(os.path.join(stage_dir, layout.RUNNING)):
+    if tree.isfile(layout.join(stage_dir, layout.RUNNING)):
         return None  # an attempt is (or was) under way: the runner deals with it
     try:
-        data = manifest.read(stage_dir)
+        data = tree.manifest(stage_dir)
     except manifest.ManifestError as exc:
         return str(exc)
     if data is None or data["state"] != "SUCCESS":
         return None
     for out in data.get("outputs", []):
-        path = os.path.join(stage_dir, out["path"])
-        if not os.path.exists(path):
+        path = layout.join(stage_dir, out["path"])
+        size = tree.size(path)
+        if size is None:
             return f"{out['path']} is missing"
-        if os.path.getsize(path) != out.get("size"):
-            return f"{out['path']} has {os.path.getsize(path)} bytes, the manifest says {out.get('size')}"
+        if size != out.get("size"):
+            return f"{out['path']} has {size} bytes, the manifest says {out.get('size')}"
         if cache is not None and cache.sha256(path) != out.get("sha256"):
             return f"{out['path']} does not match its checksum"
     return None
 
 
 def verify(root: str, checksums: bool = True, repair: bool = True) -> list[Problem]:
-    """Check every manifest under ``root``; archive the untrustworthy stages."""
-    cache = ChecksumCache() if checksums else None
+    """Check every manifest under ``root``; archive the untrustworthy stages.
+    On a gs:// root from one listing and one batch read of the manifests,
+    sizes only (see SIZES_ONLY), a repair being a server-side move."""
+    tree = stagetree.open(root)
+    cache = ChecksumCache() if checksums and not tree.remote else None
     problems = []
-    for stage_dir in manifests_under(root):
-        what = check(stage_dir, cache)
+    for stage_dir in tree.manifest_dirs():
+        what = check(tree, stage_dir, cache)
         if what:
             problem = Problem(stage_dir, what)
             if repair:
-                problem.archived = manifest.archive_workspace(stage_dir)
+                problem.archived = tree.archive(stage_dir)
             problems.append(problem)
     if cache:
         cache.save()

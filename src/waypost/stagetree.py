@@ -1,0 +1,278 @@
+"""The stage directories under a root, the same way on disk and in a bucket.
+
+``open(root)`` gives a tree over a local path (``os`` calls, as they come)
+or over a ``gs://bucket/prefix`` (one listing of the prefix when the tree is
+made; manifests and ``_running.json`` markers read in one concurrent batch
+the first time one is asked for; archiving a stage a server-side move). The
+commands that look at or steer the file state (status, rerun, adopt, plan,
+verify, cron) are written once against this interface.
+
+Paths in and out are the user's: local paths as given (``results/...``), or
+gs:// URLs under the root. A bucket tree is a snapshot: what others write
+after it was listed is not in it (what it archives or writes itself is).
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import layout, manifest, storage
+from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
+
+
+def open(root: str) -> "Tree":  # noqa: A001 - stagetree.open(root) reads well
+    return BucketTree(root) if storage.is_remote(root) else LocalTree(root)
+
+
+def _walked(name: str) -> bool:
+    """Directories a search for manifests goes into (not archives, not logs)."""
+    return not name.startswith((".", LOGS))
+
+
+def manifests_under(root: str, max_depth: int = 6):
+    """Every directory with a manifest under a local ``root`` (not archives)."""
+    def walk(directory: str, depth: int):
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return
+        if any(e.name == MANIFEST for e in entries):
+            yield directory
+        if depth < max_depth:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False) and _walked(entry.name):
+                    yield from walk(entry.path, depth + 1)
+    yield from walk(root, 0)
+
+
+class Tree:
+    """What both kinds of tree answer; see LocalTree for each method."""
+
+    remote = False
+    root: str
+
+    def state_dirs(self, stage_dir: str) -> list[tuple[str | None, str]]:
+        """The directories that hold a stage's state: ``[(None, stage_dir)]``,
+        or ``(instance, dir)`` for each instance of a stage with instances
+        (and no files of its own)."""
+        entries = self.entries(stage_dir)
+        own = any(manifest.is_engine_file(e) or self.isfile(layout.join(stage_dir, e)) for e in entries)
+        instances = [e for e in entries if layout.is_valid_name(e) and self.isdir(layout.join(stage_dir, e))]
+        if own or not instances:
+            return [(None, stage_dir)]
+        return [(name, layout.join(stage_dir, name)) for name in sorted(instances)]
+
+    def describe(self, stage_dir: str, files: list[str]) -> list[dict]:
+        """Size and sha256 of files of a stage dir (relative paths), as a
+        manifest's ``outputs``."""
+        return [{"path": f, "size": self.size(layout.join(stage_dir, f)),
+                 "sha256": self.sha256(layout.join(stage_dir, f))} for f in files]
+
+
+class LocalTree(Tree):
+    def __init__(self, root: str):
+        self.root = root
+
+    def key(self, path: str) -> str:
+        """One spelling per directory (to compare paths)."""
+        return os.path.abspath(path)
+
+    def relative(self, path: str) -> str:
+        return os.path.relpath(path, self.root)
+
+    def entries(self, directory: str) -> list[str]:
+        """Names in a directory but the archive, sorted."""
+        return manifest.workspace_entries(directory)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def isfile(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def size(self, path: str) -> int | None:
+        """A file's size; None when it isn't there."""
+        if not os.path.exists(path):
+            return None
+        return os.path.getsize(path)
+
+    def files(self, directory: str) -> list[str]:
+        """Every file below a directory (archives too), relative to it, sorted."""
+        return sorted(os.path.relpath(os.path.join(top, name), directory)
+                      for top, _, names in os.walk(directory) for name in names)
+
+    def manifest_dirs(self) -> list[str]:
+        """Every directory with a manifest (stages and instances; not archives)."""
+        return list(manifests_under(self.root))
+
+    def manifest(self, directory: str) -> dict | None:
+        """A directory's manifest; None if none; ManifestError if unusable."""
+        return manifest.read(directory)
+
+    def in_flight(self, directory: str, me: int | None = None) -> tuple[bool, str | None]:
+        return manifest.attempt_in_flight(directory, me)
+
+    def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
+        """Move what is in a stage directory into ``.attempts/<n>/``; returns
+        ``.attempts/<n>``, or None when there was nothing."""
+        return manifest.archive_workspace(directory, keep=keep)
+
+    def write_manifest(self, directory: str, record: dict) -> None:
+        manifest.write_json_atomic(manifest.manifest_path(directory), record)
+
+    def remove(self, path: str) -> None:
+        if os.path.exists(path):
+            os.unlink(path)
+
+    def sha256(self, path: str) -> str:
+        return manifest.sha256_file(path)
+
+
+class BucketTree(Tree):
+    remote = True
+
+    def __init__(self, root: str):
+        from . import remote_stage
+
+        self.root = root.rstrip("/")
+        remote_stage.check_bucket(self.root)
+        self.fs, self.base = storage.filesystem(self.root)
+        try:
+            found = self.fs.find(self.base, detail=True)
+        except FileNotFoundError:
+            found = {}
+        self._index({name[len(self.base) + 1:]: info for name, info in found.items()
+                     if name.startswith(self.base + "/") and info.get("type", "file") == "file"})
+        self._read: dict[str, dict[str, bytes | Exception]] = {}  # MANIFEST / RUNNING → their contents
+
+    def _index(self, objects: dict[str, dict]) -> None:
+        self.objects = objects                      # relative name → object info
+        self.children: dict[str, set[str]] = {}     # relative dir ("" the root) → names in it
+        for name in objects:
+            parts = name.split("/")
+            for depth in range(len(parts)):
+                self.children.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+
+    def _rel(self, path: str) -> str | None:
+        """``path`` relative to the root ("" for the root); None if outside."""
+        path = path.rstrip("/")
+        if path == self.root:
+            return ""
+        return path[len(self.root) + 1:] if path.startswith(self.root + "/") else None
+
+    @staticmethod
+    def _in(rel: str, name: str) -> str:
+        return f"{rel}/{name}" if rel else name
+
+    def key(self, path: str) -> str:
+        return path.rstrip("/")
+
+    def relative(self, path: str) -> str:
+        rel = self._rel(path)
+        return path if rel is None else rel
+
+    def entries(self, directory: str) -> list[str]:
+        rel = self._rel(directory)
+        return sorted(self.children.get(rel, set()) - {ATTEMPTS}) if rel is not None else []
+
+    def isdir(self, path: str) -> bool:
+        rel = self._rel(path)
+        return rel is not None and rel in self.children
+
+    def isfile(self, path: str) -> bool:
+        return self._rel(path) in self.objects
+
+    def size(self, path: str) -> int | None:
+        info = self.objects.get(self._rel(path))
+        return None if info is None else info["size"]
+
+    def files(self, directory: str) -> list[str]:
+        rel = self._rel(directory)
+        if rel is None:
+            return []
+        prefix = self._in(rel, "")
+        return sorted(name[len(prefix):] for name in self.objects if name.startswith(prefix))
+
+    def manifest_dirs(self) -> list[str]:
+        found = []
+        for name in self.objects:
+            parts = name.split("/")
+            if parts[-1] == MANIFEST and len(parts) <= 7 and all(_walked(p) for p in parts[:-1]):
+                found.append(layout.join(self.root, *parts[:-1]))
+        return sorted(found)
+
+    def _contents(self, leaf: str) -> dict[str, bytes | Exception]:
+        """Every workspace file named ``leaf`` in the tree, read in one batch."""
+        if leaf not in self._read:
+            names = [n for n in self.objects
+                     if n.rsplit("/", 1)[-1] == leaf and not any(p.startswith(".") for p in n.split("/"))]
+            got = storage.read_many(self.fs, [f"{self.base}/{n}" for n in names]) if names else {}
+            self._read[leaf] = {n: got[f"{self.base}/{n}"] for n in names}
+        return self._read[leaf]
+
+    def manifest(self, directory: str) -> dict | None:
+        rel = self._rel(directory)
+        url = layout.join(directory.rstrip("/"), MANIFEST)
+        if rel is None:  # another root's (an input from elsewhere): read it alone
+            try:
+                return manifest.parse(storage.read_bytes(url), url)
+            except FileNotFoundError:
+                return None
+            except manifest.ManifestError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bucket error, as one line
+                raise manifest.ManifestError(str(storage.explain(exc, url))) from None
+        name = self._in(rel, MANIFEST)
+        if name not in self.objects:
+            return None
+        text = self._contents(MANIFEST).get(name, FileNotFoundError(url))
+        if isinstance(text, Exception):
+            raise manifest.ManifestError(f"{url}: unreadable manifest ({text})")
+        return manifest.parse(text, url)
+
+    def in_flight(self, directory: str, me: int | None = None) -> tuple[bool, str | None]:
+        rel = self._rel(directory)
+        name = self._in(rel, RUNNING) if rel is not None else None
+        if name not in self.objects:
+            return False, None
+        text = self._contents(RUNNING).get(name)
+        if not isinstance(text, bytes):
+            return False, "gone"
+        return manifest.marker_in_flight(text, me)
+
+    def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
+        """Server-side (see remote_stage.archive_objects)."""
+        from .remote_stage import archive_objects
+
+        rel = self._rel(directory)
+        prefix = self._in(rel, "")
+        listing = {n[len(prefix):]: info for n, info in self.objects.items() if n.startswith(prefix)}
+        target, moved = archive_objects(self.fs, self.base + ("/" + rel if rel else ""), listing, keep)
+        if target:
+            objects = dict(self.objects)
+            for name in moved:
+                objects[prefix + f"{target}/{name}"] = objects.pop(prefix + name)
+            self._index(objects)
+            for read in self._read.values():
+                for name in moved:
+                    read.pop(prefix + name, None)
+        return target
+
+    def write_manifest(self, directory: str, record: dict) -> None:
+        rel = self._rel(directory)
+        data = manifest.dumps(record).encode()
+        self.fs.pipe_file(f"{self.base}/{self._in(rel, MANIFEST)}", data)
+        self._index({**self.objects, self._in(rel, MANIFEST): {"size": len(data)}})
+        if MANIFEST in self._read:
+            self._read[MANIFEST][self._in(rel, MANIFEST)] = data
+
+    def remove(self, path: str) -> None:
+        rel = self._rel(path)
+        if rel in self.objects:
+            self.fs.rm_file(f"{self.base}/{rel}")
+            self._index({n: i for n, i in self.objects.items() if n != rel})
+
+    def sha256(self, path: str) -> str:
+        """Reads the object (nothing else can: GCS keeps crc32c and md5)."""
+        with self.fs.open(storage.filesystem(path)[1], "rb") as f:
+            return manifest.sha256_stream(f)
