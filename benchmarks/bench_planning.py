@@ -117,8 +117,9 @@ def run(ctx: dict, sizes=SIZES) -> Section:
 
     section.notes.append(
         "Both workflows: same rules, wildcards, stage paths, inputs and outputs, same config file and profile "
-        "(`profiles/local`), same directory; the plain one (`benchmarks/plain/Snakefile`) has literal paths, "
-        "static params and resources, `rule all` over every output and `touch` as each command. Each dry run "
+        "(`profiles/local`), same directory, same step commands; the plain one (`benchmarks/plain/Snakefile`) "
+        "has literal paths, static params and resources, `rule all` over every output and runs each step "
+        "program directly, without the step runner in front. Each dry run "
         "was first checked to plan exactly the same jobs by rule as the other. On the done root, waypost's "
         "`rule all` asks only for missing outputs (presence mode), so its DAG is empty, while plain Snakemake "
         "builds the whole DAG to compare timestamps.")

@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,runner,status,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,status,slurm] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -11,7 +11,8 @@ The raw results go to benchmarks/results.json; benchmarks/analysis.md (the
 diagnosis of missed targets, written by hand) is included in the document.
 
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
-idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_REPS, BENCH_BIG_MB size it;
+idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_REPS, BENCH_BIG_MB,
+BENCH_CATALOG_LOCAL and BENCH_CATALOG_GCS size it;
 BENCH_PROFILE=1 profiles even where the targets are met; BENCH_TMP is where
 the temporary trees go (default: the system's temp dir).
 """
@@ -31,22 +32,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_catalog  # noqa: E402
 import bench_planning  # noqa: E402
 import bench_runner  # noqa: E402
 import bench_slurm  # noqa: E402
 import bench_status  # noqa: E402
 from common import REPO, Interference, Row, Section, code_fingerprint, fmt, git_revision, log, machine, median, spread  # noqa: E402
 
-BENCHMARKS = {
+BENCHMARKS = {                      # the issue's order
     "planning": bench_planning.run,
     "runner": bench_runner.run,
+    "catalog": bench_catalog.run,
     "status": bench_status.run,
     "slurm": bench_slurm.run,
 }
 RESULTS = REPO / "benchmarks" / "results.json"
-NOT_MEASURED = {
-    "catalog": Section("Catalog", skipped="not measured: the catalog (issue 5) does not exist yet"),
-}
 
 
 def cell(text: str) -> str:
@@ -162,8 +162,6 @@ def main() -> int:
             section.others_cpu_s = interference.others_seconds()
             section.wall_s = time.perf_counter() - started_at
             sections.append(section)
-            if name == "planning":
-                sections += NOT_MEASURED.values()   # the catalog's place in the issue's order
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     wall = time.perf_counter() - t0

@@ -13,7 +13,7 @@ rule train_backward:
         epochs=wp.setting("train_backward", "epochs"),
         seed=wp.setting("train_backward", "seed", 0),
         subsample=wp.setting("train_backward", "subsample", 1.0),
-        checkpoints=wp.path("train_backward", "checkpoints"),
+        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
     shell:
         wp.run + wp.script("train_model.py") +
         " --corpus {input.corpus} --direction trg-src --vocab {input.vocab}"

@@ -16,7 +16,7 @@ rule train_student:
         epochs=wp.setting("train_student", "epochs"),
         seed=wp.setting("train_student", "seed", 0),
         subsample=wp.setting("train_student", "subsample", 1.0),
-        checkpoints=wp.path("train_student", "checkpoints"),
+        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
     shell:
         wp.run + wp.script("train_model.py") +
         " --corpus {input.distilled} --corpus {input.synthetic} --direction src-trg --vocab {input.vocab}"
@@ -51,7 +51,7 @@ rule evaluate:
         **wp.resources("evaluate", "gpu"),
     params:
         step=wp.step("evaluate"),
-        hypotheses=wp.path("evaluate", "hypotheses.txt", INSTANCE),
+        hypotheses=lambda wc, output: os.path.join(os.path.dirname(output.metrics), "hypotheses.txt"),
     wildcard_constraints:
         instance=r"backward|student|teacher-\d+",
     shell:

@@ -27,7 +27,7 @@ rule train_teacher:
         # Each member gets its own seed, so the ensemble members differ.
         seed=lambda wc: wp.settings(wc.experiment, wc.pair, "train_teacher").get("seed", 0) + int(wc.instance),
         subsample=wp.setting("train_teacher", "subsample", 1.0),
-        checkpoints=wp.path("train_teacher", "checkpoints", INSTANCE),
+        checkpoints=lambda wc, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
     wildcard_constraints:
         instance=r"\d+",
     shell:

@@ -20,8 +20,12 @@ from . import layout, manifest, storage
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
 
 
-def open(root: str) -> "Tree":  # noqa: A001 - stagetree.open(root) reads well
-    return BucketTree(root) if storage.is_remote(root) else LocalTree(root)
+def open(root: str, snapshot: bool = False) -> "Tree":  # noqa: A001 - stagetree.open(root) reads well
+    """A tree over ``root``; with ``snapshot``, a local one lists each
+    directory once (for commands that only look, like a bucket tree)."""
+    if storage.is_remote(root):
+        return BucketTree(root)
+    return LocalSnapshot(root) if snapshot else LocalTree(root)
 
 
 def _walked(name: str) -> bool:
@@ -126,6 +130,56 @@ class LocalTree(Tree):
 
     def sha256(self, path: str) -> str:
         return manifest.sha256_file(path)
+
+
+class LocalSnapshot(LocalTree):
+    """A LocalTree that lists each directory once and answers from that
+    listing (names and types from one ``scandir``, no stat per name, no
+    opening of files that aren't there): what changes after a directory was
+    listed is not seen. For commands that only look (``waypost status``)."""
+
+    def __init__(self, root: str):
+        super().__init__(root)
+        self._listings: dict[str, dict[str, os.DirEntry]] = {}
+
+    def _listing(self, directory: str) -> dict[str, os.DirEntry]:
+        if directory not in self._listings:
+            try:
+                with os.scandir(directory) as it:
+                    self._listings[directory] = {entry.name: entry for entry in it}
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                self._listings[directory] = {}
+        return self._listings[directory]
+
+    def _entry(self, path: str) -> os.DirEntry | None:
+        directory, name = os.path.split(path)
+        return self._listing(directory).get(name)
+
+    def entries(self, directory: str) -> list[str]:
+        return sorted(name for name in self._listing(directory) if name != ATTEMPTS)
+
+    def isdir(self, path: str) -> bool:
+        entry = self._entry(path)
+        return entry is not None and entry.is_dir()
+
+    def isfile(self, path: str) -> bool:
+        entry = self._entry(path)
+        return entry is not None and entry.is_file()
+
+    def size(self, path: str) -> int | None:
+        entry = self._entry(path)
+        try:
+            return None if entry is None else entry.stat().st_size
+        except OSError:   # a dangling link
+            return None
+
+    def manifest(self, directory: str) -> dict | None:
+        return manifest.read(directory) if MANIFEST in self._listing(directory) else None
+
+    def in_flight(self, directory: str, me: int | None = None) -> tuple[bool, str | None]:
+        if RUNNING not in self._listing(directory):
+            return False, None
+        return manifest.attempt_in_flight(directory, me)
 
 
 class BucketTree(Tree):

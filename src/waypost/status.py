@@ -140,10 +140,10 @@ def collect(config: dict, funnels: list[str]) -> dict:
 
     ``funnels`` are the stages that run once per experiment (``_all`` slot).
     On a gs:// root, from one listing of the bucket and one batch read of
-    the manifests.
+    the manifests; on a local one, listing each directory once.
     """
     root = config["root"]
-    tree = stagetree.open(root)
+    tree = stagetree.open(root, snapshot=True)
     stages = list(config["stages"])
     per_pair = [s for s in stages if s not in funnels]
     grid = {}
