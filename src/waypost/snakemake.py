@@ -14,6 +14,8 @@ import os
 import shlex
 import sys
 
+from snakemake.io import ancient, apply_wildcards, is_flagged
+
 from . import config as wconfig
 from . import layout, reuse, storage
 from . import workers as wworkers
@@ -69,6 +71,7 @@ class Pipeline:
         self._tracked: list = []
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._default_class: dict[str, str] = {}
+        self._outputs: dict[str, list] = {}   # stage → its rule's output patterns
         # Per (experiment, scope, stage), where the scope is the pair when the
         # experiment's per_pair or reuse names it, else None (all its other
         # pairs and its funnels are alike): computed once each.
@@ -126,7 +129,6 @@ class Pipeline:
     def _pattern(self, path) -> str:
         """A rule's output as the rule wrote it (Snakemake turns paths on a
         gs:// root into storage files named by their local copy)."""
-        from snakemake.io import is_flagged
         if is_flagged(path, "storage_object"):
             return path.storage_object.query[len(self.root.rstrip("/")) + 1:]
         return path
@@ -198,7 +200,6 @@ class Pipeline:
         source of a stage still to be done must be a SUCCESS stage, or the run
         stops here with all the problems, before any job runs. Also records
         the stage graph for the ``waypost`` command (``.waypost/stages.json``)."""
-        from snakemake.io import apply_wildcards
         if getattr(self.workflow, "remote_exec", False):
             return  # a cluster job: the main process checked already
         problems = []
@@ -244,10 +245,10 @@ class Pipeline:
         return self.present(os.path.join(self.stage_dir(stage, wildcards), layout.UNFINISHED))
 
     def is_done(self, stage: str, wildcards) -> bool:
-        from snakemake.io import apply_wildcards
+        if stage not in self._outputs:
+            self._outputs[stage] = [self._pattern(p) for p in self.workflow.get_rule(stage).output]
         values = dict(wildcards.items())
-        return all(self.present(apply_wildcards(self._pattern(p), values))
-                   for p in self.workflow.get_rule(stage).output)
+        return all(self.present(apply_wildcards(p, values)) for p in self._outputs[stage])
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
         """Does a funnel downstream of ``stage`` accept its failure?"""
@@ -276,10 +277,7 @@ class Pipeline:
         return self._policies[key]
 
     def mark(self, path: str):
-        if self.presence:
-            from snakemake.io import ancient
-            return ancient(path)
-        return path
+        return ancient(path) if self.presence else path
 
     # --- settings --------------------------------------------------------
     def _scope(self, experiment: str, pair: str) -> str | None:
@@ -450,7 +448,6 @@ class Pipeline:
         return wanted
 
     def all_outputs(self) -> list[str]:
-        from snakemake.io import apply_wildcards
         targets = []
         select = self.config.get("select") or {}
         experiments = [e for e in self.experiments if e in select.get("experiments", [e])]
