@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -60,6 +61,15 @@ def unavailable() -> str | None:
         return (f"skipped: no idle node in partition `cpu` (sinfo: {' '.join(states) or out.stderr.strip()!r}); "
                 "start the local cluster as root with `scripts/slurm-dev-cluster.sh start`")
     return None
+
+
+def _seconds(text: str) -> float:
+    """sacct's ``[DD-][HH:]MM:SS[.mmm]`` as seconds."""
+    days, _, clock = text.rpartition("-")
+    seconds = 0.0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + float(part or 0)
+    return seconds + 86400 * int(days or 0)
 
 
 def config(jobs: int) -> dict:
@@ -92,6 +102,24 @@ def run(ctx: dict) -> Section:
             if manifests and json.loads((stage / "_manifest.json").read_text())["state"] != "SUCCESS":
                 raise RuntimeError(f"{stage}: manifest not SUCCESS")
 
+    job_cpu: dict[str, list[float]] = {"waypost": [], "plain": []}   # CPU seconds per job, per run
+
+    def jobs_cpu(d: Path) -> float:
+        """CPU seconds per job that Slurm accounted to the run's jobs (their
+        ``TotalCPU``: user + system of every step, the inner Snakemake and the
+        step runner included). Unlike wall time, other work on the machine
+        hardly changes it."""
+        deadline = time.time() + 60
+        while True:   # accounting lags the job's end by a moment
+            # Not -X: with it, sacct leaves the steps' CPU out of the job's line.
+            out = subprocess.run(["sacct", "-a", "-n", "-P", "-S", "now-2hours", "-o", "JobIDRaw,WorkDir,TotalCPU"],
+                                 capture_output=True, text=True, timeout=60).stdout
+            cpu = [_seconds(total) for job, workdir_, total in (line.split("|") for line in out.splitlines())
+                   if "." not in job and workdir_ == str(d)]
+            if len(cpu) >= JOBS and all(cpu) or time.time() > deadline:
+                return sum(cpu) / max(1, len(cpu))
+            time.sleep(2)
+
     def waypost() -> float:
         d = workdir()
         cmd = [PYTHON, "-m", "snakemake", "-s", str(WAYPOST_SNAKEFILE), "-d", str(d), "--profile",
@@ -99,7 +127,8 @@ def run(ctx: dict) -> Section:
                "--waypost-init-seconds-before-status-checks", "2", "--latency-wait", "5", "--waypost-no-account"]
         seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), "waypost on Slurm").seconds
         outputs_ok(d, manifests=True)
-        log(f"slurm waypost: {seconds:.1f}s")
+        job_cpu["waypost"].append(jobs_cpu(d))
+        log(f"slurm waypost: {seconds:.1f}s, {job_cpu['waypost'][-1]:.2f} CPU-s per job")
         return seconds
 
     def plain() -> float:
@@ -109,7 +138,8 @@ def run(ctx: dict) -> Section:
                "--slurm-init-seconds-before-status-checks", "2", "--latency-wait", "5", "--slurm-no-account"]
         seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), "plain Snakemake on Slurm").seconds
         outputs_ok(d, manifests=False)
-        log(f"slurm plain: {seconds:.1f}s")
+        job_cpu["plain"].append(jobs_cpu(d))
+        log(f"slurm plain: {seconds:.1f}s, {job_cpu['plain'][-1]:.2f} CPU-s per job")
         return seconds
 
     try:
@@ -124,6 +154,13 @@ def run(ctx: dict) -> Section:
         note=f"{REPETITIONS} run{'s' if REPETITIONS > 1 else ''} each"
              + (" (each takes minutes)" if REPETITIONS == 1 else "")
              + f"; {JOBS / wp:.2f} vs {JOBS / base:.2f} jobs/s"))
+    cpu_wp, cpu_base = median(job_cpu["waypost"]), median(job_cpu["plain"])
+    section.rows.append(Row(
+        measure="Slurm: CPU time per job (sacct `TotalCPU`)", value=cpu_wp, unit="s", baseline=cpu_base,
+        baseline_label="plain Snakemake", target="(informational)",
+        samples={"waypost (CPU-s per job)": job_cpu["waypost"], "plain (CPU-s per job)": job_cpu["plain"]},
+        note=f"+{1000 * (cpu_wp - cpu_base):.0f} ms per job: what the node spends on waypost; "
+             f"hardly changed by other work on the machine"))
     section.notes.append(
         f"Both on the local single-node cluster (`scripts/slurm-dev-cluster.sh`), partition `cpu`, "
         f"1 CPU and 1000 MB per job (the onprem pool's `cpu` class), `jobs: 100`; Slurm runs as many at once "
@@ -138,4 +175,4 @@ if __name__ == "__main__":
     if result.skipped:
         print(result.skipped)
     for r in result.rows:
-        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)} ratio {r.ratio:.2f} ({r.note})")
+        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)} ratio {r.ratio or 0:.2f} ({r.note})")
