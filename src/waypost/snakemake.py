@@ -351,7 +351,11 @@ class Pipeline:
         """
         self._default_class[stage] = default_class
         scopes = list(self._scopes())
-        firsts = [self._job_resources(stage, default_class, e, p, 1) for e, p in scopes]
+        try:
+            firsts = [self._job_resources(stage, default_class, e, p, 1) for e, p in scopes]
+        except wconfig.ConfigError as exc:   # an unknown worker class: say so before any job runs
+            from snakemake.exceptions import WorkflowError
+            raise WorkflowError(str(exc)) from None
         growing = set()
         for e, p in scopes:
             policy = self._policy(e, p, stage)
