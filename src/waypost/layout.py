@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
@@ -35,7 +36,12 @@ class NameError_(ValueError):
 
 
 def is_valid_name(name: object) -> bool:
-    return isinstance(name, str) and bool(NAME_RE.match(name)) and ".." not in name
+    return isinstance(name, str) and _valid(name)
+
+
+@lru_cache(maxsize=4096)   # the same few names, asked for at every job of a planning
+def _valid(name: str) -> bool:
+    return bool(NAME_RE.match(name)) and ".." not in name
 
 
 def check_name(name: object, what: str) -> str:
