@@ -194,6 +194,14 @@ def attempt_in_flight(stage_dir: str, me: int | None = None) -> tuple[bool, str 
     return marker_in_flight(text, me)
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
 def marker_in_flight(text: bytes | str, me: int | None = None) -> tuple[bool, str | None]:
     """Is the attempt a ``_running.json`` (its contents) records under way?
 
@@ -218,6 +226,8 @@ def marker_in_flight(text: bytes | str, me: int | None = None) -> tuple[bool, st
             return False, "gone"
         except PermissionError:
             pass
+        if _zombie(int(pid)):
+            return False, "gone"  # killed, not yet reaped by its parent: it does no more work
         return True, f"pid {pid} on {host}"
     if job and job != os.environ.get("SLURM_JOB_ID"):
         state, raw = slurm.final_state(job)
