@@ -45,7 +45,7 @@ from common import (BIN, PYTHON, REPO, Row, Section, check, interleaved, log, me
 LOCAL_MANIFESTS = int(os.environ.get("BENCH_CATALOG_LOCAL", "100000"))
 GCS_MANIFESTS = int(os.environ.get("BENCH_CATALOG_GCS", "10000"))
 CHANGED = 100
-COLD_REPETITIONS = 3
+COLD_REPETITIONS = 5
 INCREMENTAL_REPETITIONS = 3
 QUERY_REPETITIONS = 50
 COLD_TARGET = 1.5         # × the baseline

@@ -20,7 +20,30 @@ def manifests_under(root: Path) -> set[str]:
     return {str(p.parent) for p in root.rglob("_manifest.json") if ".attempts" not in p.parts}
 
 
-def test_refresh_is_incremental_and_survives_corrupt_manifests(run_copy, tmp_path):
+@pytest.fixture(params=["in process", "in worker processes", "workers unavailable"])
+def loading(request, monkeypatch):
+    """How a refresh lists and reads: a small tree stays in process; with the
+    thresholds at their lowest every listing and read goes through worker
+    processes (one pair, one manifest per chunk); and where no worker process
+    can start, the refresh does the work itself."""
+    started = []
+    if request.param != "in process":
+        for name in ("PARALLEL_FROM", "CHUNK", "PAIRS_PER_CHUNK"):
+            monkeypatch.setattr(catalog, name, 1)
+        real = catalog.ProcessPoolExecutor
+
+        def pool(*args, **kwargs):
+            if request.param == "workers unavailable":
+                raise OSError("Resource temporarily unavailable")
+            started.append(args)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(catalog, "ProcessPoolExecutor", pool)
+    yield started
+    if request.param == "in worker processes" and len(os.sched_getaffinity(0)) > 1:
+        assert started, "no worker processes were used"
+
+
+def test_refresh_is_incremental_and_survives_corrupt_manifests(run_copy, tmp_path, loading):
     root = run_copy / "results"
     cat = catalog.Catalog(str(tmp_path / "cat.sqlite"))
     first = cat.refresh(str(root))

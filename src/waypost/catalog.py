@@ -15,9 +15,13 @@ Only a stage's current manifest counts (``{root}/{pair}/{experiment}/{stage}
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sqlite3
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from . import layout, manifest, storage
@@ -66,37 +70,39 @@ def _stamp(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns}:{st.st_size}:{st.st_ino}"
 
 
-def _local_manifests(root: str) -> dict[str, str]:
-    """{stage dir: stamp} for every current manifest under a local root.
+def _dirs(path: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            return [e for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
 
-    The layout has a fixed depth, so this lists pair, experiment and stage
+
+def _pair_dirs(root: str) -> list[str]:
+    """The pair directories of a local root, in name order."""
+    return sorted(e.path for e in _dirs(root) if layout.is_valid_name(e.name) or e.name == layout.ALL_PAIRS)
+
+
+def _local_manifests(pair_dirs: list[str], stamps: bool = True) -> dict[str, str | None]:
+    """{stage dir: stamp} for every current manifest under local pair directories.
+
+    The layout has a fixed depth, so this lists experiment and stage
     directories (and instance directories one level below) and nothing else:
-    no descent into outputs, checkpoints, logs or archives.
+    no descent into outputs, checkpoints, logs or archives. Without
+    ``stamps`` (a cold build reads every manifest anyway, and stamps it as it
+    reads) a stage's manifest costs no system call of its own.
     """
     found = {}
-
-    def dirs(path):
-        try:
-            with os.scandir(path) as it:
-                return [e for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            return []
-
-    def entries_of(path):
-        try:
-            with os.scandir(path) as it:
-                return {e.name: e for e in it}
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            return {}
-
-    for pair in dirs(root):
-        if not (layout.is_valid_name(pair.name) or pair.name == layout.ALL_PAIRS):
-            continue
-        for experiment in dirs(pair.path):
-            for stage in dirs(experiment.path):
-                entries = entries_of(stage.path)
+    for pair in pair_dirs:
+        for experiment in _dirs(pair):
+            for stage in _dirs(experiment.path):
+                try:
+                    with os.scandir(stage.path) as it:
+                        entries = {e.name: e for e in it}
+                except (FileNotFoundError, NotADirectoryError, PermissionError):
+                    continue
                 if layout.MANIFEST in entries:
-                    found[stage.path] = _stamp(entries[layout.MANIFEST].stat())
+                    found[stage.path] = _stamp(entries[layout.MANIFEST].stat()) if stamps else None
                 for name, entry in entries.items():
                     if layout.is_valid_name(name) and entry.is_dir(follow_symlinks=False):
                         try:
@@ -130,6 +136,98 @@ def _row(location: str, root: str, stamp: str, data: dict) -> tuple:
             json.dumps(data.get("settings") or {}, sort_keys=True))
 
 
+def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
+    """(rows, problems) from (location, stamp, bytes or the exception) triples."""
+    rows, problems = [], []
+    for location, stamp, text in read:
+        path = storage.join(location, layout.MANIFEST)
+        try:
+            if isinstance(text, Exception):
+                raise manifest.ManifestError(f"{path}: unreadable manifest ({text})")
+            rows.append(_row(location, root, stamp, manifest.parse(text, path)))
+        except manifest.ManifestError as exc:
+            problems.append((location, root, stamp, str(exc)))
+    return rows, problems
+
+
+def _read_local(locations: list[str]):
+    """(location, stamp, bytes or the exception) for local stage dirs. Each
+    manifest is stamped from the file it was read from (fstat), so the stamp
+    always matches the bytes."""
+    for location in locations:
+        try:
+            with open(os.path.join(location, layout.MANIFEST), "rb", buffering=0) as f:
+                yield location, _stamp(os.fstat(f.fileno())), f.readall()
+        except OSError as exc:
+            yield location, "unreadable", exc
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _load_local(root: str, locations: list[str]) -> tuple[list[tuple], list[tuple]]:
+    return _entries(root, _read_local(locations))
+
+
+def _read_remote(fs, locations: list[str], stamps: dict[str, str]):
+    """(location, stamp, bytes or the exception) for gs:// stage dirs, read in concurrent batches."""
+    if not locations:
+        return
+    paths = [storage.filesystem(storage.join(loc, layout.MANIFEST))[1] for loc in locations]
+    got = storage.read_many(fs, paths)
+    for loc, path in zip(locations, paths):
+        yield loc, stamps[loc], got[path]
+
+
+def _list_pairs(root: str, pair_dirs: list[str]) -> dict[str, str | None]:
+    return _local_manifests(pair_dirs)
+
+
+def _load_pairs(root: str, pair_dirs: list[str]) -> tuple[list[tuple], list[tuple]]:
+    """A cold build's share: list these pair directories and load every manifest."""
+    return _load_local(root, sorted(_local_manifests(pair_dirs, stamps=False)))
+
+
+# Many local manifests are listed, read and parsed by worker processes, in
+# chunks the main process takes in order as they come (and inserts while the
+# workers go on): a cold build of 100,000 is otherwise bound by one core
+# listing directories and parsing JSON. Below PARALLEL_FROM manifests (about),
+# starting workers costs more than it saves.
+PARALLEL_FROM = 5000
+CHUNK = 2000
+PAIRS_PER_CHUNK = 50
+MANIFESTS_PER_PAIR = 20   # about: two experiments of ten stages
+
+
+def _in_workers(load, root: str, chunks: list[list[str]], parallel: bool):
+    """``load(root, chunk)`` for each chunk, in order: in worker processes
+    when ``parallel`` and this machine has more than one core, else here."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(cpus, len(chunks), 16) if parallel else 1
+    pool = futures = None
+    if workers > 1:
+        try:
+            # fork is cheapest, but not safe once a thread runs (e.g. gcsfs's, after a gs:// root)
+            start = "fork" if threading.active_count() == 1 else "forkserver"
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start))
+            futures = [pool.submit(load, root, chunk) for chunk in chunks]
+        except (OSError, RuntimeError, ValueError):   # no worker processes here: load in this one
+            futures = None
+    try:
+        for n, chunk in enumerate(chunks):
+            if futures:
+                try:
+                    yield futures[n].result()
+                    continue
+                except (BrokenProcessPool, OSError):
+                    futures = None
+            yield load(root, chunk)
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+
+
 class Catalog:
     def __init__(self, path: str = DEFAULT_DB):
         self.path = path
@@ -150,56 +248,49 @@ class Catalog:
         started = time.perf_counter()
         fs, base = storage.filesystem(root)
         root_key = storage.url_of(fs, base)
+        remote = storage.is_remote(root)
         result = Refresh(root_key)
-        try:
-            listed = _remote_manifests(fs, base) if storage.is_remote(root) else _local_manifests(base)
-        except Exception as exc:  # a root that can't be listed is reported, the others still refresh
-            raise storage.explain(exc, root_key) from None
-        result.listed = len(listed)
         known = dict(self.db.execute("SELECT location, stamp FROM manifests WHERE root = ?", (root_key,)))
         known.update(self.db.execute("SELECT location, stamp FROM problems WHERE root = ?", (root_key,)))
+        cold = not known and not remote
+        try:
+            if remote:
+                listed = _remote_manifests(fs, base)
+            else:
+                pairs = _pair_dirs(base)
+                listed = {}
+                if not cold:   # in workers when there are many: a stat per manifest
+                    for part in _in_workers(_list_pairs, root_key, _chunks(pairs, PAIRS_PER_CHUNK),
+                                            len(pairs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM):
+                        listed.update(part)
+        except Exception as exc:  # a root that can't be listed is reported, the others still refresh
+            raise storage.explain(exc, root_key) from None
         # In key order: SQLite inserts rows fastest that way (3× for 100,000).
         changed = sorted(loc for loc, stamp in listed.items() if known.get(loc) != stamp)
+        if remote:
+            loaded = [_entries(root_key, _read_remote(fs, changed, listed))]
+        elif cold:   # the workers list the pair directories too
+            loaded = _in_workers(_load_pairs, root_key, _chunks(pairs, PAIRS_PER_CHUNK),
+                                 len(pairs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM)
+        else:
+            loaded = _in_workers(_load_local, root_key, _chunks(changed, CHUNK), len(changed) >= PARALLEL_FROM)
         gone = [loc for loc in known if loc not in listed]
-        rows, problems = [], []
-        for location, text in self._read_all(fs, changed):
-            path = storage.join(location, layout.MANIFEST)
-            try:
-                if isinstance(text, Exception):
-                    raise manifest.ManifestError(f"{path}: unreadable manifest ({text})")
-                rows.append(_row(location, root_key, listed[location], manifest.parse(text, path)))
-            except manifest.ManifestError as exc:
-                problems.append((location, root_key, listed[location], str(exc)))
-        result.read = len(changed)
-        result.removed = len(gone)
-        result.problems = [p[3] for p in problems]
-        stale = [(loc,) for loc in changed + gone if loc in known]   # none on a cold build
+        stale = [(loc,) for loc in changed + gone if loc in known]
+        rows = 0
         with self.db:
             for table in ("manifests", "problems"):
                 self.db.executemany(f"DELETE FROM {table} WHERE location = ?", stale)
-            self.db.executemany(f"INSERT INTO manifests VALUES ({','.join('?' * len(COLUMNS))})", rows)
-            self.db.executemany("INSERT INTO problems VALUES (?, ?, ?, ?)", problems)
-            self.db.execute("INSERT OR REPLACE INTO roots VALUES (?, ?, ?)", (root_key, time.time(), len(rows)))
+            for chunk_rows, chunk_problems in loaded:
+                self.db.executemany(f"INSERT INTO manifests VALUES ({','.join('?' * len(COLUMNS))})", chunk_rows)
+                self.db.executemany("INSERT INTO problems VALUES (?, ?, ?, ?)", chunk_problems)
+                rows += len(chunk_rows)
+                result.read += len(chunk_rows) + len(chunk_problems)
+                result.problems += [p[3] for p in chunk_problems]
+            self.db.execute("INSERT OR REPLACE INTO roots VALUES (?, ?, ?)", (root_key, time.time(), rows))
+        result.listed = result.read if cold else len(listed)
+        result.removed = len(gone)
         result.seconds = time.perf_counter() - started
         return result
-
-    @staticmethod
-    def _read_all(fs, locations: list[str]):
-        """(location, bytes or the exception) for each; on GCS in concurrent batches."""
-        if not locations:
-            return
-        if storage.is_remote(locations[0]):
-            paths = [storage.filesystem(storage.join(loc, layout.MANIFEST))[1] for loc in locations]
-            got = storage.read_many(fs, paths)
-            for loc, path in zip(locations, paths):
-                yield loc, got[path]
-            return
-        for loc in locations:
-            try:
-                with open(os.path.join(loc, layout.MANIFEST), "rb") as f:
-                    yield loc, f.read()
-            except OSError as exc:
-                yield loc, exc
 
     def forget_others(self, roots: list[str]) -> None:
         """Drop the rows of roots no longer configured."""
