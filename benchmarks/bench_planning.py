@@ -19,7 +19,6 @@ Run alone: ``.venv/bin/python benchmarks/bench_planning.py [PAIRS ...]``.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (LOCAL_PROFILE, PLAIN_SNAKEFILE, PYTHON, SNAKEFILE, Row, Section, build_done_tree,  # noqa: E402
                     check, expected_jobs, interleaved, job_counts, log, median, own_time_table, profile_table,
-                    reference_config, timed, write_config)
+                    reference_config, show, timed, write_config)
 
 TARGET = 1.10
 # (pairs per experiment, repetitions). 2 experiments each: 2,003 and 8,003 jobs.
@@ -131,14 +130,5 @@ def run(ctx: dict, sizes=SIZES) -> Section:
 
 
 if __name__ == "__main__":
-    from common import fmt
-    sizes = [(int(p), 3) for p in sys.argv[1:]] or SIZES
     ctx: dict = {}
-    result = run(ctx, sizes)
-    for r in result.rows:
-        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)} ratio {r.ratio:.2f} "
-              f"({'met' if r.met else 'MISSED'})")
-    for note in result.notes:
-        print("\n" + note)
-    for path in ctx["cleanup"]:
-        shutil.rmtree(path, ignore_errors=True)
+    show(run(ctx, [(int(p), 3) for p in sys.argv[1:]] or SIZES), ctx)

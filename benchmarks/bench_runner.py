@@ -29,12 +29,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PYTHON, Row, Section, check, importtime_table, interleaved, log, median, timed  # noqa: E402
+from common import (PYTHON, Row, Section, check, importtime_table, interleaved, log, median, run_parts,  # noqa: E402
+                    show, timed)
 
 OVERHEAD_TARGET_MS = 50
 NOOP_REPETITIONS = 20
@@ -171,22 +171,8 @@ def hashing(tmp: Path) -> tuple[list[Row], list[str]]:
 
 
 def run(ctx: dict) -> Section:
-    section = Section("Step runner overhead")
-    tmp = Path(tempfile.mkdtemp(prefix="bench-runner-", dir=ctx.get("tmp")))
-    try:
-        for part in (noop_step, hashing):
-            rows, notes = part(tmp)
-            section.rows += rows
-            section.notes += notes
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return section
+    return run_parts("Step runner overhead", ctx, (noop_step, hashing))
 
 
 if __name__ == "__main__":
-    from common import fmt
-    result = run({})
-    for r in result.rows:
-        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)} ({r.note})")
-    for note in result.notes:
-        print("\n" + note)
+    show(run({}))

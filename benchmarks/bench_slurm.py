@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BENCH, ONPREM_PROFILE, PYTHON, REPO, Row, Section, check, interleaved, log, median, timed  # noqa: E402,E501
+from common import (BENCH, ONPREM_PROFILE, PYTHON, REPO, Row, Section, check, interleaved, log, median,  # noqa: E402
+                    show, timed)
 
 TARGET = 1.05
 JOBS = int(os.environ.get("BENCH_SLURM_JOBS", "200"))
@@ -120,30 +121,24 @@ def run(ctx: dict) -> Section:
                 return sum(cpu) / max(1, len(cpu))
             time.sleep(2)
 
-    def waypost() -> float:
-        d = workdir()
-        cmd = [PYTHON, "-m", "snakemake", "-s", str(WAYPOST_SNAKEFILE), "-d", str(d), "--profile",
-               str(ONPREM_PROFILE), "--configfile", str(d / "config.yaml"),
-               "--waypost-init-seconds-before-status-checks", "2", "--latency-wait", "5", "--waypost-no-account"]
-        seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), "waypost on Slurm").seconds
-        outputs_ok(d, manifests=True)
-        job_cpu["waypost"].append(jobs_cpu(d))
-        log(f"slurm waypost: {seconds:.1f}s, {job_cpu['waypost'][-1]:.2f} CPU-s per job")
-        return seconds
-
-    def plain() -> float:
-        d = workdir()
-        cmd = [PYTHON, "-m", "snakemake", "-s", str(PLAIN_SNAKEFILE), "-d", str(d), "--profile",
-               str(PLAIN_PROFILE), "--configfile", str(d / "config.yaml"),
-               "--slurm-init-seconds-before-status-checks", "2", "--latency-wait", "5", "--slurm-no-account"]
-        seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), "plain Snakemake on Slurm").seconds
-        outputs_ok(d, manifests=False)
-        job_cpu["plain"].append(jobs_cpu(d))
-        log(f"slurm plain: {seconds:.1f}s, {job_cpu['plain'][-1]:.2f} CPU-s per job")
-        return seconds
+    def one_run(name: str, snakefile: Path, profile: Path, plugin: str):
+        """A whole run of one workflow on Slurm; its wall time (the CPU per job kept aside)."""
+        def run_it() -> float:
+            d = workdir()
+            cmd = [PYTHON, "-m", "snakemake", "-s", str(snakefile), "-d", str(d), "--profile", str(profile),
+                   "--configfile", str(d / "config.yaml"), f"--{plugin}-init-seconds-before-status-checks", "2",
+                   "--latency-wait", "5", f"--{plugin}-no-account"]
+            seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), f"{name} on Slurm").seconds
+            outputs_ok(d, manifests=name == "waypost")
+            job_cpu[name].append(jobs_cpu(d))
+            log(f"slurm {name}: {seconds:.1f}s, {job_cpu[name][-1]:.2f} CPU-s per job")
+            return seconds
+        return run_it
 
     try:
-        samples = interleaved({"waypost": waypost, "plain": plain}, REPETITIONS, warmup=0)
+        samples = interleaved({"waypost": one_run("waypost", WAYPOST_SNAKEFILE, ONPREM_PROFILE, "waypost"),
+                               "plain": one_run("plain", PLAIN_SNAKEFILE, PLAIN_PROFILE, "slurm")},
+                              REPETITIONS, warmup=0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     wp, base = median(samples["waypost"]), median(samples["plain"])
@@ -160,19 +155,14 @@ def run(ctx: dict) -> Section:
         baseline_label="plain Snakemake", target="(informational)",
         samples={"waypost (CPU-s per job)": job_cpu["waypost"], "plain (CPU-s per job)": job_cpu["plain"]},
         note=f"+{1000 * (cpu_wp - cpu_base):.0f} ms per job: what the node spends on waypost; "
-             f"hardly changed by other work on the machine"))
+             "hardly changed by other work on the machine"))
     section.notes.append(
-        f"Both on the local single-node cluster (`scripts/slurm-dev-cluster.sh`), partition `cpu`, "
-        f"1 CPU and 1000 MB per job (the onprem pool's `cpu` class), `jobs: 100`; Slurm runs as many at once "
-        f"as the node's CPUs and memory allow. Every job's output (and for waypost its SUCCESS manifest) "
-        f"was checked after each run.")
+        "Both on the local single-node cluster (`scripts/slurm-dev-cluster.sh`), partition `cpu`, "
+        "1 CPU and 1000 MB per job (the onprem pool's `cpu` class), `jobs: 100`; Slurm runs as many at once "
+        "as the node's CPUs and memory allow. Every job's output (and for waypost its SUCCESS manifest) "
+        "was checked after each run.")
     return section
 
 
 if __name__ == "__main__":
-    from common import fmt
-    result = run({})
-    if result.skipped:
-        print(result.skipped)
-    for r in result.rows:
-        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)} ratio {r.ratio or 0:.2f} ({r.note})")
+    show(run({}))

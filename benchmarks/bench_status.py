@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BIN, PYTHON, REPO, Row, Section, build_done_tree, check, expected_jobs, interleaved,  # noqa: E402
-                    log, median, own_time_table, profile_table, reference_config, timed, write_config)
+                    log, median, own_time_table, profile_table, reference_config, show, timed, write_config)
 
 TARGET_S = 1.0
 REPETITIONS = 7
@@ -137,12 +136,5 @@ def run(ctx: dict) -> Section:
 
 
 if __name__ == "__main__":
-    from common import fmt
     ctx: dict = {}
-    result = run(ctx)
-    for r in result.rows:
-        print(f"{r.measure}: {fmt(r.value, r.unit)} vs {fmt(r.baseline, r.unit)}")
-    for note in result.notes:
-        print("\n" + note)
-    for path in ctx.get("cleanup", []):
-        shutil.rmtree(path, ignore_errors=True)
+    show(run(ctx), ctx)

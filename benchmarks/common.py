@@ -15,9 +15,11 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,6 +254,35 @@ def fmt(value: float | None, unit: str) -> str:
     if unit == "ms/MB":
         return f"{value:.2f} ms/MB"
     return f"{value:.3g} {unit}".strip()
+
+
+def run_parts(title: str, ctx: dict, parts) -> Section:
+    """A section made of parts (``part(tmp) -> (rows, notes)``) that share
+    one scratch directory, removed afterwards."""
+    section = Section(title)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-", dir=ctx.get("tmp")))
+    try:
+        for part in parts:
+            rows, notes = part(tmp)
+            section.rows += rows
+            section.notes += notes
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return section
+
+
+def show(section: Section, ctx: dict | None = None) -> None:
+    """A section on stdout, for a benchmark run alone; then its scratch removed."""
+    if section.skipped:
+        print(section.skipped)
+    for r in section.rows:
+        versus = f" vs {fmt(r.baseline, r.unit)} ratio {r.ratio:.2f}" if r.ratio is not None else ""
+        verdict = "" if r.met is None else " met" if r.met else " MISSED"
+        print(f"{r.measure}: {fmt(r.value, r.unit)}{versus}{verdict}" + (f" ({r.note})" if r.note else ""))
+    for note in section.notes:
+        print("\n" + note)
+    for path in (ctx or {}).get("cleanup", []):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # --- the reference shape ---------------------------------------------------------

