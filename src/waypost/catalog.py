@@ -6,7 +6,9 @@ A refresh lists each root's current manifests with a cheap stamp (mtime,
 size and inode locally; the object generation on GCS) and reads only those
 whose stamp changed since the last refresh; manifests that disappeared are
 dropped. A manifest that can't be read or parsed is recorded as a problem
-and skipped, never fatal.
+and skipped, never fatal. Large local trees are listed and read by worker
+processes (a cold build of 100,000 manifests is otherwise one core's JSON
+parsing); the rows go into SQLite in one transaction, in key order.
 
 Only a stage's current manifest counts (``{root}/{pair}/{experiment}/{stage}
 [/{instance}]/_manifest.json``), not the archived ones under ``.attempts/``.

@@ -11,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
-from datetime import datetime, timezone
 
 from . import __version__
 from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST, RUNNING
@@ -28,7 +26,10 @@ class ManifestError(ValueError):
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    """UTC now as ISO 8601 with milliseconds, e.g. 2026-11-29T21:05:55.123+00:00
+    (``time`` rather than ``datetime``: the runner starts at every step)."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}+00:00"
 
 
 def sha256_file(path: str) -> str:
@@ -177,7 +178,7 @@ def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
     target = os.path.join(attempts_dir, str(n))
     os.makedirs(target)
     for entry in entries:
-        shutil.move(os.path.join(stage_dir, entry), os.path.join(target, entry))
+        os.rename(os.path.join(stage_dir, entry), os.path.join(target, entry))   # same directory tree
     return os.path.relpath(target, stage_dir)
 
 

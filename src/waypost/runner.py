@@ -35,15 +35,14 @@ import contextlib
 import ctypes
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 
-from . import manifest, policy as wpolicy, remote_stage, slurm, workers
-from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING, UNFINISHED
+from . import manifest, policy as wpolicy, slurm, workers
+from .layout import LOGS, MANIFEST, RUNNING, UNFINISHED
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
@@ -241,7 +240,10 @@ class StageRun:
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.remote = remote_stage.for_runner(args)
+        self.remote = None
+        if args.stage_dir.startswith("gs://"):   # only then: the runner starts at every step
+            from . import remote_stage
+            self.remote = remote_stage.for_runner(args)
         self.dir = self.remote.local if self.remote else args.stage_dir
         self.policy = wpolicy.Policy.from_config(json.loads(args.policy))
         self.history: list[dict] = []   # every attempt ever, this series last
@@ -279,6 +281,7 @@ class StageRun:
                 continue
             path = self._path(entry)
             if os.path.isdir(path) and not os.path.islink(path):
+                import shutil   # here: the runner starts at every step, most never need it
                 shutil.rmtree(path)
             else:
                 os.unlink(path)

@@ -17,7 +17,6 @@ import os
 from dataclasses import dataclass
 
 from . import layout, manifest, stagetree
-from .stagetree import manifests_under  # noqa: F401 - waypost.verify.manifests_under, as before
 
 CACHE = os.path.join(".waypost", "verified.json")
 # What verify says of a gs:// root: the manifests record each output's sha256,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 
 # The format of workers.yaml is the engine's, so its schema ships with it.
@@ -75,6 +74,7 @@ def resources(spec: dict, overrides: dict | None = None, attempt: int = 1,
 
 # --- inside a job -----------------------------------------------------------
 def _nvidia_smi(query: str) -> list[str] | None:
+    import shutil   # not at the top: the step runner imports this module at every step
     if not shutil.which("nvidia-smi"):
         return None
     try:
