@@ -15,9 +15,12 @@ import json
 import os
 import subprocess
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import jsonschema
 import yaml
+
+if TYPE_CHECKING:
+    import jsonschema
 
 from .layout import NAME_RULE
 
@@ -28,10 +31,16 @@ class ConfigError(ValueError):
     """The config cannot be used; the message says where and why."""
 
 
+# libyaml's loader where PyYAML has it (its wheels do): 5-10× faster than the
+# pure-Python one, and every Snakemake process of a run (one or two per cluster
+# job) loads the schema, the pools and the config.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml(path: str) -> dict:
     try:
         with open(path) as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_LOADER)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
     except yaml.YAMLError as exc:
@@ -97,6 +106,7 @@ def _name_errors(error: jsonschema.ValidationError):
 
 
 def validate(config: dict, schema: dict, source: str) -> None:
+    import jsonschema   # here: ~35 ms to import, and cluster jobs don't validate (see prepare)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
@@ -180,10 +190,13 @@ def check_semantics(config: dict, source: str) -> None:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
 
-def prepare(config: dict, workflow_dir: str, source: str) -> dict:
-    """Validate a loaded config and fill in its defaults."""
+def prepare(config: dict, workflow_dir: str, source: str, check: bool = True) -> dict:
+    """Validate a loaded config and fill in its defaults. ``check=False``
+    skips the schema validation: for a cluster job's own Snakemake process,
+    whose main process validated the same files when it submitted the job."""
     schema = load_schema(os.path.abspath(workflow_dir))
-    validate(config, schema, source)
+    if check:
+        validate(config, schema, source)
     config = apply_defaults(config, schema)
     check_semantics(config, source)
     return config

@@ -35,6 +35,9 @@ class Pipeline:
 
     def __init__(self, config: dict, workflow, default_configfile: str = "config/config.yaml"):
         self.workflow_dir = workflow.basedir
+        # A cluster job's own Snakemake process: its main process validated the
+        # same files when it submitted the job (and jsonschema is slow to import).
+        check = not getattr(workflow, "remote_exec", False)
         self.repo_dir = os.path.dirname(os.path.abspath(self.workflow_dir))
         try:
             if workflow.configfiles:
@@ -44,7 +47,7 @@ class Pipeline:
                 self.configfile = default_configfile
                 loaded, source = wconfig.with_reuse_files(wconfig.load_yaml(default_configfile), default_configfile)
                 loaded = wconfig.merge(loaded, dict(workflow.config_settings.overwrite_config or {}))
-            prepared = wconfig.prepare(loaded, self.workflow_dir, source)
+            prepared = wconfig.prepare(loaded, self.workflow_dir, source, check=check)
         except wconfig.ConfigError as exc:
             # A clean one-paragraph error from Snakemake, before any job runs.
             from snakemake.exceptions import WorkflowError
@@ -67,7 +70,7 @@ class Pipeline:
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
-        self.workers = self._load_workers(config["workers"])
+        self.workers = self._load_workers(config["workers"], check)
         self._tracked: list = []
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._default_class: dict[str, str] = {}
@@ -85,11 +88,11 @@ class Pipeline:
         self._resources: dict[tuple, dict] = {}   # (stage, experiment, scope, attempt) → resources
         self.workflow = workflow
 
-    def _load_workers(self, path: str) -> dict:
+    def _load_workers(self, path: str, check: bool) -> dict:
         if not os.path.isabs(path) and not os.path.exists(path):
             path = os.path.join(self.repo_dir, path)
         try:
-            workers = wworkers.load(path)
+            workers = wworkers.load(path, check)
             if self.pool not in workers["pools"]:
                 raise wconfig.ConfigError(f"config: pool {self.pool!r} is not in {path} "
                                           f"(expected one of: {', '.join(workers['pools'])})")

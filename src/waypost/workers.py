@@ -39,11 +39,13 @@ RESOURCE_NAMES = {
 WORKSPACE_FRACTION = 0.75
 
 
-def load(path: str) -> dict:
-    from . import config as wconfig  # jsonschema is slow to import: not in the step runner's path
+def load(path: str, check: bool = True) -> dict:
+    """The pools file, validated against its schema (unless ``check`` is off:
+    see ``config.prepare``)."""
+    from . import config as wconfig
     data = wconfig.load_yaml(path)
-    schema = wconfig.load_yaml(SCHEMA)
-    wconfig.validate(data, schema, path)
+    if check:
+        wconfig.validate(data, wconfig.load_yaml(SCHEMA), path)
     return data
 
 
