@@ -70,6 +70,8 @@ def test_refresh_is_incremental_and_survives_corrupt_manifests(run_copy, tmp_pat
     assert cat.find(stage="train_student", pair="en-xa")[0]["state"] == "FAILED"
     assert not cat.find(stage="export", pair="en-xb") and not cat.find(stage="train_teacher", pair="en-xa")[1:]
     assert [p["location"] for p in cat.problems()] == [str(vocab)]
+    # the root's record counts its rows, not just those this refresh read
+    assert cat.db.execute("SELECT manifests FROM roots").fetchone()[0] == cat.count()
 
 
 def test_find_filters_and_orders_newest_first(run_copy, tmp_path):

@@ -230,6 +230,12 @@ def _in_workers(load, root: str, chunks: list[list[str]], parallel: bool):
             pool.shutdown(cancel_futures=True)
 
 
+def _per_pairs(load, root: str, pair_dirs: list[str]):
+    """``load(root, chunk)`` per chunk of pair directories (see ``_in_workers``)."""
+    return _in_workers(load, root, _chunks(pair_dirs, PAIRS_PER_CHUNK),
+                       len(pair_dirs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM)
+
+
 class Catalog:
     def __init__(self, path: str = DEFAULT_DB):
         self.path = path
@@ -262,8 +268,7 @@ class Catalog:
                 pairs = _pair_dirs(base)
                 listed = {}
                 if not cold:   # in workers when there are many: a stat per manifest
-                    for part in _in_workers(_list_pairs, root_key, _chunks(pairs, PAIRS_PER_CHUNK),
-                                            len(pairs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM):
+                    for part in _per_pairs(_list_pairs, root_key, pairs):
                         listed.update(part)
         except Exception as exc:  # a root that can't be listed is reported, the others still refresh
             raise storage.explain(exc, root_key) from None
@@ -272,23 +277,21 @@ class Catalog:
         if remote:
             loaded = [_entries(root_key, _read_remote(fs, changed, listed))]
         elif cold:   # the workers list the pair directories too
-            loaded = _in_workers(_load_pairs, root_key, _chunks(pairs, PAIRS_PER_CHUNK),
-                                 len(pairs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM)
+            loaded = _per_pairs(_load_pairs, root_key, pairs)
         else:
             loaded = _in_workers(_load_local, root_key, _chunks(changed, CHUNK), len(changed) >= PARALLEL_FROM)
         gone = [loc for loc in known if loc not in listed]
         stale = [(loc,) for loc in changed + gone if loc in known]
-        rows = 0
         with self.db:
             for table in ("manifests", "problems"):
                 self.db.executemany(f"DELETE FROM {table} WHERE location = ?", stale)
             for chunk_rows, chunk_problems in loaded:
                 self.db.executemany(f"INSERT INTO manifests VALUES ({','.join('?' * len(COLUMNS))})", chunk_rows)
                 self.db.executemany("INSERT INTO problems VALUES (?, ?, ?, ?)", chunk_problems)
-                rows += len(chunk_rows)
                 result.read += len(chunk_rows) + len(chunk_problems)
                 result.problems += [p[3] for p in chunk_problems]
-            self.db.execute("INSERT OR REPLACE INTO roots VALUES (?, ?, ?)", (root_key, time.time(), rows))
+            count = self.db.execute("SELECT COUNT(*) FROM manifests WHERE root = ?", (root_key,)).fetchone()[0]
+            self.db.execute("INSERT OR REPLACE INTO roots VALUES (?, ?, ?)", (root_key, time.time(), count))
         result.listed = result.read if cold else len(listed)
         result.removed = len(gone)
         result.seconds = time.perf_counter() - started
