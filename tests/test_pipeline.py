@@ -10,7 +10,9 @@ import shutil
 import time
 from pathlib import Path
 
-from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
+from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
+from waypost import config as wconfig
+from waypost.snakemake import CODE_VERSION_ENV, run_code_version
 
 PAIRS = ("en-xa", "en-xb")
 MODELS = ("backward", "teacher-0", "teacher-1", "student")
@@ -28,6 +30,18 @@ def manifests(workdir: Path) -> dict[str, dict]:
             for p in (workdir / "results").rglob("_manifest.json") if ".attempts" not in p.parts}
 
 
+def test_jobs_record_the_code_version_of_the_run(monkeypatch, tmp_path):
+    monkeypatch.delenv(CODE_VERSION_ENV, raising=False)
+    # The main process computes it and exports it to its (cluster) jobs ...
+    assert run_code_version(str(tmp_path), remote=False) == "unknown"   # not a git work tree
+    assert os.environ[CODE_VERSION_ENV] == "unknown"
+    monkeypatch.setenv(CODE_VERSION_ENV, "4f2c0a1b9d3e")
+    # ... which record the version the run started from, without running git;
+    assert run_code_version(str(REPO / "workflow"), remote=True) == "4f2c0a1b9d3e"
+    # a main process never trusts a version left in its environment.
+    assert run_code_version(str(REPO / "workflow"), remote=False) == wconfig.code_version(str(REPO / "workflow"))
+
+
 def test_full_run_produces_report_and_manifests(finished_run):
     work = finished_run
     report = (work / "results/_all/exp1/report/report.md").read_text()
@@ -38,12 +52,13 @@ def test_full_run_produces_report_and_manifests(finished_run):
     assert "<table" in html and "http" not in html.split("<body", 1)[1]  # self-contained
 
     found = manifests(work)
+    code_version = wconfig.code_version(str(REPO / "workflow"))
     # 11 stages per pair (2 teachers, 4 evaluations) + the report
     assert len(found) == 2 * (len(PER_PAIR_STAGES) + 2 + 4) + 1
     for where, data in found.items():
         assert data["state"] == "SUCCESS", where
         assert data["schema"] == 1 and data["waypost_version"]
-        assert data["config_hash"] and data["code_version"]
+        assert data["config_hash"] and data["code_version"] == code_version
         attempt = data["attempts"][-1]
         assert attempt["exit_code"] == 0 and attempt["host"] and attempt["start"] <= attempt["end"]
         for out in data["outputs"]:

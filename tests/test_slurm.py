@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SMALL_CONFIG, SNAKEFILE, read_manifest, write_config
+from waypost import config as wconfig
 
 CLUSTER = REPO / "scripts" / "slurm-dev-cluster.sh"
 ONPREM = REPO / "profiles" / "onprem"
@@ -119,6 +120,8 @@ def test_pipeline_runs_on_slurm_in_the_right_partitions(cluster, tmp_path):
     assert len(worker["GPUS"].split()) == 4
     assert len(backward["attempts"][-1]["worker"]["GPUS"].split()) == 1
     assert worker["pool"] == "onprem" and worker["class"] == "gpu-large"
+    # The jobs record the code version their main process computed (passed down, not recomputed).
+    assert teacher["code_version"] == wconfig.code_version(str(REPO / "workflow"))
 
 
 RESTART_ON_SLURM_STATES = {"max_attempts": 3, "cues": [

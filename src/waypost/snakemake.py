@@ -22,6 +22,19 @@ from . import workers as wworkers
 
 INSTANCE = "{instance}"
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
+CODE_VERSION_ENV = "WAYPOST_CODE_VERSION"
+
+
+def run_code_version(workflow_dir: str, remote: bool) -> str:
+    """The code version the manifests of this run record: computed once by the
+    main process (``git describe``) and exported to its jobs, which inherit
+    the environment (the Slurm plugin submits with ``--export=ALL``); so every
+    job records the version the run started from, and no job runs git."""
+    if remote and os.environ.get(CODE_VERSION_ENV):
+        return os.environ[CODE_VERSION_ENV]
+    version = wconfig.code_version(workflow_dir)
+    os.environ[CODE_VERSION_ENV] = version
+    return version
 
 
 class Pipeline:
@@ -37,7 +50,8 @@ class Pipeline:
         self.workflow_dir = workflow.basedir
         # A cluster job's own Snakemake process: its main process validated the
         # same files when it submitted the job (and jsonschema is slow to import).
-        check = not getattr(workflow, "remote_exec", False)
+        remote = getattr(workflow, "remote_exec", False)
+        check = not remote
         self.repo_dir = os.path.dirname(os.path.abspath(self.workflow_dir))
         try:
             if workflow.configfiles:
@@ -66,7 +80,7 @@ class Pipeline:
             self.mirror = remote_stage.planning_mirror(self.root, workflow)
         self.base = "" if self.mirror else self.root
         self.presence = config["rerun_policy"] == "presence"
-        self.code_version = wconfig.code_version(self.workflow_dir)
+        self.code_version = run_code_version(self.workflow_dir, remote)
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
