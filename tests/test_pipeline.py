@@ -10,9 +10,13 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+from snakemake.exceptions import WorkflowError
+
 from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from waypost import config as wconfig
-from waypost.snakemake import CODE_VERSION_ENV, run_code_version
+from waypost.manifest import RUN_ID_ENV
+from waypost.snakemake import CODE_VERSION_ENV, run_identity
 
 PAIRS = ("en-xa", "en-xb")
 MODELS = ("backward", "teacher-0", "teacher-1", "student")
@@ -30,16 +34,30 @@ def manifests(workdir: Path) -> dict[str, dict]:
             for p in (workdir / "results").rglob("_manifest.json") if ".attempts" not in p.parts}
 
 
-def test_jobs_record_the_code_version_of_the_run(monkeypatch, tmp_path):
-    monkeypatch.delenv(CODE_VERSION_ENV, raising=False)
-    # The main process computes it and exports it to its (cluster) jobs ...
-    assert run_code_version(str(tmp_path), remote=False) == "unknown"   # not a git work tree
-    assert os.environ[CODE_VERSION_ENV] == "unknown"
-    monkeypatch.setenv(CODE_VERSION_ENV, "4f2c0a1b9d3e")
-    # ... which record the version the run started from, without running git;
-    assert run_code_version(str(REPO / "workflow"), remote=True) == "4f2c0a1b9d3e"
-    # a main process never trusts a version left in its environment.
-    assert run_code_version(str(REPO / "workflow"), remote=False) == wconfig.code_version(str(REPO / "workflow"))
+class Workflow:
+    """What ``run_identity`` uses of Snakemake's workflow object."""
+    def __init__(self, remote: bool):
+        self.remote_exec, self.envvars = remote, set()
+
+    def register_envvars(self, *names):
+        self.envvars.update(names)
+
+
+def test_jobs_get_the_code_version_and_run_id_of_their_run(monkeypatch, tmp_path):
+    monkeypatch.setenv(RUN_ID_ENV, "left-over")
+    # The main process computes both (never trusting its environment) and
+    # exports them to its jobs, through Snakemake's envvars for remote ones;
+    main = Workflow(remote=False)
+    code_version, run_id = run_identity(main, str(tmp_path))
+    assert code_version == "unknown" and run_id not in ("", "left-over")   # tmp_path: not a git work tree
+    assert (os.environ[CODE_VERSION_ENV], os.environ[RUN_ID_ENV]) == (code_version, run_id)
+    assert main.envvars == {CODE_VERSION_ENV, RUN_ID_ENV}
+    # a cluster job takes them from its environment, without running git;
+    assert run_identity(Workflow(remote=True), str(REPO / "workflow")) == (code_version, run_id)
+    # one whose executor did not pass them on stops with a clear error.
+    monkeypatch.delenv(RUN_ID_ENV)
+    with pytest.raises(WorkflowError, match=f"did not inherit {RUN_ID_ENV}"):
+        run_identity(Workflow(remote=True), str(REPO / "workflow"))
 
 
 def test_full_run_produces_report_and_manifests(finished_run):

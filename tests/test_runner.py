@@ -15,9 +15,10 @@ import pytest
 from waypost import manifest
 
 
-def run_step(stage_dir: Path, command: list[str], outputs=(), inputs=(), **kw) -> subprocess.CompletedProcess:
+def run_step(stage_dir: Path, command: list[str], outputs=(), inputs=(), options=(), **kw) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage_dir), "--experiment", "e",
-            "--pair", "p", "--stage", "s", "--settings", '{"k": 1}', "--config-hash", "h", "--code-version", "v"]
+            "--pair", "p", "--stage", "s", "--settings", '{"k": 1}', "--config-hash", "h", "--code-version", "v",
+            *options]
     for o in outputs:
         argv += ["--output", str(o)]
     for i in inputs:
@@ -99,6 +100,60 @@ def test_rerun_archives_previous_workspace_and_keeps_history(tmp_path):
     assert (archived / "notes").read_text() == "scratch\n"
     assert json.loads((archived / "_manifest.json").read_text())["state"] == "SUCCESS"
     assert not (stage / "notes").exists()
+
+
+def killed_mid_attempt(stage: Path, run_id: str) -> None:
+    """A runner of run ``run_id`` killed with SIGKILL during its attempt (as
+    by a node failure): its running record is left behind."""
+    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage), "--experiment", "e",
+            "--pair", "p", "--stage", "s", "--", "bash", "-c", f"echo partial > {stage}/partial; sleep 30"]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env={**os.environ, manifest.RUN_ID_ENV: run_id})
+    deadline = time.time() + 10
+    while not (stage / "partial").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=20)
+    assert (stage / "_running.json").exists()
+
+
+def test_a_retry_within_the_run_goes_on_with_the_series(tmp_path):
+    # Snakemake retrying the job (same run id): the series continues in the same workspace.
+    stage = tmp_path / "p/e/s"
+    killed_mid_attempt(stage, "run-1")
+    out = stage / "out.txt"
+    restart = json.dumps({"max_attempts": 2, "cues": [{"action": "restart", "when": "cmd.CANCELLED"}]})
+    proc = run_step(stage, sh(f"cat {stage}/partial > {out}"), outputs=[out], options=["--policy", restart],
+                    env={**os.environ, manifest.RUN_ID_ENV: "run-1"})
+    assert proc.returncode == 0, proc.stderr
+    data = manifest.read(str(stage))
+    assert data["run"] == "run-1" and out.read_text() == "partial\n"
+    assert [(a["series"], a["action"], a["state"], a["run"]) for a in data["attempts"]] == [
+        (1, "cmd", "CANCELLED", "run-1"), (1, "restart", "SUCCESS", "run-1")]
+    assert not (stage / ".attempts").exists()
+
+
+def test_a_new_run_starts_a_new_series_and_archives_the_old_one(tmp_path):
+    stage = tmp_path / "p/e/s"
+    killed_mid_attempt(stage, "run-1")
+    out = stage / "out.txt"
+    proc = run_step(stage, sh(f"test ! -e {stage}/partial && echo fresh > {out}"), outputs=[out],
+                    env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
+    assert proc.returncode == 0, proc.stderr
+    data = manifest.read(str(stage))
+    assert [(a["series"], a["run"]) for a in data["attempts"]] == [(1, "run-1"), (2, "run-2")]
+    assert (stage / ".attempts/1/partial").exists()
+
+
+def test_a_retry_of_a_series_the_policy_ended_does_not_run_it_again(tmp_path):
+    stage = tmp_path / "p/e/s"
+    out = stage / "out.txt"
+    run_1 = {**os.environ, manifest.RUN_ID_ENV: "run-1"}
+    assert run_step(stage, sh("exit 3"), outputs=[out], env=run_1).returncode == 3
+    proc = run_step(stage, sh(f"echo again > {out}"), outputs=[out], env=run_1)
+    assert proc.returncode == 3 and "already ended" in proc.stderr and not out.exists()
+    # The next run (another id) starts over.
+    proc = run_step(stage, sh(f"echo again > {out}"), outputs=[out], env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
+    assert proc.returncode == 0 and manifest.read(str(stage))["state"] == "SUCCESS"
 
 
 def test_inputs_point_at_their_manifests(tmp_path):

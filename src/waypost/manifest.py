@@ -21,6 +21,16 @@ STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANC
 HASH_CHUNK = 1 << 20
 
 
+# The run a job belongs to: set by Snakemake's main process (waypost.snakemake),
+# inherited by every job of the run; each attempt records it.
+RUN_ID_ENV = "WAYPOST_RUN_ID"
+
+
+def new_run_id() -> str:
+    """A new run's id: when and where it started, e.g. 20261130T002512-vm-48213."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{hostname()}-{os.getpid()}"
+
+
 class ManifestError(ValueError):
     """A manifest that cannot be read or does not have the expected shape."""
 
@@ -136,7 +146,7 @@ def verify_outputs(stage_dir: str, data: dict, checksums: bool = True) -> list[s
 def build(*, experiment: str, pair: str, stage: str, instance: str | None, state: str,
           attempts: list[dict], outputs: list[dict], inputs: list[dict], settings: dict,
           config_hash: str, code_version: str, reused_from: str | None = None,
-          adopted: bool = False) -> dict:
+          adopted: bool = False, run: str | None = None) -> dict:
     return {
         "schema": SCHEMA_VERSION,
         "experiment": experiment,
@@ -145,6 +155,7 @@ def build(*, experiment: str, pair: str, stage: str, instance: str | None, state
         "instance": instance,
         "state": state,
         "created": now_iso(),
+        "run": run,
         "attempts": attempts,
         "outputs": outputs,
         "inputs": inputs,

@@ -50,6 +50,7 @@ class RemoteStage:
             raise ValueError(f"{local} is not a local copy of {url}")
         self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
         self._synced: dict[str, tuple[int, int]] = {}    # local file → (size, mtime_ns) as in the bucket
+        self._pulled: dict[str, dict] = {}   # the stage's workspace in the bucket when pulled
 
     def local_of(self, url: str) -> str:
         """Where a gs:// URL is copied locally."""
@@ -118,15 +119,15 @@ class RemoteStage:
             self.fs.put([os.path.join(self.local, r) for r in rels], [self._remote(r) for r in rels])
             self._record(rels)
 
-    def pull(self, inputs: list[str], workspace: bool) -> None:
-        """A fresh local copy of the stage dir: the engine's files, or the
-        whole workspace (``workspace``: to go on with a series); the inputs
-        (local paths); and the manifest of each input's stage beside the
-        input (or none, where the input was placed by hand)."""
+    def pull(self, inputs: list[str]) -> None:
+        """A fresh local copy of the stage dir's engine files (its manifest and
+        running record); the inputs (local paths); and the manifest of each
+        input's stage beside the input (or none, where the input was placed
+        by hand)."""
         shutil.rmtree(self.local, ignore_errors=True)
         os.makedirs(self.local)
-        remote = self._workspace(self._listing())
-        wanted = [rel for rel in remote if workspace or rel in (MANIFEST, RUNNING)]
+        self._pulled = self._workspace(self._listing())
+        wanted = [rel for rel in self._pulled if rel in (MANIFEST, RUNNING)]
         self._get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
         self._get([self._name(p) for p in inputs], inputs)
@@ -141,6 +142,12 @@ class RemoteStage:
                 with open(self._temp(local), "wb") as f:
                     f.write(data)
                 os.replace(self._temp(local), local)
+
+    def pull_workspace(self) -> None:
+        """The rest of the stage's workspace (as listed by ``pull``), to go on with a series."""
+        wanted = [rel for rel in self._pulled if rel not in self._synced]
+        self._get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
+        self._record(wanted)
 
     @staticmethod
     def _temp(path: str) -> str:

@@ -72,7 +72,7 @@ def take(args) -> int:
     """Run a reuse job: the runner's work when ``--reuse-from`` is given."""
     remote = remote_stage.for_runner(args)  # a gs:// stage dir: its engine files, locally
     if remote:
-        remote.pull([], workspace=False)
+        remote.pull([])
     stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
     busy, where = manifest.attempt_in_flight(stage_dir, me=os.getpid())
     if busy:

@@ -10,7 +10,8 @@ One invocation runs one *series* of attempts toward a finished stage:
 
 1. A new series archives whatever an earlier one left in the stage directory
    (under ``.attempts/<n>/``, never deleted). If Snakemake is retrying the job
-   (``--snakemake-attempt`` > 1) after the runner itself was killed, the
+   after the runner itself was killed (the stage's last attempt belongs to
+   this same run: ``$WAYPOST_RUN_ID``, set by Snakemake's main process), the
    series goes on where it stopped instead.
 2. Parents are checked against the policy's ``depends``; a stage whose parents
    don't qualify is SKIPPED.
@@ -77,8 +78,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--code-version", default="")
     parser.add_argument("--tolerated", action="store_true",
                         help="a downstream funnel accepts this stage's failure: record it and exit 0")
-    parser.add_argument("--snakemake-attempt", type=int, default=1,
-                        help="Snakemake's attempt number of this job (> 1: Snakemake resubmitted it)")
     parser.add_argument("--pool", default="local")
     parser.add_argument("--worker-class", default="")
     parser.add_argument("--worker-env", default="{}", help="the worker class's declared GPUS/WORKSPACE as JSON")
@@ -245,6 +244,8 @@ class StageRun:
             from . import remote_stage
             self.remote = remote_stage.for_runner(args)
         self.dir = self.remote.local if self.remote else args.stage_dir
+        # The Snakemake run this job is part of (a runner started by hand: a run of its own).
+        self.run_id = os.environ.get(manifest.RUN_ID_ENV) or manifest.new_run_id()
         self.policy = wpolicy.Policy.from_config(json.loads(args.policy))
         self.history: list[dict] = []   # every attempt ever, this series last
         self.series_no = 1
@@ -256,7 +257,7 @@ class StageRun:
 
     def _save_running(self) -> None:
         manifest.write_json_atomic(self._path(RUNNING), {
-            "pid": os.getpid(), "host": manifest.hostname(), "series": self.series_no,
+            "pid": os.getpid(), "host": manifest.hostname(), "run": self.run_id, "series": self.series_no,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote:
@@ -306,6 +307,11 @@ class StageRun:
         except manifest.ManifestError as exc:
             print(f"waypost: {exc}; archiving it with the old workspace", file=sys.stderr)
             previous = None
+        # Snakemake retrying this job within the same run (Slurm ended the
+        # last job, or the policy had ended the series), not a new run.
+        retried = (running or previous or {}).get("run") == self.run_id
+        if retried and self.remote:
+            self.remote.pull_workspace()   # only the engine's files were fetched
         if running:
             # The runner before us was killed mid-attempt (by Slurm at its time
             # limit, by preemption, with its node, or with Snakemake).
@@ -313,15 +319,13 @@ class StageRun:
             for attempt in self.history:
                 if attempt.get("state") is None:
                     self._close_interrupted(attempt)
-            if self.args.snakemake_attempt > 1:
-                # Snakemake resubmitted the job: the same series goes on.
+            if retried:   # the same series goes on
                 self.series_no = running.get("series", 1)
                 self.series = [a for a in self.history if a.get("series") == self.series_no]
                 return None
-        elif previous and self.args.snakemake_attempt > 1 and previous["state"] != "SUCCESS":
+        elif previous and retried and previous["state"] != "SUCCESS":
             return "decided"
-        elif previous and self.args.snakemake_attempt > 1 and not manifest.verify_outputs(
-                self.dir, previous, checksums=False):
+        elif previous and retried and not manifest.verify_outputs(self.dir, previous, checksums=False):
             return "done"  # the step had finished when Slurm ended the job
         elif previous:
             self.history = list(previous["attempts"])
@@ -357,7 +361,7 @@ class StageRun:
             "number": number, "series": self.series_no, "action": action, "state": None,
             "exit_code": None, "signal": None, "checks": {}, "decision": None,
             "start": manifest.now_iso(), "end": None, "duration_s": None,
-            "host": manifest.hostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "host": manifest.hostname(), "run": self.run_id, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "runtime_limit_s": runtime, "command": command, "workspace": ".", "log": log_rel,
             "worker": {"pool": self.args.pool, "class": self.args.worker_class, **worker},
         }
@@ -444,8 +448,8 @@ class StageRun:
 
     def run(self) -> int:
         self.received_signal = None
-        if self.remote:  # a Snakemake retry goes on with the series: it needs the workspace
-            self.remote.pull(self.args.input, workspace=self.args.snakemake_attempt > 1)
+        if self.remote:
+            self.remote.pull(self.args.input)
         busy, where = manifest.attempt_in_flight(self.dir, me=os.getpid())
         if busy:
             print(f"waypost: {self.args.stage}: another attempt is still running in {self.dir} ({where}); "
@@ -503,7 +507,7 @@ class StageRun:
             experiment=self.args.experiment, pair=self.args.pair, stage=self.args.stage,
             instance=self.args.instance, state=state, attempts=self.history, outputs=outputs,
             inputs=inputs, settings=json.loads(self.args.settings),
-            config_hash=self.args.config_hash, code_version=self.args.code_version,
+            config_hash=self.args.config_hash, code_version=self.args.code_version, run=self.run_id,
         )
         # A stage that ran over parents that did not succeed (a funnel), or
         # over provisional ones, is provisional: the next run redoes it once

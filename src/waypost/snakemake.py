@@ -17,7 +17,7 @@ import sys
 from snakemake.io import ancient, apply_wildcards, is_flagged
 
 from . import config as wconfig
-from . import layout, reuse, storage
+from . import layout, manifest, reuse, storage
 from . import workers as wworkers
 
 INSTANCE = "{instance}"
@@ -25,16 +25,28 @@ REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 CODE_VERSION_ENV = "WAYPOST_CODE_VERSION"
 
 
-def run_code_version(workflow_dir: str, remote: bool) -> str:
-    """The code version the manifests of this run record: computed once by the
-    main process (``git describe``) and exported to its jobs, which inherit
-    the environment (the Slurm plugin submits with ``--export=ALL``); so every
-    job records the version the run started from, and no job runs git."""
-    if remote and os.environ.get(CODE_VERSION_ENV):
-        return os.environ[CODE_VERSION_ENV]
-    version = wconfig.code_version(workflow_dir)
-    os.environ[CODE_VERSION_ENV] = version
-    return version
+def run_identity(workflow, workflow_dir: str) -> tuple[str, str]:
+    """The code version and the run id that every job of this run records.
+
+    Snakemake's main process computes them once (``git describe``; a new id)
+    and exports them; its jobs inherit them: local jobs as its children,
+    cluster jobs through the executor (the Slurm plugin submits with
+    ``--export=ALL``, and they are registered as the workflow's ``envvars``,
+    which Snakemake hands to the remote jobs of any executor). The step
+    runner reads the run id from its environment: an earlier attempt of the
+    same run in its stage directory means Snakemake is retrying the job.
+    """
+    if getattr(workflow, "remote_exec", False):   # a cluster job: its main process decided
+        missing = [name for name in (CODE_VERSION_ENV, manifest.RUN_ID_ENV) if name not in os.environ]
+        if missing:
+            from snakemake.exceptions import WorkflowError
+            raise WorkflowError(f"this cluster job did not inherit {' and '.join(missing)} from the run that "
+                                "submitted it: its executor must pass the environment to its jobs")
+        return os.environ[CODE_VERSION_ENV], os.environ[manifest.RUN_ID_ENV]
+    os.environ[CODE_VERSION_ENV] = wconfig.code_version(workflow_dir)
+    os.environ[manifest.RUN_ID_ENV] = manifest.new_run_id()
+    workflow.register_envvars(CODE_VERSION_ENV, manifest.RUN_ID_ENV)
+    return os.environ[CODE_VERSION_ENV], os.environ[manifest.RUN_ID_ENV]
 
 
 class Pipeline:
@@ -50,8 +62,7 @@ class Pipeline:
         self.workflow_dir = workflow.basedir
         # A cluster job's own Snakemake process: its main process validated the
         # same files when it submitted the job (and jsonschema is slow to import).
-        remote = getattr(workflow, "remote_exec", False)
-        check = not remote
+        check = not getattr(workflow, "remote_exec", False)
         self.repo_dir = os.path.dirname(os.path.abspath(self.workflow_dir))
         try:
             if workflow.configfiles:
@@ -80,7 +91,7 @@ class Pipeline:
             self.mirror = remote_stage.planning_mirror(self.root, workflow)
         self.base = "" if self.mirror else self.root
         self.presence = config["rerun_policy"] == "presence"
-        self.code_version = run_code_version(self.workflow_dir, remote)
+        self.code_version, self.run_id = run_identity(workflow, self.workflow_dir)
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
@@ -251,8 +262,7 @@ class Pipeline:
         except (OSError, ValueError):
             pass
         os.makedirs(".waypost", exist_ok=True)
-        from .manifest import write_json_atomic
-        write_json_atomic(path, graph, durable=False)
+        manifest.write_json_atomic(path, graph, durable=False)
 
     def stage_dir(self, stage: str, wildcards) -> str:
         return layout.stage_dir(self.base, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
@@ -360,7 +370,7 @@ class Pipeline:
     def resources(self, stage: str, default_class: str) -> dict:
         """A rule's ``resources: **...``: the worker class's resources in the
         selected pool, per job and attempt (runtime and memory grow per the
-        stage's policy), plus the attempt number for the step runner.
+        stage's policy).
 
         Snakemake calls every resource function of every job, so a resource
         is a plain value where it is the same for every experiment, pair and
@@ -385,7 +395,6 @@ class Pipeline:
                 resources[name] = values[0]
             else:
                 resources[name] = self._resource_function(stage, default_class, name)
-        resources["waypost_attempt"] = _presigned(lambda wildcards, attempt: attempt)
         return resources
 
     def _resource_function(self, stage: str, default_class: str, name: str):
@@ -396,7 +405,7 @@ class Pipeline:
 
     # --- the step runner ------------------------------------------------
     #: The start of every stage rule's shell command; the step's own command follows.
-    run = "{params.step} --snakemake-attempt {resources.waypost_attempt} -- "
+    run = "{params.step} -- "
 
     def step(self, stage: str):
         """A params function giving the step-runner options of a job (see ``run``)."""
