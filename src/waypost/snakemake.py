@@ -36,7 +36,8 @@ def run_identity(workflow, workflow_dir: str) -> tuple[str, str]:
     runner reads the run id from its environment: an earlier attempt of the
     same run in its stage directory means Snakemake is retrying the job.
     """
-    if getattr(workflow, "remote_exec", False):   # a cluster job: its main process decided
+    # A cluster job (or a job's subprocess): its main process decided.
+    if getattr(workflow, "remote_exec", False) or getattr(workflow, "subprocess_exec", False):
         missing = [name for name in (CODE_VERSION_ENV, manifest.RUN_ID_ENV) if name not in os.environ]
         if missing:
             from snakemake.exceptions import WorkflowError
