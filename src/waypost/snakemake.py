@@ -41,8 +41,8 @@ def run_identity(workflow, workflow_dir: str) -> tuple[str, str]:
         missing = [name for name in (CODE_VERSION_ENV, manifest.RUN_ID_ENV) if name not in os.environ]
         if missing:
             from snakemake.exceptions import WorkflowError
-            raise WorkflowError(f"this cluster job did not inherit {' and '.join(missing)} from the run that "
-                                "submitted it: its executor must pass the environment to its jobs")
+            raise WorkflowError(f"this job's Snakemake process did not inherit {' and '.join(missing)} from the "
+                                "run that started it: its executor must pass the environment to its jobs")
         return os.environ[CODE_VERSION_ENV], os.environ[manifest.RUN_ID_ENV]
     os.environ[CODE_VERSION_ENV] = wconfig.code_version(workflow_dir)
     os.environ[manifest.RUN_ID_ENV] = manifest.new_run_id()
@@ -92,7 +92,7 @@ class Pipeline:
             self.mirror = remote_stage.planning_mirror(self.root, workflow)
         self.base = "" if self.mirror else self.root
         self.presence = config["rerun_policy"] == "presence"
-        self.code_version, self.run_id = run_identity(workflow, self.workflow_dir)
+        self.code_version, _ = run_identity(workflow, self.workflow_dir)   # the runner reads the run id itself
         self.python = sys.executable
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
