@@ -60,10 +60,8 @@ def no_nvidia_smi(monkeypatch, tmp_path):
 def fake_nvidia_smi(monkeypatch, tmp_path):
     """An nvidia-smi that reports two 16 GB GPUs and one 80 GB one."""
     script = tmp_path / "nvidia-smi"
-    script.write_text("#!/bin/sh\ncase \"$1\" in\n"
-                      "  --query-gpu=index) printf '0\\n1\\n2\\n' ;;\n"
-                      "  *) printf '0, GPU-a, 16384\\n1, GPU-b, 16384\\n2, GPU-c, 81920\\n' ;;\n"
-                      "esac\n")
+    script.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=index,uuid,memory.total ] || exit 2\n"
+                      "printf '0, GPU-a, 16384\\n1, GPU-b, 16384\\n2, GPU-c, 81920\\n'\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
 

@@ -61,11 +61,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def _help_formatter(prog: str) -> argparse.HelpFormatter:
+    # A set width: argparse would import shutil to measure the terminal, at
+    # every step, for help nobody reads there.
+    return argparse.HelpFormatter(prog, width=100)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     if "--" not in argv:
         raise SystemExit("waypost.runner: expected '-- COMMAND ...' after the options")
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m waypost.runner")
+    parser = argparse.ArgumentParser(prog="python -m waypost.runner", formatter_class=_help_formatter)
     parser.add_argument("--stage-dir", required=True)
     parser.add_argument("--local-dir", help="with a gs:// --stage-dir: the local copy of it the step works in")
     parser.add_argument("--experiment", required=True)

@@ -1,9 +1,9 @@
 """The small helper API the Snakefile and rules use.
 
 Rules stay plain Snakemake; they ask this module for stage paths, for inputs
-(wrapped in ``ancient()`` in presence mode, so an existing output is done
-whatever its timestamps), for a stage's settings, and for the step-runner
-prefix of their shell command.
+(none for a job whose outputs are present, in presence mode: it is done
+whatever the timestamps upstream), for a stage's settings, and for the
+step-runner prefix of their shell command.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import shlex
 import sys
 
-from snakemake.io import ancient, apply_wildcards, is_flagged
+from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 
 from . import config as wconfig
 from . import layout, manifest, reuse, storage
@@ -100,7 +101,7 @@ class Pipeline:
         self._tracked: list = []
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._default_class: dict[str, str] = {}
-        self._outputs: dict[str, list] = {}   # stage → its rule's output patterns
+        self._own: dict[str, tuple] = {}   # stage → patterns of its marker and outputs
         # Per (experiment, scope, stage), where the scope is the pair when the
         # experiment's per_pair or reuse names it, else None (all its other
         # pairs and its funnels are alike): computed once each.
@@ -110,6 +111,7 @@ class Pipeline:
         self._settings: dict[tuple, dict] = {}
         self._policies: dict[tuple, object] = {}
         self._tolerated: dict[tuple, bool] = {}
+        self._reusing = {name: set(spec.get("reuse", {})) for name, spec in config["experiments"].items()}
         self._step_options: dict[tuple, str] = {}
         self._resources: dict[tuple, dict] = {}   # (stage, experiment, scope, attempt) → resources
         self.workflow = workflow
@@ -172,10 +174,11 @@ class Pipeline:
         the function picks from). In presence mode a job whose outputs are
         all present is done: it gets no inputs at all, so nothing upstream of
         it (being rerun, or missing in an experiment where its outputs were
-        placed by hand) can make it rerun; otherwise inputs are ancient, so
-        timestamps never matter. A stage left unfinished by a failure (its
-        ``_unfinished`` marker, newer than its outputs) gets the marker as an
-        input: that is what makes Snakemake redo it on the next run.
+        placed by hand) can make it rerun; a job that does get inputs has an
+        output missing, so it runs whatever their timestamps. A stage left
+        unfinished by a failure (its ``_unfinished`` marker, newer than its
+        outputs) gets the marker as an input: that is what makes Snakemake
+        redo it on the next run.
 
         One input function per rule (not one per input): Snakemake inspects
         every callable of every job, so fewer callables plan faster.
@@ -187,21 +190,21 @@ class Pipeline:
                    for name, (stage, *rest) in inputs.items()}
 
         def job_inputs(wildcards):
-            if self.reused_from(consumer, wildcards):
+            if consumer in self._reusing[wildcards.experiment] and self.reused_from(consumer, wildcards):
                 return {name: [] for name in inputs}  # copied from elsewhere: nothing upstream is needed
-            marker = os.path.join(self.stage_dir(consumer, wildcards), layout.UNFINISHED)
-            unfinished = self.present(marker)
-            if self.presence and not unfinished and self.is_done(consumer, wildcards):
-                return {name: [] for name in inputs}
             values = dict(wildcards.items())
+            marker_pattern, output_patterns = self._own_files(consumer)
+            marker = marker_pattern.format(**values)
+            unfinished = self.present(marker)
+            if self.presence and not unfinished and all(
+                    self.present(p.format(**values) if plain else apply_wildcards(p, values))
+                    for p, plain in output_patterns):
+                return {name: [] for name in inputs}
             resolved = {}
             for name, source in sources.items():
                 found = source(wildcards) if callable(source) else source.format(**values)
-                found = [found] if isinstance(found, str) else list(found)
-                # An unfinished stage must wait for its parents when they are
-                # redone too: its inputs are not ancient (Snakemake would
-                # otherwise skip it as a mere dependent of a rerun job).
-                resolved[name] = found if unfinished else [self.mark(p) for p in found]
+                # One path stays a string: Snakemake makes a list of each named list.
+                resolved[name] = found if isinstance(found, str) else list(found)
             if unfinished:
                 resolved["_unfinished"] = marker
             return resolved
@@ -265,18 +268,19 @@ class Pipeline:
         os.makedirs(".waypost", exist_ok=True)
         manifest.write_json_atomic(path, graph, durable=False)
 
-    def stage_dir(self, stage: str, wildcards) -> str:
-        return layout.stage_dir(self.base, wildcards.get("pair", layout.ALL_PAIRS), wildcards.experiment,
-                                stage, wildcards.get("instance"))
-
-    def is_unfinished(self, stage: str, wildcards) -> bool:
-        return self.present(os.path.join(self.stage_dir(stage, wildcards), layout.UNFINISHED))
-
-    def is_done(self, stage: str, wildcards) -> bool:
-        if stage not in self._outputs:
-            self._outputs[stage] = [self._pattern(p) for p in self.workflow.get_rule(stage).output]
-        values = dict(wildcards.items())
-        return all(self.present(apply_wildcards(p, values)) for p in self._outputs[stage])
+    def _own_files(self, stage: str) -> tuple[str, list[str]]:
+        """``str.format`` patterns of a stage's ``_unfinished`` marker and of
+        its outputs (asked at every job: made once)."""
+        if stage not in self._own:
+            rule = self.workflow.get_rule(stage)
+            names = rule.wildcard_names
+            stage_dir = layout.join(self.base, "{pair}" if "pair" in names else layout.ALL_PAIRS, "{experiment}",
+                                    stage, *(["{instance}"] if "instance" in names else []))
+            # (pattern, whether str.format fills it: no {name,constraint}, no braces of its own)
+            outputs = [strip_wildcard_constraints(self._pattern(p)) for p in rule.output]
+            self._own[stage] = (os.path.join(stage_dir, layout.UNFINISHED),
+                                [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in outputs])
+        return self._own[stage]
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
         """Does a funnel downstream of ``stage`` accept its failure?"""
@@ -303,9 +307,6 @@ class Pipeline:
         if key not in self._policies:
             self._policies[key] = Policy.from_config(self._stage_settings(experiment, pair, stage)["policy"])
         return self._policies[key]
-
-    def mark(self, path: str):
-        return ancient(path) if self.presence else path
 
     # --- settings --------------------------------------------------------
     def _scope(self, experiment: str, pair: str) -> str | None:
@@ -411,31 +412,31 @@ class Pipeline:
     def step(self, stage: str):
         """A params function giving the step-runner options of a job (see ``run``)."""
         def prefix(wildcards, input, output):
+            experiment = wildcards.experiment
             pair = wildcards.get("pair", layout.ALL_PAIRS)
             instance = wildcards.get("instance")
-            stage_dir = layout.stage_dir(self.root, pair, wildcards.experiment, stage, instance)
-            head = [self.python, "-m", "waypost.runner", "--stage-dir", stage_dir,
-                    "--experiment", wildcards.experiment, "--pair", pair, "--stage", stage]
-            tail = ["--instance", instance] if instance else []
+            stage_dir = layout.stage_dir(self.root, pair, experiment, stage, instance)
+            args = ["--stage-dir", stage_dir, "--pair", pair]
+            if instance:
+                args += ["--instance", instance]
             if self.mirror:
-                tail += ["--local-dir", os.path.join(self.mirror, stage_dir[len("gs://"):])]
-            source = self.reuse_location(wildcards.experiment, pair, stage, instance)
-            if source:
-                tail += ["--reuse-from", source]
-            if self.tolerated(stage, wildcards.experiment, pair):
-                tail.append("--tolerated")
+                args += ["--local-dir", os.path.join(self.mirror, stage_dir[len("gs://"):])]
+            if stage in self._reusing[experiment]:
+                source = self.reuse_location(experiment, pair, stage, instance)
+                if source:
+                    args += ["--reuse-from", source]
             for name, paths in input.items():
                 if name != "_unfinished":
-                    tail += [arg for path in ([paths] if isinstance(paths, str) else paths)
-                             for arg in ("--input", path)]
+                    for path in ([paths] if isinstance(paths, str) else paths):
+                        args += ("--input", path)
             for path in output:
-                tail += ["--output", path]
-            return " ".join([shlex.join(head), self._runner_options(stage, wildcards.experiment, pair)]
-                            + ([shlex.join(tail)] if tail else []))
+                args += ("--output", path)
+            return f"{self._runner_options(stage, experiment, pair)} {_quoted(args)}"
         return _presigned(prefix)
 
     def _runner_options(self, stage: str, experiment: str, pair: str) -> str:
-        """The step runner's options that the stage's settings decide (quoted)."""
+        """The step runner's command and the options that the stage's
+        settings decide (quoted): the same for every job of the scope."""
         key = (stage, experiment, self._scope(experiment, pair))
         if key not in self._step_options:
             settings = self.settings(experiment, pair, stage)
@@ -446,6 +447,8 @@ class Pipeline:
             if policy.get("runtime") is None and runtime:
                 policy["runtime"] = runtime
             self._step_options[key] = shlex.join([
+                self.python, "-m", "waypost.runner", "--stage", stage, "--experiment", experiment,
+                *(["--tolerated"] if self.tolerated(stage, experiment, pair) else []),
                 "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
                 "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),
                 "--config-hash", wconfig.settings_hash(settings),
@@ -465,13 +468,19 @@ class Pipeline:
         self._tracked.append((rule, instances))
 
     def targets(self, wildcards=None) -> list[str]:
-        """The default run's targets.
+        """The default run's targets, for ``rule all``'s ``input:
+        wp.targets()`` at the end of the Snakefile (a list plans faster than
+        an input function; both work).
 
         presence: only the outputs that are missing. A present output is done,
         so its job is not even in the DAG: deleting one intermediate reruns
         exactly its job, and nothing downstream of it (their outputs are
         there). mtime: every output, and Snakemake's timestamp rule decides.
+        A job's own Snakemake process (on a cluster node, or a subprocess)
+        runs the one job it was given: no targets, nothing to look at.
         """
+        if getattr(self.workflow, "remote_exec", False) or getattr(self.workflow, "subprocess_exec", False):
+            return []
         wanted = self.all_outputs()
         if self.presence:
             wanted = [path for path in wanted if not self.present(path)
@@ -507,6 +516,20 @@ def _presigned(function):
     returns a preset ``__signature__`` at once)."""
     function.__signature__ = inspect.signature(function)
     return function
+
+
+_PLAIN_FIELDS = re.compile(r"(?:[^{}]|\{\w+\})*")   # a pattern str.format can fill
+
+
+_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)   # what shlex.quote quotes
+
+
+def _quoted(args: list[str]) -> str:
+    """``shlex.join(args)``, faster when nothing needs quoting (stage paths
+    are made of checked names: the usual case)."""
+    if all(args) and _UNSAFE.search("".join(args)) is None:
+        return " ".join(args)
+    return shlex.join(args)
 
 
 def _literal(value) -> bool:

@@ -75,42 +75,48 @@ def resources(spec: dict, overrides: dict | None = None, attempt: int = 1,
 
 
 # --- inside a job -----------------------------------------------------------
-def _nvidia_smi(query: str) -> list[str] | None:
-    import shutil   # not at the top: the step runner imports this module at every step
-    if not shutil.which("nvidia-smi"):
+def _on_path(program: str) -> bool:
+    # shutil.which, without importing shutil at every step
+    return any(os.access(os.path.join(directory, program), os.X_OK)
+               for directory in os.environ.get("PATH", os.defpath).split(os.pathsep) if directory)
+
+
+def _nvidia_smi() -> list[list[str]] | None:
+    """This machine's GPUs as nvidia-smi lists them, [index, uuid, total
+    memory in MB] each; None without nvidia-smi (or when it fails)."""
+    if not _on_path("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
         return None
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return [[field.strip() for field in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
 
 
 def _device_list(value: str) -> list[str]:
     return [d for d in value.replace(",", " ").split() if d]
 
 
-def detect_gpus(env: dict, declared: str | None) -> tuple[str, str]:
-    """(GPUS, where it came from)."""
+def detect_gpus(env: dict, declared: str | None, listed: list | None) -> tuple[str, str]:
+    """(GPUS, where it came from); ``listed``: what nvidia-smi says."""
     for var in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         if env.get(var, "").strip() and env[var].strip() != "NoDevFiles":
             return " ".join(_device_list(env[var])), var
-    listed = _nvidia_smi("index")
     if listed:
-        return " ".join(listed), "nvidia-smi"
+        return " ".join(row[0] for row in listed), "nvidia-smi"
     return (declared or "").strip(), "pool"
 
 
-def detect_workspace(gpus: str, declared: int | None) -> tuple[int | None, str]:
-    """(WORKSPACE in MB, where it came from)."""
-    rows = _nvidia_smi("index,uuid,memory.total")
-    if rows:
+def detect_workspace(gpus: str, declared: int | None, listed: list | None) -> tuple[int | None, str]:
+    """(WORKSPACE in MB, where it came from): a share of the smallest
+    memory among the GPUs given to the step."""
+    if listed:
         wanted = set(_device_list(gpus))
-        totals = [int(float(r.split(",")[2])) for r in rows
-                  if not wanted or r.split(",")[0].strip() in wanted or r.split(",")[1].strip() in wanted]
+        totals = [int(float(row[2])) for row in listed
+                  if len(row) >= 3 and (not wanted or row[0] in wanted or row[1] in wanted)]
         if totals:
             return int(min(totals) * WORKSPACE_FRACTION), "nvidia-smi"
     return declared, "pool"
@@ -119,6 +125,7 @@ def detect_workspace(gpus: str, declared: int | None) -> tuple[int | None, str]:
 def worker_env(env: dict, declared: dict | None) -> dict:
     """GPUS and WORKSPACE for a step, with their sources (for the manifest)."""
     declared = declared or {}
-    gpus, gpus_from = detect_gpus(env, declared.get("GPUS"))
-    workspace, workspace_from = detect_workspace(gpus, declared.get("WORKSPACE"))
+    listed = _nvidia_smi()   # once: it takes a while on a GPU node
+    gpus, gpus_from = detect_gpus(env, declared.get("GPUS"), listed)
+    workspace, workspace_from = detect_workspace(gpus, declared.get("WORKSPACE"), listed)
     return {"GPUS": gpus, "GPUS_from": gpus_from, "WORKSPACE": workspace, "WORKSPACE_from": workspace_from}
