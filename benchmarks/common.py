@@ -203,6 +203,13 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def paired_ratio(samples: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over rounds of ``a``'s sample over ``b``'s in the same round
+    (see ``interleaved``: the two ran back to back). A drift of the machine's
+    speed between rounds then moves neither side alone."""
+    return median([x / y for x, y in zip(samples[a], samples[b])])
+
+
 def spread(values: list[float]) -> str:
     """min–max of the samples, for the raw-samples section."""
     return f"{min(values):.3f}–{max(values):.3f}"
@@ -225,9 +232,12 @@ class Row:
     met: bool | None = None
     samples: dict = field(default_factory=dict)   # name → list of seconds
     note: str = ""
+    paired_ratio: float | None = None   # median of per-round ratios, where the samples were taken in rounds
 
     @property
     def ratio(self) -> float | None:
+        if self.paired_ratio is not None:
+            return self.paired_ratio
         if self.value is None or not self.baseline:
             return None
         return self.value / self.baseline
