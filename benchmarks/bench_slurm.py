@@ -154,7 +154,7 @@ def run(ctx: dict) -> Section:
         measure="Slurm: CPU time per job (sacct `TotalCPU`)", value=cpu_wp, unit="s", baseline=cpu_base,
         baseline_label="plain Snakemake", target="(informational)",
         samples={"waypost (CPU-s per job)": job_cpu["waypost"], "plain (CPU-s per job)": job_cpu["plain"]},
-        note=f"+{1000 * (cpu_wp - cpu_base):.0f} ms per job: what the node spends on waypost; "
+        note=f"{1000 * (cpu_wp - cpu_base):+.0f} ms per job: what the node spends on waypost; "
              "hardly changed by other work on the machine"))
     section.notes.append(
         "Both on the local single-node cluster (`scripts/slurm-dev-cluster.sh`), partition `cpu`, "
