@@ -268,7 +268,7 @@ class Pipeline:
         os.makedirs(".waypost", exist_ok=True)
         manifest.write_json_atomic(path, graph, durable=False)
 
-    def _own_files(self, stage: str) -> tuple[str, list[str]]:
+    def _own_files(self, stage: str) -> tuple[str, list[tuple[str, bool]]]:
         """``str.format`` patterns of a stage's ``_unfinished`` marker and of
         its outputs (asked at every job: made once)."""
         if stage not in self._own:
@@ -519,8 +519,6 @@ def _presigned(function):
 
 
 _PLAIN_FIELDS = re.compile(r"(?:[^{}]|\{\w+\})*")   # a pattern str.format can fill
-
-
 _UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)   # what shlex.quote quotes
 
 
