@@ -26,6 +26,12 @@ REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 CODE_VERSION_ENV = "WAYPOST_CODE_VERSION"
 
 
+def _job_process(workflow) -> bool:
+    """Is this Snakemake process one job's own (on a cluster node, or a
+    job's subprocess), rather than the run's main process?"""
+    return getattr(workflow, "remote_exec", False) or getattr(workflow, "subprocess_exec", False)
+
+
 def run_identity(workflow, workflow_dir: str) -> tuple[str, str]:
     """The code version and the run id that every job of this run records.
 
@@ -38,7 +44,7 @@ def run_identity(workflow, workflow_dir: str) -> tuple[str, str]:
     same run in its stage directory means Snakemake is retrying the job.
     """
     # A cluster job (or a job's subprocess): its main process decided.
-    if getattr(workflow, "remote_exec", False) or getattr(workflow, "subprocess_exec", False):
+    if _job_process(workflow):
         missing = [name for name in (CODE_VERSION_ENV, manifest.RUN_ID_ENV) if name not in os.environ]
         if missing:
             from snakemake.exceptions import WorkflowError
@@ -190,7 +196,7 @@ class Pipeline:
                    for name, (stage, *rest) in inputs.items()}
 
         def job_inputs(wildcards):
-            if consumer in self._reusing[wildcards.experiment] and self.reused_from(consumer, wildcards):
+            if self.reused_from(consumer, wildcards):
                 return {name: [] for name in inputs}  # copied from elsewhere: nothing upstream is needed
             values = dict(wildcards.items())
             marker_pattern, output_patterns = self._own_files(consumer)
@@ -213,7 +219,10 @@ class Pipeline:
     # --- reuse ------------------------------------------------------------
     def reuse_location(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> str | None:
         """The stage directory an experiment takes this stage from (its
-        ``reuse`` setting), or None when the stage is computed here."""
+        ``reuse`` setting), or None when the stage is computed here (asked at
+        every job: most stages are not reused by any experiment)."""
+        if stage not in self._reusing[experiment]:
+            return None
         source = wconfig.reuse_source(self.config, experiment, pair, stage)
         if source is None:
             return None
@@ -421,10 +430,9 @@ class Pipeline:
                 args += ["--instance", instance]
             if self.mirror:
                 args += ["--local-dir", os.path.join(self.mirror, stage_dir[len("gs://"):])]
-            if stage in self._reusing[experiment]:
-                source = self.reuse_location(experiment, pair, stage, instance)
-                if source:
-                    args += ["--reuse-from", source]
+            source = self.reuse_location(experiment, pair, stage, instance)
+            if source:
+                args += ["--reuse-from", source]
             for name, paths in input.items():
                 if name != "_unfinished":
                     for path in ([paths] if isinstance(paths, str) else paths):
@@ -479,7 +487,7 @@ class Pipeline:
         A job's own Snakemake process (on a cluster node, or a subprocess)
         runs the one job it was given: no targets, nothing to look at.
         """
-        if getattr(self.workflow, "remote_exec", False) or getattr(self.workflow, "subprocess_exec", False):
+        if _job_process(self.workflow):
             return []
         wanted = self.all_outputs()
         if self.presence:
