@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
-from waypost import catalog, storage
+from waypost import catalog, parallel, storage
 
 
 def manifests_under(root: Path) -> set[str]:
@@ -30,14 +30,14 @@ def loading(request, monkeypatch):
     if request.param != "in process":
         for name in ("PARALLEL_FROM", "CHUNK", "PAIRS_PER_CHUNK"):
             monkeypatch.setattr(catalog, name, 1)
-        real = catalog.ProcessPoolExecutor
+        real = parallel.ProcessPoolExecutor
 
         def pool(*args, **kwargs):
             if request.param == "workers unavailable":
                 raise OSError("Resource temporarily unavailable")
             started.append(args)
             return real(*args, **kwargs)
-        monkeypatch.setattr(catalog, "ProcessPoolExecutor", pool)
+        monkeypatch.setattr(parallel, "ProcessPoolExecutor", pool)
     yield started
     if request.param == "in worker processes" and len(os.sched_getaffinity(0)) > 1:
         assert started, "no worker processes were used"

@@ -4,6 +4,7 @@ runs and nothing is written on bad input."""
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,26 @@ def test_snakemake_default_config_yaml_error_names_file(tmp_path: Path):
                            "-n", "-c1"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "config/config.yaml:2:1: invalid YAML" in proc.stderr + proc.stdout
+
+
+def test_a_config_that_passed_is_remembered_and_one_that_failed_never(tmp_path, monkeypatch):
+    """A pass is remembered by the hash of config and schema, so the next
+    command skips jsonschema; any other config is validated in full."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    marks = tmp_path / "cache" / "waypost" / "valid-configs"
+    check(copy.deepcopy(SMALL_CONFIG))
+    assert len(list(marks.iterdir())) == 1
+    for change in (BAD["wrong type"][0], lambda c: c["stages"]["train_student"].update(epochs="2")):
+        with pytest.raises(wconfig.ConfigError, match="train_student.epochs: expected integer"):
+            check(with_change(change))                    # "2" is not 2, though both print alike
+    assert len(list(marks.iterdir())) == 1
+
+    (tmp_path / "not-a-dir").write_text("")               # a cache that can't be written is none
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))
+    check(with_change(lambda c: c["stages"]["train_student"].update(epochs=3)))
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, "jsonschema", None)   # importing it would fail now
+    check(copy.deepcopy(SMALL_CONFIG))
+    with pytest.raises(ImportError):
+        check(with_change(lambda c: c["stages"]["train_student"].update(epochs=4)))

@@ -12,9 +12,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO, waypost
-from waypost import manifest, status, statuspage
+from waypost import config as wconfig
+from waypost import manifest, parallel, status, statuspage
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
@@ -159,3 +161,52 @@ def test_status_page_in_chromium(chromium, run_copy, tmp_path):
         if target:
             Path(target).mkdir(parents=True, exist_ok=True)
             shutil.copy(png, Path(target) / png.name)
+
+
+def test_many_pairs_are_summarized_per_stage_and_one_pair_shown_alone(run_copy):
+    """An experiment too wide for the terminal shows, per stage, how many
+    pairs are in each state and which are not done; ``--pair`` shows one."""
+    config = yaml.safe_load((run_copy / "config.yaml").read_text())
+    added = [f"en-y{n:02d}" for n in range(28)]          # never run: every stage missing
+    config["experiments"]["exp1"]["pairs"] += added
+    (run_copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    fail_teacher(run_copy, "en-xb", "1")
+
+    text = waypost(run_copy, "status").stdout
+    assert "30 pairs, by state" in text and "en-y00" in text
+    rows: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("│"):                         # a row, or a wrapped row's next line
+            stage, pairs = (part.strip() for part in line.split("│")[1:3])
+            key = stage or key
+            rows[key] = f"{rows.get(key, '')} {pairs}".strip()
+    assert rows["fetch_corpus"] == "done 2  missing 28: " + " ".join(added[:6]) + " +22 more"
+    assert rows["train_teacher"].startswith("done 1  failed 1: en-xb  missing 28: en-y00")
+    assert rows["report"] in ("done", "done*")           # the funnel: its own label
+    assert "waypost status --pair PAIR" in text
+
+    one = waypost(run_copy, "status", "--pair", "en-xb").stdout
+    assert "en-xb" in one and "failed 1/2" in one and "en-xa" not in one and "all pairs" not in one
+    grid = json.loads(waypost(run_copy, "status", "--pair", "en-y03", "--json").stdout)
+    assert list(grid["experiments"]["exp1"]) == ["en-y03"]
+    assert {cell["state"] for cell in grid["experiments"]["exp1"]["en-y03"].values()} == {"missing"}
+    wrong = waypost(run_copy, "status", "--pair", "en-zz", check=False)
+    assert wrong.returncode == 2 and "unknown pair 'en-zz'" in wrong.stderr
+
+
+def test_worker_processes_read_the_same_grid(run_copy, monkeypatch):
+    """Many cells are read in worker processes: the grid is the same."""
+    (run_copy / "results/en-xa/exp1/train_student/model.json").unlink()
+    fail_teacher(run_copy, "en-xb", "1")
+    cfg = wconfig.load(str(run_copy / "config.yaml"), str(REPO / "workflow"))
+    funnels = wconfig.experiment_scoped_stages(str(REPO / "workflow"))
+    monkeypatch.chdir(run_copy)
+    alone = status.collect(cfg, funnels)
+    started = []
+    real = parallel.ProcessPoolExecutor
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", lambda *a, **kw: started.append(a) or real(*a, **kw))
+    monkeypatch.setattr(status, "PARALLEL_FROM", 1)
+    assert status.collect(cfg, funnels) == alone
+    assert started or len(os.sched_getaffinity(0)) == 1
+    assert alone["experiments"]["exp1"]["en-xa"]["train_student"]["state"] == "missing"
+    assert alone["experiments"]["exp1"]["en-xb"]["train_teacher"]["state"] == "FAILED"

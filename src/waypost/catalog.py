@@ -17,18 +17,14 @@ Only a stage's current manifest counts (``{root}/{pair}/{experiment}/{stage}
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import sqlite3
-import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from . import layout, manifest, storage
-
-DEFAULT_DB = os.path.join(".waypost", "catalog.sqlite")
+from .layout import CATALOG_DB
+from .parallel import chunks, in_workers
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifests (
@@ -164,10 +160,6 @@ def _read_local(locations: list[str]):
             yield location, "unreadable", exc
 
 
-def _chunks(items: list, size: int) -> list[list]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
 def _load_local(root: str, locations: list[str]) -> tuple[list[tuple], list[tuple]]:
     return _entries(root, _read_local(locations))
 
@@ -202,42 +194,14 @@ PAIRS_PER_CHUNK = 50
 MANIFESTS_PER_PAIR = 20   # about: two experiments of ten stages
 
 
-def _in_workers(load, root: str, chunks: list[list[str]], parallel: bool):
-    """``load(root, chunk)`` for each chunk, in order: in worker processes
-    when ``parallel`` and this machine has more than one core, else here."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = min(cpus, len(chunks), 16) if parallel else 1
-    pool = futures = None
-    if workers > 1:
-        try:
-            # fork is cheapest, but not safe once a thread runs (e.g. gcsfs's, after a gs:// root)
-            start = "fork" if threading.active_count() == 1 else "forkserver"
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start))
-            futures = [pool.submit(load, root, chunk) for chunk in chunks]
-        except (OSError, RuntimeError, ValueError):   # no worker processes here: load in this one
-            futures = None
-    try:
-        for n, chunk in enumerate(chunks):
-            if futures:
-                try:
-                    yield futures[n].result()
-                    continue
-                except (BrokenProcessPool, OSError):
-                    futures = None
-            yield load(root, chunk)
-    finally:
-        if pool:
-            pool.shutdown(cancel_futures=True)
-
-
 def _per_pairs(load, root: str, pair_dirs: list[str]):
-    """``load(root, chunk)`` per chunk of pair directories (see ``_in_workers``)."""
-    return _in_workers(load, root, _chunks(pair_dirs, PAIRS_PER_CHUNK),
-                       len(pair_dirs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM)
+    """``load(root, chunk)`` per chunk of pair directories (see ``parallel.in_workers``)."""
+    return in_workers(load, root, chunks(pair_dirs, PAIRS_PER_CHUNK),
+                      len(pair_dirs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM)
 
 
 class Catalog:
-    def __init__(self, path: str = DEFAULT_DB):
+    def __init__(self, path: str = CATALOG_DB):
         self.path = path
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -279,7 +243,7 @@ class Catalog:
         elif cold:   # the workers list the pair directories too
             loaded = _per_pairs(_load_pairs, root_key, pairs)
         else:
-            loaded = _in_workers(_load_local, root_key, _chunks(changed, CHUNK), len(changed) >= PARALLEL_FROM)
+            loaded = in_workers(_load_local, root_key, chunks(changed, CHUNK), len(changed) >= PARALLEL_FROM)
         gone = [loc for loc in known if loc not in listed]
         stale = [(loc,) for loc in changed + gone if loc in known]
         with self.db:

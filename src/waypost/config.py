@@ -105,13 +105,35 @@ def _name_errors(error: jsonschema.ValidationError):
     yield _describe(error)
 
 
+def _passed_mark(config: dict, schema: dict) -> str:
+    """Where a pass of this config against this schema is remembered: a file
+    named by the hash of both (their repr tells 1 from '1' and a date from its
+    text), in the user's cache directory."""
+    digest = hashlib.sha256(repr((schema, config)).encode()).hexdigest()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "waypost", "valid-configs", digest)
+
+
 def validate(config: dict, schema: dict, source: str) -> None:
-    import jsonschema   # here: ~35 ms to import, and cluster jobs don't validate (see prepare)
+    """Raise ConfigError listing what is wrong with ``config`` (from
+    ``source``). A config that passed is remembered, so the next command over
+    the same files skips importing jsonschema (~75 ms) and validating; a
+    failure is never remembered, and a cache that can't be written is none."""
+    mark = _passed_mark(config, schema)
+    if os.path.exists(mark):
+        return
+    import jsonschema   # here, as it is slow to import; and cluster jobs don't validate (see prepare)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = list(dict.fromkeys(f"{source}: {key}: {what}" for e in errors for key, what in _name_errors(e)))
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines[:10]))
+    try:
+        os.makedirs(os.path.dirname(mark), exist_ok=True)
+        with open(mark, "x"):
+            pass
+    except OSError:   # read-only, or another process just wrote it
+        pass
 
 
 def _resolve(schema: dict, root: dict) -> dict:

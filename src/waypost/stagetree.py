@@ -60,11 +60,10 @@ class Tree:
         or ``(instance, dir)`` for each instance of a stage with instances
         (and no files of its own)."""
         entries = self.entries(stage_dir)
-        own = any(manifest.is_engine_file(e) or self.isfile(layout.join(stage_dir, e)) for e in entries)
-        instances = [e for e in entries if layout.is_valid_name(e) and self.isdir(layout.join(stage_dir, e))]
-        if own or not instances:
+        if any(manifest.is_engine_file(e) or self.isfile(layout.join(stage_dir, e)) for e in entries):
             return [(None, stage_dir)]
-        return [(name, layout.join(stage_dir, name)) for name in sorted(instances)]
+        instances = [e for e in entries if layout.is_valid_name(e) and self.isdir(layout.join(stage_dir, e))]
+        return [(name, layout.join(stage_dir, name)) for name in instances] or [(None, stage_dir)]
 
     def describe(self, stage_dir: str, files: list[str]) -> list[dict]:
         """Size and sha256 of files of a stage dir (relative paths), as a
@@ -93,6 +92,9 @@ class LocalTree(Tree):
 
     def isfile(self, path: str) -> bool:
         return os.path.isfile(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
 
     def size(self, path: str) -> int | None:
         """A file's size; None when it isn't there."""
@@ -166,6 +168,10 @@ class LocalSnapshot(LocalTree):
         entry = self._entry(path)
         return entry is not None and entry.is_file()
 
+    def exists(self, path: str) -> bool:
+        entry = self._entry(path)
+        return entry is not None and (not entry.is_symlink() or os.path.exists(path))
+
     def size(self, path: str) -> int | None:
         entry = self._entry(path)
         try:
@@ -234,6 +240,9 @@ class BucketTree(Tree):
         return rel is not None and rel in self.children
 
     def isfile(self, path: str) -> bool:
+        return self._rel(path) in self.objects
+
+    def exists(self, path: str) -> bool:
         return self._rel(path) in self.objects
 
     def size(self, path: str) -> int | None:

@@ -16,7 +16,10 @@ A stage with instances (``stage/<instance>/``) shows the worst instance.
 
 from __future__ import annotations
 
-from . import layout, manifest, stagetree
+import gc
+
+from . import layout, manifest, stagetree, storage
+from .config import ConfigError
 
 DONE = ("SUCCESS", "adopted")
 FAILURES = ("FAILED", "TIMEOUT", "OOM", "HWFAILURE", "PREEMPTED", "CANCELLED")
@@ -64,6 +67,11 @@ def _running_state(tree, stage_dir: str) -> str | None:
     return "interrupted" if where else None
 
 
+def _has_files(tree, stage_dir: str) -> bool:
+    """Does the directory hold anything but the engine's files?"""
+    return any(not manifest.is_engine_file(e) for e in tree.entries(stage_dir))
+
+
 def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
     """State of one stage (or instance) directory (in ``tree``, a
     ``stagetree`` over its root; by default one over the directory).
@@ -79,7 +87,6 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
     except manifest.ManifestError as exc:
         cell.update(state="corrupt", error=str(exc))
         return cell
-    files = [e for e in tree.entries(stage_dir) if not manifest.is_engine_file(e)]
     if data is not None:
         attempts = data["attempts"]
         cell["attempts"] = len(attempts)
@@ -97,10 +104,9 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
         if running:
             cell["state"] = running
         elif not own:
-            cell["state"] = "adopted" if files else "missing"
+            cell["state"] = "adopted" if _has_files(tree, stage_dir) else "missing"
         elif data["state"] == "SUCCESS":
-            missing = [o["path"] for o in data.get("outputs", [])
-                       if tree.size(layout.join(stage_dir, o["path"])) is None]
+            missing = [o["path"] for o in data.get("outputs", []) if not tree.exists(layout.join(stage_dir, o["path"]))]
             cell["state"] = "missing" if missing else "adopted" if data.get("adopted") else "SUCCESS"
             if missing:
                 cell["missing_outputs"] = missing
@@ -108,7 +114,7 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
             cell["state"] = data["state"]
     elif running:
         cell["state"] = running
-    elif files:
+    elif _has_files(tree, stage_dir):
         cell["state"] = "adopted"
     return cell
 
@@ -135,24 +141,60 @@ def stage_cell(root: str, experiment: str, pair: str, stage: str, tree=None) -> 
     }
 
 
-def collect(config: dict, funnels: list[str]) -> dict:
+# A local root with this many stage cells or more is read by worker processes
+# (see parallel.py); below it, starting them costs more than it saves.
+PARALLEL_FROM = 2000
+
+
+def _rows(root: str, tasks: list[tuple[str, str, list[str]]]) -> list[dict]:
+    """{stage: cell} for each (experiment, pair, stages) task."""
+    tree = stagetree.open(root, snapshot=True)
+    return [{stage: stage_cell(root, experiment, pair, stage, tree) for stage in stages}
+            for experiment, pair, stages in tasks]
+
+
+def collect(config: dict, funnels: list[str], experiment: str | None = None, pair: str | None = None) -> dict:
     """experiments → pairs (and the per-experiment funnel slot) → stages → cell.
 
     ``funnels`` are the stages that run once per experiment (``_all`` slot).
+    With ``experiment`` or ``pair``, only those (a pair's grid has no funnel
+    slot; an experiment without that pair is left out); ConfigError names
+    one that isn't in the config.
     On a gs:// root, from one listing of the bucket and one batch read of
-    the manifests; on a local one, listing each directory once.
+    the manifests; on a local one, listing each directory once (in worker
+    processes, one share of the pairs each, when there are many).
     """
     root = config["root"]
-    tree = stagetree.open(root, snapshot=True)
     stages = list(config["stages"])
     per_pair = [s for s in stages if s not in funnels]
-    grid = {}
-    for experiment, settings in config["experiments"].items():
-        rows = {}
-        for pair in settings["pairs"]:
-            rows[pair] = {stage: stage_cell(root, experiment, pair, stage, tree) for stage in per_pair}
-        if funnels:
-            rows[layout.ALL_PAIRS] = {stage: stage_cell(root, experiment, layout.ALL_PAIRS, stage, tree)
-                                      for stage in funnels}
-        grid[experiment] = rows
+    experiments = {name: settings for name, settings in config["experiments"].items()
+                   if experiment in (None, name) and pair in (None, *settings["pairs"])}
+    if experiment is not None and experiment not in config["experiments"]:
+        raise ConfigError(f"unknown experiment {experiment!r} (expected one of: {', '.join(config['experiments'])})")
+    if not experiments:
+        where = f"experiment {experiment}" if experiment else "any experiment"
+        raise ConfigError(f"unknown pair {pair!r}: not a pair of {where}")
+    tasks = []
+    for name, settings in experiments.items():
+        tasks += [(name, p, per_pair) for p in settings["pairs"] if pair in (None, p)]
+        if funnels and pair is None:
+            tasks.append((name, layout.ALL_PAIRS, funnels))
+    # The cells hold no reference cycles: the cycle collector would only walk
+    # the growing heap again and again (in forked workers, copying the pages
+    # they share with this process).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if storage.is_remote(root) or sum(len(t[2]) for t in tasks) < PARALLEL_FROM:
+            rows = _rows(root, tasks)
+        else:
+            from .parallel import chunks, cpus, in_workers
+            shares = chunks(tasks, -(-len(tasks) // cpus()))
+            rows = [row for share in in_workers(_rows, root, shares, parallel=True) for row in share]
+    finally:
+        if collecting:
+            gc.enable()
+    grid: dict[str, dict] = {name: {} for name in experiments}
+    for (name, p, _), row in zip(tasks, rows):
+        grid[name][p] = row
     return {"root": root, "stages": stages, "experiments": grid}
