@@ -124,6 +124,24 @@ class Interference:
         return max(0.0, (busy - self.start[0]) - (ours - self.start[1]))
 
 
+# A fixed amount of pure-Python work, timed in a fresh interpreter: how fast
+# the machine is at the moment. This shared machine's speed drifts (the same
+# loop has taken from 0.28 to 0.49 s within a day), and a part run in a slow
+# phase is slower in absolute seconds and noisier in its ratios.
+SPEED_PROBE = ("import time; t = time.perf_counter(); x = 0\n"
+               "for i in range(3_000_000): x += i * i\n"
+               "print(time.perf_counter() - t)")
+
+
+def machine_speed_ms(runs: int = 3) -> float:
+    """The probe's median time in ms (lower is faster)."""
+    times = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", SPEED_PROBE], capture_output=True, text=True, check=True)
+        times.append(1000 * float(out.stdout))
+    return median(times)
+
+
 # --- timing -------------------------------------------------------------------
 @dataclass
 class Timed:
@@ -252,6 +270,7 @@ class Section:
     skipped: str | None = None                           # why it did not run
     others_cpu_s: float | None = None                    # CPU other processes used meanwhile
     wall_s: float | None = None
+    speed_ms: list[float] | None = None                  # machine_speed_ms() before and after
 
 
 def fmt(value: float | None, unit: str) -> str:

@@ -37,7 +37,8 @@ import bench_planning  # noqa: E402
 import bench_runner  # noqa: E402
 import bench_slurm  # noqa: E402
 import bench_status  # noqa: E402
-from common import REPO, Interference, Row, Section, code_fingerprint, fmt, git_revision, log, machine, median, spread  # noqa: E402
+from common import (REPO, Interference, Row, Section, code_fingerprint, fmt, git_revision, log, machine,  # noqa: E402
+                    machine_speed_ms, median, spread)
 
 BENCHMARKS = {                      # the order
     "planning": bench_planning.run,
@@ -78,6 +79,11 @@ def render(sections: list[Section], info: dict, started: datetime, wall_s: float
                     for s in sections if s.others_cpu_s is not None and s.wall_s)
         + ". The Slurm jobs themselves run under `slurmd`, so they count there; elsewhere, more than a few "
         "seconds means something else ran alongside.",
+        "- **Machine speed**: a fixed pure-Python loop (`common.SPEED_PROBE`, median of 3 in fresh "
+        "interpreters) before and after each part, in ms (lower is faster; this machine has ranged from "
+        "~280 to ~490): "
+        + "; ".join(f"{s.title} {s.speed_ms[0]:.0f} → {s.speed_ms[1]:.0f}" for s in sections if s.speed_ms)
+        + ". Absolute times follow it; ratios measured side by side are steadier, but noisier when it is high.",
         "- **Environment**: the measured processes run without `PYTHONDONTWRITEBYTECODE` and "
         "`PYTHONUNBUFFERED` (set in some CI environments, not in a user's shell; the first would make every "
         "process compile waypost from source, the second makes every write to stdout a system call).",
@@ -152,6 +158,7 @@ def main() -> int:
     try:
         for name in chosen:
             log(f"--- {name}")
+            speed_before = machine_speed_ms()
             interference, started_at = Interference(), time.perf_counter()
             try:
                 section = BENCHMARKS[name](ctx)
@@ -161,6 +168,7 @@ def main() -> int:
                 section = Section(name, skipped=f"FAILED: {type(exc).__name__}: {str(exc)[:500]}")
             section.others_cpu_s = interference.others_seconds()
             section.wall_s = time.perf_counter() - started_at
+            section.speed_ms = [speed_before, machine_speed_ms()]
             sections.append(section)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

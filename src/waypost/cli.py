@@ -119,15 +119,14 @@ def _stage_summary(columns: dict, stage: str):
     for pair, cells in columns.items():
         if stage in cells:
             by_state.setdefault(cells[stage]["state"], []).append(_pair_heading(pair))
-    order = sorted(by_state, key=lambda s: (s not in status.DONE, status.SEVERITY.index(s)
-                                            if s in status.SEVERITY else 0))
+    not_done = sorted((s for s in by_state if s not in status.DONE), key=status.severity)
     parts = []
-    for state in order:
+    for state in [s for s in status.DONE if s in by_state] + not_done:
         pairs = by_state[state]
         text = f"{status.look(state)[0]} {len(pairs)}"
         if state not in status.DONE:
-            text += ": " + " ".join(pairs[:NAMED_PAIRS]) + (f" +{len(pairs) - NAMED_PAIRS} more"
-                                                          if len(pairs) > NAMED_PAIRS else "")
+            more = len(pairs) - NAMED_PAIRS
+            text += ": " + " ".join(pairs[:NAMED_PAIRS]) + (f" +{more} more" if more > 0 else "")
         parts.append(Text(text, status.look(state)[1]))
     return Text("  ").join(parts)
 

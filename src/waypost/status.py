@@ -119,8 +119,13 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
     return cell
 
 
+def severity(state: str) -> int:
+    """A state's rank, worst first (0); a state not in SEVERITY counts as worst."""
+    return SEVERITY.index(state) if state in SEVERITY else 0
+
+
 def worst(states: list[str]) -> str:
-    return min(states, key=lambda s: SEVERITY.index(s) if s in SEVERITY else 0)
+    return min(states, key=severity)
 
 
 def stage_cell(root: str, experiment: str, pair: str, stage: str, tree=None) -> dict:
