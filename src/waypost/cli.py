@@ -15,7 +15,6 @@ import sys
 from . import __version__
 from . import config as wconfig
 from . import layout
-from .layout import CATALOG_DB
 from .remote_stage import snakemake_options
 
 DEFAULT_CONFIG = "config/config.yaml"
@@ -77,15 +76,14 @@ def render_status(grid: dict) -> None:
     console = Console()
     summarized = False
     for experiment, columns in grid["experiments"].items():
-        title = f"experiment [bold]{experiment}[/]  (root {grid['root']})"
         labels = {pair: {stage: _label(cell) for stage, cell in cells.items()} for pair, cells in columns.items()}
         stages = [stage for stage in grid["stages"] if any(stage in cells for cells in columns.values())]
         # Each column's widest text, plus its padding and border.
         width = 1 + sum(3 + max([len(_pair_heading(pair)), *(len(text) for text, _ in cells.values())])
                         for pair, cells in labels.items()) + 3 + max(map(len, stages), default=0)
+        table = Table(title=f"experiment [bold]{experiment}[/]  (root {grid['root']})", title_justify="left")
+        table.add_column("stage", style="bold")
         if width <= console.width:
-            table = Table(title=title, title_justify="left")
-            table.add_column("stage", style="bold")
             for pair in columns:
                 table.add_column(_pair_heading(pair))
             for stage in stages:
@@ -94,8 +92,6 @@ def render_status(grid: dict) -> None:
         else:
             summarized = True
             pairs = sum(1 for pair in columns if pair != layout.ALL_PAIRS)
-            table = Table(title=title, title_justify="left")
-            table.add_column("stage", style="bold")
             table.add_column(f"{pairs} pairs, by state")
             for stage in stages:
                 funnel = labels.get(layout.ALL_PAIRS, {}).get(stage)
@@ -493,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", metavar="EXPERIMENT", help="compare settings with this experiment's (default: "
                    "the stage's own experiment if configured)")
     p.add_argument("--root", action="append", help="one more root to look in (path or gs:// URI)")
-    p.add_argument("--db", default=CATALOG_DB, help="the catalog cache (default: %(default)s)")
+    p.add_argument("--db", default=layout.CATALOG_DB, help="the catalog cache (default: %(default)s)")
     p.add_argument("--no-refresh", action="store_true", help="query the cache as it is")
     p.add_argument("--limit", type=int)
     p.add_argument("--width", type=int, help="table width (default: the terminal's)")

@@ -9,6 +9,7 @@ messages can be precise.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -128,12 +129,9 @@ def validate(config: dict, schema: dict, source: str) -> None:
     if errors:
         lines = list(dict.fromkeys(f"{source}: {key}: {what}" for e in errors for key, what in _name_errors(e)))
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines[:10]))
-    try:
+    with contextlib.suppress(OSError):   # read-only, or another process just wrote it
         os.makedirs(os.path.dirname(mark), exist_ok=True)
-        with open(mark, "x"):
-            pass
-    except OSError:   # read-only, or another process just wrote it
-        pass
+        open(mark, "x").close()
 
 
 def _resolve(schema: dict, root: dict) -> dict:
