@@ -2,14 +2,14 @@
 
 1. A no-op step through the runner::
 
-       python -m waypost.runner --stage-dir D --experiment e --pair p --stage s \
+       python -S .../waypost/launch.py --stage-dir D --experiment e --pair p --stage s \
            --output D/out -- bash -c 'echo x > D/out'
 
-   vs the bare ``bash -c 'echo x > D/out'`` (each run in a fresh D, so no
-   earlier workspace to archive). Alongside, for the breakdown: the
-   interpreter's start (``python -c pass``) and the runner's imports
-   (``python -c 'import waypost.runner'``). Target: ≤ 50 ms over the bare
-   command.
+   (as a job of a local stage starts it) vs the bare ``bash -c 'echo x >
+   D/out'`` (each run in a fresh D, so no earlier workspace to archive).
+   Alongside, for the breakdown, both started and ended as the runner is
+   (``-S``, ``os._exit``): the interpreter alone, and the runner's imports.
+   Target: ≤ 50 ms over the bare command.
 
 2. Checksums of a large output: the runner hashes every declared output into
    the manifest (``manifest.sha256_file``). Its cost per MB on a file of
@@ -44,7 +44,9 @@ HASH_SLACK = 1.10     # "as fast as": within 10%
 
 
 def runner_cmd(stage_dir: Path, output: Path, command: list[str]) -> list[str]:
-    return [PYTHON, "-m", "waypost.runner", "--stage-dir", str(stage_dir), "--experiment", "e",
+    """As a job of a local stage starts the runner (see ``Workflow.step``)."""
+    from waypost import runner
+    return [*runner.command(PYTHON, site=False), "--stage-dir", str(stage_dir), "--experiment", "e",
             "--pair", "p", "--stage", "s", "--output", str(output), "--", *command]
 
 
@@ -65,11 +67,16 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
         cmd = runner_cmd(d, d / "out", ["bash", "-c", f"echo x > {d}/out"])
         return check(timed(cmd, keep_output=False), "runner step").seconds
 
+    import waypost
+    source = os.path.dirname(os.path.dirname(os.path.abspath(waypost.__file__)))
+
     def python_start() -> float:
-        return check(timed([PYTHON, "-c", "pass"], keep_output=False), "python -c pass").seconds
+        return check(timed([PYTHON, "-S", "-c", "import os; os._exit(0)"], keep_output=False),
+                     "python alone").seconds
 
     def runner_imports() -> float:
-        return check(timed([PYTHON, "-c", "import waypost.runner"], keep_output=False), "import").seconds
+        code = f"import os, sys; sys.path.append({source!r}); import waypost.runner; os._exit(0)"
+        return check(timed([PYTHON, "-S", "-c", code], keep_output=False), "import").seconds
 
     # A first run, checked: the manifest is SUCCESS with the output's checksum.
     d = stage_dir()
@@ -77,7 +84,7 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
     data = json.loads((d / "_manifest.json").read_text())
     assert data["state"] == "SUCCESS" and data["outputs"][0]["sha256"], data
 
-    samples = interleaved({"runner": through_runner, "bare": bare, "python -c pass": python_start,
+    samples = interleaved({"runner": through_runner, "bare": bare, "python alone": python_start,
                            "import waypost.runner": runner_imports}, NOOP_REPETITIONS, warmup=2)
     ms = {name: 1000 * median(values) for name, values in samples.items()}
     overhead = ms["runner"] - ms["bare"]
@@ -86,15 +93,15 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
                 baseline_label="the bare command", target=f"≤ +{OVERHEAD_TARGET_MS} ms per step",
                 met=overhead <= OVERHEAD_TARGET_MS, samples=samples,
                 note=f"+{overhead:.0f} ms per step")]
+    python, imports = ms["python alone"], ms["import waypost.runner"]
     breakdown = (f"Breakdown of the no-op step (medians of {NOOP_REPETITIONS}): bare command "
-                 f"{ms['bare']:.1f} ms; `python -c pass` {ms['python -c pass']:.1f} ms (the interpreter's "
-                 f"start); `python -c 'import waypost.runner'` {ms['import waypost.runner']:.1f} ms "
-                 f"(start + the runner's imports); the whole runner {ms['runner']:.1f} ms. So of the "
-                 f"+{overhead:.0f} ms: ~{ms['python -c pass']:.0f} ms is starting Python, "
-                 f"~{ms['import waypost.runner'] - ms['python -c pass']:.0f} ms importing the runner's modules, "
-                 f"~{max(0.0, ms['runner'] - ms['import waypost.runner'] - ms['bare']):.0f} ms the rest: the runner's own "
-                 "work (archive check, `_running.json`, the log tee, the manifest with its fsync) and the "
-                 "interpreter's exit.")
+                 f"{ms['bare']:.1f} ms; the interpreter alone {python:.1f} ms; the interpreter and the runner's "
+                 f"imports {imports:.1f} ms (both started and ended as the runner is: `python -S`, no "
+                 f"teardown at exit); the whole runner {ms['runner']:.1f} ms. So of the +{overhead:.0f} ms: "
+                 f"~{python:.0f} ms is starting Python, ~{imports - python:.0f} ms importing the runner's modules, "
+                 f"~{max(0.0, ms['runner'] - imports - ms['bare']):.0f} ms the rest: the runner's own work "
+                 "(archive check, `_running.json`, the fork of the step, the log tee, the manifest with its "
+                 "fsync).")
     notes = [breakdown]
     if overhead > OVERHEAD_TARGET_MS or os.environ.get("BENCH_PROFILE") == "1":
         d = stage_dir()

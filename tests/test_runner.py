@@ -208,3 +208,70 @@ def test_worker_env_reaches_the_step_and_the_manifest(tmp_path):
     # WORKSPACE: the declared 12000 MB, unless this machine has nvidia-smi.
     assert out.read_text().strip() == f"1 3|{worker['WORKSPACE']}"
     assert worker["WORKSPACE"] == 12000 or worker["WORKSPACE_from"] == "nvidia-smi"
+
+
+def test_a_command_that_cannot_start_fails_with_127_and_says_why(tmp_path):
+    stage = tmp_path / "p/e/s"
+    proc = run_step(stage, ["no-such-program-here", "x"], outputs=[stage / "out.txt"])
+    assert proc.returncode == 127
+    assert "cannot start 'no-such-program-here'" in proc.stderr and "No such file" in proc.stderr
+    data = manifest.read(str(stage))
+    assert data["state"] == "FAILED" and data["attempts"][0]["exit_code"] == 127
+    assert "No such file" in (stage / data["attempts"][0]["log"]).read_text()
+    assert not (stage / "_running.json").exists()
+
+
+def test_the_step_gets_default_signal_dispositions_and_a_session_of_its_own(tmp_path):
+    # Python ignores SIGPIPE; a step must not inherit that (`yes | head` would
+    # then print "Broken pipe" and loop on errors instead of ending).
+    stage = tmp_path / "p/e/s"
+    out = stage / "out.txt"
+    proc = run_step(stage, sh(f'yes | head -n1 > /dev/null; echo "${{PIPESTATUS[0]}} $(ps -o sid= -p $$)" > {out}'),
+                    outputs=[out])
+    assert proc.returncode == 0, proc.stderr
+    status, session = out.read_text().split()
+    assert status == str(128 + signal.SIGPIPE)
+    assert int(session) not in (os.getsid(0), 0)   # its own session, not the test's
+
+
+def test_the_time_limit_terms_then_kills_a_step_that_ignores_sigterm(tmp_path):
+    stage = tmp_path / "p/e/s"
+    started = time.monotonic()
+    proc = run_step(stage, sh("trap '' TERM; echo started; while :; do sleep 0.05; done"),
+                    outputs=[stage / "out.txt"], options=["--policy", '{"runtime": 0.3, "kill_grace": 0.5}'],
+                    timeout=60)
+    elapsed = time.monotonic() - started
+    attempt = manifest.read(str(stage))["attempts"][0]
+    assert attempt["state"] == "TIMEOUT" and attempt["signal"] == signal.SIGKILL
+    assert "started" in (stage / attempt["log"]).read_text()
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert elapsed < 20
+
+
+def test_options_as_waypost_writes_them_and_as_a_person_types_them_parse_alike():
+    from waypost import runner
+    written = ["--stage-dir", "d", "--experiment", "e", "--pair", "p", "--stage", "s", "--tolerated",
+               "--input", "a", "--input", "b", "--output", "o", "--settings", '{"k": 1}', "--pool", "onprem"]
+    quick = runner._quick_parse(written)
+    assert quick == runner._argparse(written)
+    assert quick["--input"] == ["a", "b"] and quick["--tolerated"] is True and quick["--policy"] == "{}"
+    # What the quick parser leaves to argparse: --name=value, abbreviations, missing options.
+    typed = ["--stage-dir=d", "--exp", "e", "--pair", "p", "--stage", "s", "--input", "a", "--input", "b",
+             "--output", "o", "--settings", '{"k": 1}', "--pool", "onprem", "--tol"]
+    assert runner._quick_parse(typed) is None
+    assert runner._argparse(typed) == quick
+    args = runner.parse_args([*written, "--", "cmd", "--stage", "x"])
+    assert args.stage_dir == "d" and args.input == ["a", "b"] and args.tolerated and args.command == ["cmd", "--stage", "x"]
+    assert args.reuse_from is None and args.worker_env == "{}"
+
+
+def test_runner_usage_errors_are_argparse_s(tmp_path):
+    missing = subprocess.run([sys.executable, "-m", "waypost.runner", "--stage-dir", str(tmp_path), "--", "true"],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2
+    assert "the following arguments are required: --experiment, --pair, --stage" in missing.stderr
+    helped = subprocess.run([sys.executable, "-m", "waypost.runner", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "--reuse-from" in helped.stdout and "-- COMMAND" in helped.stdout
+    no_command = subprocess.run([sys.executable, "-m", "waypost.runner", "--stage-dir", "d", "--experiment", "e",
+                                 "--pair", "p", "--stage", "s"], capture_output=True, text=True)
+    assert no_command.returncode == 1 and "expected '-- COMMAND ...'" in no_command.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 
 # sacct State → waypost state
 STATES = {
@@ -27,6 +26,7 @@ def normalize(raw: str) -> str:
 def sacct_states(job_ids: list[str]) -> dict[str, str]:
     """Raw job id → normalized sacct State of the whole job (no steps)."""
     import shutil   # not at the top: the step runner imports this module at every step
+    import subprocess
     if not job_ids or not shutil.which("sacct"):
         return {}
     try:

@@ -18,7 +18,7 @@ import sys
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 
 from . import config as wconfig
-from . import layout, manifest, reuse, storage
+from . import layout, manifest, reuse, runner, storage
 from . import workers as wworkers
 
 INSTANCE = "{instance}"
@@ -101,6 +101,7 @@ class Pipeline:
         self.presence = config["rerun_policy"] == "presence"
         self.code_version, _ = run_identity(workflow, self.workflow_dir)   # the runner reads the run id itself
         self.python = sys.executable
+        self._runner = {site: shlex.join(runner.command(self.python, site)) for site in (False, True)}
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
         self.workers = self._load_workers(config["workers"], check)
@@ -439,12 +440,14 @@ class Pipeline:
                         args += ("--input", path)
             for path in output:
                 args += ("--output", path)
-            return f"{self._runner_options(stage, experiment, pair)} {_quoted(args)}"
+            # A local stage that is run (most jobs) starts the runner without site.
+            site = bool(self.mirror or source)
+            return f"{self._runner[site]} {self._runner_options(stage, experiment, pair)} {_quoted(args)}"
         return _presigned(prefix)
 
     def _runner_options(self, stage: str, experiment: str, pair: str) -> str:
-        """The step runner's command and the options that the stage's
-        settings decide (quoted): the same for every job of the scope."""
+        """The step runner's options that the stage's settings decide
+        (quoted): the same for every job of the scope."""
         key = (stage, experiment, self._scope(experiment, pair))
         if key not in self._step_options:
             settings = self.settings(experiment, pair, stage)
@@ -455,7 +458,7 @@ class Pipeline:
             if policy.get("runtime") is None and runtime:
                 policy["runtime"] = runtime
             self._step_options[key] = shlex.join([
-                self.python, "-m", "waypost.runner", "--stage", stage, "--experiment", experiment,
+                "--stage", stage, "--experiment", experiment,
                 *(["--tolerated"] if self.tolerated(stage, experiment, pair) else []),
                 "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
                 "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),

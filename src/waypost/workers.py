@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 
 # The format of workers.yaml is the engine's, so its schema ships with it.
 SCHEMA = os.path.join(os.path.dirname(__file__), "schemas", "workers.schema.yaml")
@@ -86,6 +85,7 @@ def _nvidia_smi() -> list[list[str]] | None:
     memory in MB] each; None without nvidia-smi (or when it fails)."""
     if not _on_path("nvidia-smi"):
         return None
+    import subprocess   # here: the step runner imports this module at every step
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20)
