@@ -7,7 +7,8 @@ One script per measure (bench_*.py, each runnable alone); this driver runs
 them in order, in one process, so the status benchmark can reuse the
 planning benchmark's largest "done" tree. A benchmark that fails is reported
 as such in the document (and makes the exit status 1); the others still run.
-The raw results go to benchmarks/results.json; benchmarks/analysis.md (the
+The raw results go to benchmarks/results.json (with another --output, to the
+.json beside it: a spot check never replaces the report's); benchmarks/analysis.md (the
 diagnosis of missed targets, written by hand) is included in the document.
 
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
@@ -132,15 +133,20 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
     parser.add_argument("--render", action="store_true",
-                        help=f"measure nothing: rewrite the document from the last run ({RESULTS.name}), "
-                             "e.g. after editing benchmarks/analysis.md")
+                        help=f"measure nothing: rewrite the document from the last run ({RESULTS.name}, or the "
+                             ".json beside --output), e.g. after editing benchmarks/analysis.md")
     args = parser.parse_args()
+    # A spot check written elsewhere keeps its raw results beside it, never
+    # over those of the report in docs/.
+    output = Path(args.output)
+    results = RESULTS if output.resolve() == (REPO / "docs" / "benchmarks.md").resolve() \
+        else output.with_suffix(".json")
     if args.render:
-        saved = json.loads(RESULTS.read_text())
+        saved = json.loads(results.read_text())
         sections = [Section(**{**s, "rows": [Row(**r) for r in s["rows"]]}) for s in saved["sections"]]
-        Path(args.output).write_text(render(sections, saved["info"], datetime.fromisoformat(saved["started"]),
-                                            saved["wall_s"]))
-        log(f"wrote {args.output} from {RESULTS}")
+        output.write_text(render(sections, saved["info"], datetime.fromisoformat(saved["started"]),
+                                 saved["wall_s"]))
+        log(f"wrote {output} from {results}")
         return 0
     chosen = args.only.split(",") if args.only else list(BENCHMARKS)
     unknown = set(chosen) - set(BENCHMARKS)
@@ -177,10 +183,10 @@ def main() -> int:
     info["changed"] = code_fingerprint() != info["fingerprint"]
 
     # The raw results, so the document can be re-rendered (--render).
-    RESULTS.write_text(json.dumps({"info": info, "started": started.isoformat(), "wall_s": wall,
+    results.write_text(json.dumps({"info": info, "started": started.isoformat(), "wall_s": wall,
                                    "sections": [asdict(s) for s in sections]}, indent=1) + "\n")
-    Path(args.output).write_text(render(sections, info, started, wall))
-    log(f"wrote {args.output}; total {wall / 60:.1f} min")
+    output.write_text(render(sections, info, started, wall))
+    log(f"wrote {output} and {results.name}; total {wall / 60:.1f} min")
     missed = [r.measure for s in sections for r in s.rows if r.met is False]
     if missed:
         log("targets missed: " + "; ".join(missed))
