@@ -293,7 +293,7 @@ class Attempt:
         if not self.terminating:
             self.terminating = True
             self._signal_group(signal.SIGTERM)
-            signal.setitimer(signal.ITIMER_REAL, self.grace)
+            signal.setitimer(signal.ITIMER_REAL, max(self.grace, 0.001))   # 0 would disarm it
 
     def _on_signal(self, signum, _frame) -> None:
         self.received_signal = signum
@@ -319,7 +319,10 @@ class Attempt:
                     log.write(message)
                     sys.stderr.buffer.write(message)
                     return 127
-                if self.runtime is not None and not self.terminating:
+                if self.terminating:       # a signal came while it was starting: pass it on now
+                    self.terminating = False
+                    self._terminate()
+                elif self.runtime is not None:
                     signal.setitimer(signal.ITIMER_REAL, self.runtime)
                 with open(output, "rb") as lines:
                     for line in lines:
