@@ -110,7 +110,7 @@ def _quick_parse(options: list[str]) -> dict | None:
         if option not in OPTIONS:
             return None
         default = values[option]
-        if default is False or default is True:
+        if isinstance(default, bool):
             values[option] = True
             i += 1
             continue
