@@ -48,6 +48,7 @@ BENCHMARKS = {                      # the issue's order
     "status": bench_status.run,
     "slurm": bench_slurm.run,
 }
+DOCUMENT = REPO / "docs" / "benchmarks.md"
 RESULTS = REPO / "benchmarks" / "results.json"
 
 
@@ -131,7 +132,7 @@ def render(sections: list[Section], info: dict, started: datetime, wall_s: float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
-    parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
+    parser.add_argument("--output", default=str(DOCUMENT))
     parser.add_argument("--render", action="store_true",
                         help=f"measure nothing: rewrite the document from the last run ({RESULTS.name}, or the "
                              ".json beside --output), e.g. after editing benchmarks/analysis.md")
@@ -139,8 +140,7 @@ def main() -> int:
     # A spot check written elsewhere keeps its raw results beside it, never
     # over those of the report in docs/.
     output = Path(args.output)
-    results = RESULTS if output.resolve() == (REPO / "docs" / "benchmarks.md").resolve() \
-        else output.with_suffix(".json")
+    results = RESULTS if output.resolve() == DOCUMENT.resolve() else output.with_suffix(".json")
     if args.render:
         saved = json.loads(results.read_text())
         sections = [Section(**{**s, "rows": [Row(**r) for r in s["rows"]]}) for s in saved["sections"]]

@@ -12,8 +12,8 @@ installed beside waypost can shadow a standard module.
 import os
 import sys
 
-sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.append(sys.path.pop(0))
+del sys.path[0]   # this file's own directory: waypost's modules are imported as waypost.*
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from waypost.runner import run_and_exit  # noqa: E402
 

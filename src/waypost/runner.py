@@ -249,7 +249,7 @@ def _spawn(command: list[str], env: dict) -> tuple[int, int]:
                 os.write(error_write, f"{getattr(exc, 'errno', 0) or 0}:{getattr(exc, 'strerror', 0) or exc}"
                          .encode())
             except BaseException:
-                pass
+                pass   # the parent then sees a bare exit 127
         finally:
             os._exit(127)
     os.close(write_end)
@@ -292,8 +292,11 @@ class Attempt:
     def _terminate(self) -> None:
         if not self.terminating:
             self.terminating = True
-            self._signal_group(signal.SIGTERM)
-            signal.setitimer(signal.ITIMER_REAL, max(self.grace, 0.001))   # 0 would disarm it
+            self._term_then_kill()
+
+    def _term_then_kill(self) -> None:
+        self._signal_group(signal.SIGTERM)
+        signal.setitimer(signal.ITIMER_REAL, max(self.grace, 0.001))   # 0 would disarm it
 
     def _on_signal(self, signum, _frame) -> None:
         self.received_signal = signum
@@ -320,8 +323,7 @@ class Attempt:
                     sys.stderr.buffer.write(message)
                     return 127
                 if self.terminating:       # a signal came while it was starting: pass it on now
-                    self.terminating = False
-                    self._terminate()
+                    self._term_then_kill()
                 elif self.runtime is not None:
                     signal.setitimer(signal.ITIMER_REAL, self.runtime)
                 with open(output, "rb") as lines:
@@ -538,9 +540,10 @@ class StageRun:
         return env
 
     def run_checks(self, env: dict, log_path: str) -> dict:
+        if not self.policy.checks:
+            return {}
+        import subprocess   # here: most steps have no checks
         results = {}
-        if self.policy.checks:
-            import subprocess   # here: most steps have no checks
         for name, command in self.policy.checks.items():
             with open(log_path, "ab") as log:
                 log.write(f"waypost: check {name}: {command}\n".encode())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # sacct State → waypost state
 STATES = {
     "COMPLETED": "SUCCESS",
