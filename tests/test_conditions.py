@@ -83,7 +83,7 @@ def test_whitespace_is_tolerated_between_tokens(text):
     ("cmd.failed", "unknown state 'failed'"),
     ("any(cmd.FAILED, has_checkpoint.OK)", "unknown state 'OK' in 'has_checkpoint.OK'"),
     ("attempt.rerun", "unknown state 'rerun' in 'attempt.rerun'"),  # a counter needs a comparison
-    ("attempts > 1", "unknown counter 'attempts' (expected one of: attempt, attempt.restart, attempt.rerun)"),
+    ("attempts > 1", "unknown counter 'attempts' (expected one of: attempt, attempt.restart, attempt.rerun, series)"),
     ("attempt.retry >= 2", "unknown counter 'attempt.retry'"),
     ("cmd.FAILED == 1", "unknown counter 'cmd.FAILED'"),
     ("TIMEOUT", "'TIMEOUT' is not a condition (expected NAME.STATE, a counter comparison, or any, all, not(...))"),

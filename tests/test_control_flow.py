@@ -98,7 +98,12 @@ def test_param_study_max_attempts_then_funnel_then_next_run(tmp_path):
     big = read_manifest(sim_dir(tmp_path, "alpha1.0-cells600"))
     assert big["state"] == "SUCCESS"
     assert {a["series"] for a in big["attempts"]} == {1, 2}  # the old series kept in the history
-    assert (sim_dir(tmp_path, "alpha1.0-cells600") / ".attempts/1/_logs/attempt-2.log").exists()
+    # The policy decided how series 2 began: its restart cue over series 1's
+    # last attempt (TIMEOUT) resumes from the checkpoints in place.
+    first = next(a for a in big["attempts"] if a["series"] == 2)
+    assert first["action"] == "restart" and "series 1's last attempt (TIMEOUT)" in first["why"], first
+    assert "resuming from step" in (sim_dir(tmp_path, "alpha1.0-cells600") / first["log"]).read_text()
+    assert not (sim_dir(tmp_path, "alpha1.0-cells600") / ".attempts").exists()
     assert "2/2 instances complete" in (tmp_path / "results/_all/sweep/summary_report/summary.md").read_text()
     assert planned(tmp_path, snakefile=EXAMPLE_SNAKEFILE) == {}
 
@@ -161,7 +166,11 @@ def test_reference_funnel_over_a_failed_pair_and_the_next_run(tmp_path):
     snakemake(tmp_path)
     student = read_manifest(pipeline_stage(tmp_path, "en-xb", "train_student"))
     assert student["state"] == "SUCCESS" and student["attempts"][-1]["series"] == 2
-    assert (pipeline_stage(tmp_path, "en-xb", "train_student") / ".attempts/1/_logs/attempt-3.log").exists()
+    # Series 2 began as the restart cue says for a TIMEOUT: from series 1's checkpoints, in place.
+    resumed = next(a for a in student["attempts"] if a["series"] == 2)
+    assert resumed["action"] == "restart" and "series 1's last attempt (TIMEOUT)" in resumed["why"]
+    assert "resuming from epoch" in (pipeline_stage(tmp_path, "en-xb", "train_student") / resumed["log"]).read_text()
+    assert (pipeline_stage(tmp_path, "en-xb", "train_student") / "_logs/attempt-3.log").exists()
     report = (tmp_path / "results/_all/exp1/report/report.md").read_text()
     assert "failed:" not in report and "0 failed or missing" in report
     assert read_manifest(tmp_path / "results/_all/exp1/report")["provisional"] is False

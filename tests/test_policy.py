@@ -170,7 +170,7 @@ def test_no_runtime_is_no_limit():
 ])
 def test_counters(actions, expected):
     series = [{"state": "FAILED"} if a is None else attempt("FAILED", a) for a in actions]
-    assert counters(series) == dict(zip(("attempt", "attempt.restart", "attempt.rerun"), expected))
+    assert counters(series) == {**dict(zip(("attempt", "attempt.restart", "attempt.rerun"), expected)), "series": 1}
 
 
 # --- decide: the training policy's decision table ------------------------------------------

@@ -7,7 +7,7 @@ Grammar (parsed by hand, never ``eval``-ed)::
     atom    := NAME "." STATE          e.g. cmd.TIMEOUT, has_checkpoint.SUCCESS, parent.FAILED
              | NAME "." "*"            NAME ended in any state
              | COUNTER OP INTEGER      e.g. attempt >= 3, attempt.restart < 2
-    COUNTER := attempt | attempt.restart | attempt.rerun
+    COUNTER := attempt | attempt.restart | attempt.rerun | series
     OP      := == | != | < | <= | > | >=
 
 A parsed condition is a small tree of tuples; ``validate`` checks its names
@@ -22,7 +22,7 @@ import re
 from collections import namedtuple
 
 STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", "SKIPPED")
-COUNTERS = ("attempt", "attempt.restart", "attempt.rerun")
+COUNTERS = ("attempt", "attempt.restart", "attempt.rerun", "series")
 FUNCTIONS = ("any", "all", "not")
 OPERATORS = {"==": operator.eq, "!=": operator.ne, "<=": operator.le, ">=": operator.ge,
              "<": operator.lt, ">": operator.gt}

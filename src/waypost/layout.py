@@ -27,10 +27,13 @@ ATTEMPTS = ".attempts"
 # Marks a stage whose outputs are placeholders of a failed or skipped stage
 # (kept so a funnel could run): the next run redoes the stage.
 UNFINISHED = "_unfinished"
+# Marks a stage that succeeded over parents that did not (a funnel): the next
+# run looks at those parents again and redoes it when one of them is redone.
+PROVISIONAL = "_provisional"
 # Where ``waypost find`` caches the catalog (relative to where it runs).
 CATALOG_DB = os.path.join(".waypost", "catalog.sqlite")
 # Files the engine writes into a stage directory; everything else is the step's.
-ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS, UNFINISHED}
+ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS, UNFINISHED, PROVISIONAL}
 
 
 class NameError_(ValueError):

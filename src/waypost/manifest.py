@@ -38,8 +38,19 @@ class ManifestError(ValueError):
 def now_iso() -> str:
     """UTC now as ISO 8601 with milliseconds, e.g. 2026-11-29T21:05:55.123+00:00
     (``time`` rather than ``datetime``: the runner starts at every step)."""
-    now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}+00:00"
+    return epoch_to_iso(time.time())
+
+
+def epoch_to_iso(epoch: float) -> str:
+    """An epoch time as ``now_iso`` writes times."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch * 1000) % 1000:03d}+00:00"
+
+
+def iso_to_epoch(text: str) -> float:
+    """The epoch time of a UTC time as waypost writes them (``now_iso``)."""
+    import calendar
+    whole, _, rest = text.partition(".")
+    return calendar.timegm(time.strptime(whole[:19], "%Y-%m-%dT%H:%M:%S")) + float("0." + (rest[:3] or "0"))
 
 
 def sha256_file(path: str) -> str:
@@ -193,17 +204,25 @@ def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
     return os.path.relpath(target, stage_dir)
 
 
+# A ``_running.json`` whose heartbeat (its mtime, refreshed every minute by
+# the runner while the step runs) is older than this counts as left by a
+# runner that is gone, from any host. Until then a runner that can't be asked
+# (another host, no Slurm job; sacct not answering) may still be at work.
+LEASE_S = float(os.environ.get("WAYPOST_LEASE_SECONDS", "600"))
+
+
 def attempt_in_flight(stage_dir: str, me: int | None = None) -> tuple[bool, str | None]:
     """Is there an attempt under way in this stage dir (``_running.json``)?
     See ``marker_in_flight``; (False, None) when there is no marker."""
     try:
         with open(os.path.join(stage_dir, RUNNING), "rb") as f:
             text = f.read()
+            age = time.time() - os.fstat(f.fileno()).st_mtime
     except FileNotFoundError:
         return False, None
     except OSError:
         return False, "gone"
-    return marker_in_flight(text, me)
+    return marker_in_flight(text, me, age)
 
 
 def _zombie(pid: int) -> bool:
@@ -214,15 +233,16 @@ def _zombie(pid: int) -> bool:
         return False
 
 
-def marker_in_flight(text: bytes | str, me: int | None = None) -> tuple[bool, str | None]:
-    """Is the attempt a ``_running.json`` (its contents) records under way?
+def marker_in_flight(text: bytes | str, me: int | None = None, age: float | None = None) -> tuple[bool, str | None]:
+    """Is the attempt a ``_running.json`` (its contents; ``age``: seconds
+    since its last heartbeat) records under way?
 
-    (True, where): its process (on this host) or its Slurm job is alive;
-    (False, "gone"): its process or job is gone (it was interrupted), or the
-    marker can't be read.
-    Slurm jobs are asked of sacct; a process on another host without a
-    Slurm job can't be checked and counts as gone, so a marker left by a
-    dead machine never blocks the stage forever.
+    (True, where): its process (on this host) or its Slurm job is alive, or
+    it can't be known yet ("unknown: ..."): a process on another host without
+    a Slurm job, or sacct not answering, while the heartbeat is younger than
+    the lease; (False, "gone"): its process or job is gone (it was
+    interrupted), its heartbeat is older than the lease, or the marker
+    can't be read. Whoever gets True must leave the stage alone.
     """
     from . import slurm
 
@@ -245,8 +265,15 @@ def marker_in_flight(text: bytes | str, me: int | None = None) -> tuple[bool, st
         state, raw = slurm.final_state(job)
         if state is None and raw:
             return True, f"Slurm job {job} ({raw})"
+        if state is not None:
+            return False, "gone"
+    if host == hostname() and (not pid or pid == me):
         return False, "gone"
-    return False, "gone"  # another host without a Slurm job: can't be asked; not blocking forever
+    if age is not None and age > LEASE_S:
+        return False, "gone"
+    beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
+    return True, (f"unknown: pid {pid} on {host}" + (f", Slurm job {job} (sacct did not answer)" if job else "")
+                  + f"{beat}; counted as gone once its heartbeat is {LEASE_S:.0f} s old")
 
 
 def is_engine_file(name: str) -> bool:

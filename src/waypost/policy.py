@@ -4,6 +4,11 @@ A policy (``policy:`` in the config, per stage, overridable per experiment
 and pair) holds:
 
 - ``max_attempts``: attempts of the work (cmd, restart or rerun) in one series;
+- ``max_series``: series a stage gets across runs (each run that finds the
+  stage unfinished starts one); after the last it is *given up*, and no run
+  starts another until a person acts (``waypost retry`` or ``waypost rerun``);
+- ``series_backoff`` (minutes) and ``series_backoff_growth``: the wait after
+  a failed series before the next may start (× growth per further series);
 - ``restart``: ``same`` (run the step's command again in the same workspace:
   for steps that resume from their own checkpoints) or a shell command;
 - ``rerun``: the workspace a rerun gets: ``dirty`` (as is), ``clean`` (the
@@ -34,6 +39,9 @@ DEPENDS_PRESETS = {
 }
 DEFAULTS = {
     "max_attempts": 1,
+    "max_series": 3,
+    "series_backoff": 0,
+    "series_backoff_growth": 2.0,
     "restart": "same",
     "rerun": "new",
     "checks": {},
@@ -56,7 +64,8 @@ class PolicyError(ValueError):
 Cue = namedtuple("Cue", "action when node")
 
 
-class Policy(namedtuple("Policy", ["max_attempts", "restart", "rerun", "checks", "cues", "depends", "depends_node",
+class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff", "series_backoff_growth",
+                                   "restart", "rerun", "checks", "cues", "depends", "depends_node",
                                    "runtime", "runtime_growth", "memory_growth", "kill_grace", "check_timeout"])):
     """A validated policy (build it with ``from_config``); ``DEFAULTS`` has
     each key's default."""
@@ -76,6 +85,11 @@ class Policy(namedtuple("Policy", ["max_attempts", "restart", "rerun", "checks",
     def _from_config(cls, data: dict) -> "Policy":
         if int(data["max_attempts"]) < 1:
             raise PolicyError(f"max_attempts: {data['max_attempts']!r} (expected at least 1)")
+        if int(data["max_series"]) < 1:
+            raise PolicyError(f"max_series: {data['max_series']!r} (expected at least 1)")
+        if float(data["series_backoff"]) < 0 or float(data["series_backoff_growth"]) < 1:
+            raise PolicyError(f"series_backoff: {data['series_backoff']!r}, series_backoff_growth: "
+                              f"{data['series_backoff_growth']!r} (expected at least 0 and 1)")
         subjects = {"cmd", *data["checks"]}
         if "cmd" in data["checks"]:
             raise PolicyError("checks: 'cmd' is reserved for the step itself")
@@ -95,7 +109,9 @@ class Policy(namedtuple("Policy", ["max_attempts", "restart", "rerun", "checks",
         except conditions.ConditionError as exc:
             raise PolicyError(f"depends: {data['depends']!r}: {exc} "
                               f"(or a preset: {', '.join(DEPENDS_PRESETS)})") from None
-        return cls(max_attempts=int(data["max_attempts"]), restart=data["restart"], rerun=data["rerun"],
+        return cls(max_attempts=int(data["max_attempts"]), max_series=int(data["max_series"]),
+                   series_backoff=float(data["series_backoff"]),
+                   series_backoff_growth=float(data["series_backoff_growth"]), restart=data["restart"], rerun=data["rerun"],
                    checks=dict(data["checks"]), cues=cues, depends=data["depends"], depends_node=depends_node,
                    runtime=None if data["runtime"] is None else float(data["runtime"]),
                    runtime_growth=float(data["runtime_growth"]),
@@ -114,16 +130,47 @@ class Policy(namedtuple("Policy", ["max_attempts", "restart", "rerun", "checks",
             return None
         return self.runtime * 60 * self.runtime_growth ** (attempt - 1)
 
+    def backoff_seconds(self, spent: int) -> float:
+        """The wait before the next series, after ``spent`` failed ones."""
+        return self.series_backoff * 60 * self.series_backoff_growth ** max(spent - 1, 0)
+
     def accepts(self, parent_state: str) -> bool:
         return conditions.evaluate(self.depends_node, {"parent": parent_state})
 
 
 def counters(series: list[dict]) -> dict[str, int]:
+    """The counters cues see: attempts of this series (all, restarts,
+    reruns) and the series' number."""
     return {
         "attempt": len(series),
         "attempt.restart": sum(1 for a in series if a.get("action") == "restart"),
         "attempt.rerun": sum(1 for a in series if a.get("action") == "rerun"),
+        "series": series[-1].get("series", 1) if series else 1,
     }
+
+
+def begin_series(policy: Policy, previous: list[dict]) -> tuple[str, str]:
+    """The first action of a new series (a new run found the stage
+    unfinished): the cues decide over the last attempt of the ``previous``
+    series, its checks and its counters, as they would within a series, but
+    ``max_attempts`` is the new series' own. ``restart`` resumes in the same
+    workspace, ``rerun`` gets the policy's ``rerun`` workspace; with no cue
+    (or a ``fail`` cue) the series starts afresh: ``cmd`` in a new workspace,
+    the old one archived."""
+    if not previous:
+        return "cmd", "a first series"
+    last = previous[-1]
+    if last.get("state") == "SUCCESS":
+        return "cmd", "done before; redone from scratch"
+    states = {"cmd": last.get("state"), **(last.get("checks") or {})}
+    number = last.get("series", 1)
+    for i, cue in enumerate(policy.cues):
+        if conditions.evaluate(cue.node, states, counters(previous)):
+            if cue.action in ("restart", "rerun"):
+                return cue.action, (f"cue {i + 1} ({cue.action} when {cue.when}) on series {number}'s "
+                                    f"last attempt ({last.get('state')})")
+            break
+    return "cmd", f"series {number} ended {last.get('state')}; no cue resumes it: a fresh start"
 
 
 def decide(policy: Policy, series: list[dict]) -> tuple[str, str]:

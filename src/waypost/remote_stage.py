@@ -255,6 +255,10 @@ class RemoteStage:
         with open(os.path.join(self.local, name), "rb") as f:
             self.fs.pipe_file(self._remote(name), f.read(), metadata={MTIME_KEY: repr(mtime)})
 
+    def remove_marker(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self._remote(name))
+
     def close(self) -> None:
         """After the manifest: no attempt is in progress any more, and the
         local copy of the stage dir is not needed (the bucket has it all)."""

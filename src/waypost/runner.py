@@ -44,9 +44,13 @@ import sys
 import time
 
 from . import manifest, policy as wpolicy, slurm, workers
-from .layout import LOGS, MANIFEST, RUNNING, UNFINISHED
+from .layout import ALL_PAIRS, LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# While a step runs, its ``_running.json`` is touched this often: a marker
+# whose heartbeat is older than the lease (manifest.LEASE_S) is taken for one
+# whose runner is gone, from any host (see manifest.marker_in_flight).
+HEARTBEAT_S = float(os.environ.get("WAYPOST_HEARTBEAT_SECONDS", "60"))
 PR_SET_PDEATHSIG = 1
 # Signals that take a process away without its consent: the machine (or the
 # kernel on its behalf) did it, not the step.
@@ -270,7 +274,9 @@ class Attempt:
     (``setitimer``), not threads: the time limit, then the grace period
     between SIGTERM and SIGKILL."""
 
-    def __init__(self, command: list[str], env: dict, log_path: str, runtime: float | None, grace: float):
+    def __init__(self, command: list[str], env: dict, log_path: str, runtime: float | None, grace: float,
+                 heartbeat=None):
+        self.heartbeat = heartbeat      # called every HEARTBEAT_S while the step runs
         self.command = command
         self.env = env
         self.log_path = log_path
@@ -309,6 +315,26 @@ class Attempt:
             self.timed_out = True
             self._terminate()
 
+    def _tee(self, output: int, log) -> None:
+        """Copy the step's output to the log and to stderr until it closes,
+        beating the heartbeat whenever ``HEARTBEAT_S`` pass (quiet steps too)."""
+        import select
+        last_beat = time.monotonic()
+        while True:
+            ready, _, _ = select.select([output], [], [], HEARTBEAT_S)
+            if ready:
+                chunk = os.read(output, 65536)
+                if not chunk:
+                    break
+                log.write(chunk)
+                log.flush()
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+            if self.heartbeat and time.monotonic() - last_beat >= HEARTBEAT_S:
+                last_beat = time.monotonic()
+                self.heartbeat()
+        os.close(output)
+
     def run(self) -> int:
         handlers = {s: self._on_signal for s in FORWARDED_SIGNALS}
         handlers[signal.SIGALRM] = self._on_alarm
@@ -326,12 +352,7 @@ class Attempt:
                     self._term_then_kill()
                 elif self.runtime is not None:
                     signal.setitimer(signal.ITIMER_REAL, self.runtime)
-                with open(output, "rb") as lines:
-                    for line in lines:
-                        log.write(line)
-                        log.flush()
-                        sys.stderr.buffer.write(line)
-                        sys.stderr.buffer.flush()
+                self._tee(output, log)
                 _, status = os.waitpid(self.pid, 0)
                 self.returncode = os.waitstatus_to_exitcode(status)
                 return self.returncode
@@ -372,6 +393,12 @@ class StageRun:
         self.history: list[dict] = []   # every attempt ever, this series last
         self.series_no = 1
         self.series: list[dict] = []
+        self.series_base = 0            # series before the last reset (waypost retry) don't count
+        self.first = ("cmd", "a first series")
+        self.refusal = ""
+        # How the runner's lines name the stage: experiment/pair/stage[/instance].
+        self.name = "/".join(part for part in (args.experiment, None if args.pair == ALL_PAIRS else args.pair,
+                                               args.stage, args.instance) if part)
 
     # --- bookkeeping -----------------------------------------------------
     def _path(self, name: str) -> str:
@@ -380,10 +407,19 @@ class StageRun:
     def _save_running(self) -> None:
         manifest.write_json_atomic(self._path(RUNNING), {
             "pid": os.getpid(), "host": manifest.hostname(), "run": self.run_id, "series": self.series_no,
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
+            "series_base": self.series_base, "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote:
             self.remote.push(self.args.output)
+
+    def _heartbeat(self) -> None:
+        """Show that this runner is alive: refresh ``_running.json``'s time."""
+        try:
+            os.utime(self._path(RUNNING))
+        except OSError:
+            return
+        if self.remote:
+            self.remote.put_marker(RUNNING, time.time())
 
     def _archive(self, keep: tuple[str, ...] = ()) -> str | None:
         archived = self.remote.archive(keep) if self.remote else manifest.archive_workspace(self.dir, keep=keep)
@@ -393,7 +429,7 @@ class StageRun:
                     old["workspace"] = archived
                     if old.get("log") and LOGS not in keep:
                         old["log"] = os.path.join(archived, old["log"])
-            print(f"waypost: earlier workspace of {self.dir} archived in {archived}", file=sys.stderr)
+            print(f"waypost: {self.name}: earlier workspace archived in {archived}", file=sys.stderr)
         return archived
 
     def _clean(self) -> None:
@@ -412,9 +448,13 @@ class StageRun:
     def start(self) -> str | None:
         """Begin a new series, or go on with one whose runner was killed.
 
-        Returns None to go on, "decided" when Snakemake retried a job whose
-        series the policy had already ended (its decision stands), or "done"
-        when the retried job's work had succeeded after all.
+        Returns None to go on (``self.first``: the first action and why),
+        "decided" when Snakemake retried a job whose series the policy had
+        already ended (its decision stands), "done" when the retried job's
+        work had succeeded after all, "given up" when the stage has had its
+        ``max_series`` (``self.refusal`` says why), "backoff" when its next
+        series may not start yet, and "record" when a series a killed runner
+        left must be recorded as the last one.
         """
         os.makedirs(self.dir, exist_ok=True)
         running = None
@@ -429,6 +469,7 @@ class StageRun:
         except manifest.ManifestError as exc:
             print(f"waypost: {exc}; archiving it with the old workspace", file=sys.stderr)
             previous = None
+        self.series_base = (previous or {}).get("series_base", 0)
         # Snakemake retrying this job within the same run (Slurm ended the
         # last job, or the policy had ended the series), not a new run.
         retried = (running or previous or {}).get("run") == self.run_id
@@ -438,6 +479,7 @@ class StageRun:
             # The runner before us was killed mid-attempt (by Slurm at its time
             # limit, by preemption, with its node, or with Snakemake).
             self.history = running.get("attempts", [])
+            self.series_base = running.get("series_base", self.series_base)
             for attempt in self.history:
                 if attempt.get("state") is None:
                     self._close_interrupted(attempt)
@@ -451,8 +493,33 @@ class StageRun:
             return "done"  # the step had finished when Slurm ended the job
         elif previous:
             self.history = list(previous["attempts"])
-        self.series_no = 1 + max((a.get("series", 1) for a in self.history), default=0)
-        self._archive()
+        last_no = max((a.get("series", 1) for a in self.history), default=0)
+        last_series = [a for a in self.history if a.get("series", 1) == last_no]
+        unfinished = bool(last_series) and (running is not None or previous is None
+                                            or previous["state"] != "SUCCESS")
+        if unfinished:
+            spent = last_no - self.series_base
+            if (previous or {}).get("given_up") and not running:
+                self.refusal = previous.get("reason") or f"given up after {spent} series"
+                return "given up"
+            if spent >= self.policy.max_series:
+                if running:   # the killed runner's series was the last: record it so
+                    self.series_no, self.series = last_no, last_series
+                    return "record"
+                self.refusal = f"given up after {spent} series (max_series {self.policy.max_series})"
+                return "given up"
+            not_before = (previous or {}).get("next_series_after") if not running else None
+            if not_before and manifest.iso_to_epoch(not_before) > time.time():
+                self.refusal = (f"series {last_no} ended {last_series[-1].get('state')}; the next may start "
+                                f"from {not_before} (series_backoff)")
+                return "backoff"
+        self.series_no = 1 + last_no
+        self.first = wpolicy.begin_series(self.policy, last_series if unfinished else [])
+        if self.first[0] == "cmd":
+            self._archive()
+        elif unfinished:
+            print(f"waypost: {self.name}: series {self.series_no} starts with {self.first[0]}: {self.first[1]}",
+                  file=sys.stderr)
         return None
 
     @staticmethod
@@ -487,6 +554,8 @@ class StageRun:
             "runtime_limit_s": runtime, "command": command, "workspace": ".", "log": log_rel,
             "worker": {"pool": self.args.pool, "class": self.args.worker_class, **worker},
         }
+        if in_series == 1:
+            record["why"] = self.first[1]   # how this series began
         self.history.append(record)
         self.series.append(record)
         self._save_running()
@@ -498,7 +567,7 @@ class StageRun:
             env["WORKSPACE"] = str(worker["WORKSPACE"])
         oom_before = _oom_kills()
         started = time.monotonic()
-        attempt = Attempt(command, env, self._path(log_rel), runtime, self.policy.kill_grace)
+        attempt = Attempt(command, env, self._path(log_rel), runtime, self.policy.kill_grace, self._heartbeat)
         if self.remote:
             with self.remote.syncing(self.args.output):
                 returncode = attempt.run()
@@ -518,7 +587,7 @@ class StageRun:
             record["error"] = "command exited 0 but did not write: " + ", ".join(missing)
         record["checks"] = self.run_checks(env, self._path(log_rel))
         self.received_signal = attempt.received_signal
-        print(f"waypost: {self.args.stage} attempt {number} ({action}) ended {state}"
+        print(f"waypost: {self.name} attempt {number} ({action}) ended {state}"
               + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
         return record
 
@@ -580,16 +649,26 @@ class StageRun:
             self.remote.pull(self.args.input)
         busy, where = manifest.attempt_in_flight(self.dir, me=os.getpid())
         if busy:
-            print(f"waypost: {self.args.stage}: another attempt is still running in {self.dir} ({where}); "
+            print(f"waypost: {self.name}: another attempt is still running in {self.dir} ({where}); "
                   "not starting a second one", file=sys.stderr)
             return 75
         started = self.start()
         if started == "done":
-            print(f"waypost: {self.args.stage}: already done (its job was ended after the step finished)",
+            print(f"waypost: {self.name}: already done (its job was ended after the step finished)",
                   file=sys.stderr)
             return 0
+        if started in ("given up", "backoff"):
+            print(f"waypost: {self.name}: {self.refusal}; not started"
+                  + ("; `waypost retry` or `waypost rerun` to try again" if started == "given up" else ""),
+                  file=sys.stderr)
+            if self.args.tolerated:   # a funnel goes on over it, as when it ended
+                self._placeholders()
+                return 0
+            return 1
+        if started == "record":
+            return self.finish(self.series[-1]["state"] or "CANCELLED")
         if started == "decided":
-            print(f"waypost: {self.args.stage}: the policy already ended this stage "
+            print(f"waypost: {self.name}: the policy already ended this stage "
                   "(Snakemake retried the job); not starting again", file=sys.stderr)
             previous = manifest.read(self.dir)
             last = previous["attempts"][-1] if previous["attempts"] else {}
@@ -599,7 +678,7 @@ class StageRun:
             if blocked:
                 return self.finish("SKIPPED", reason="parents not accepted by depends "
                                    f"({self.policy.depends}): " + "; ".join(blocked))
-            action = "cmd"
+            action = self.first[0]
         else:
             action, reason = wpolicy.decide(self.policy, self.series)
             self.series[-1]["decision"] = {"action": action, "reason": reason}
@@ -613,7 +692,7 @@ class StageRun:
                 record["state"] = None
                 record["error"] = f"signal {self.received_signal} from Slurm; sacct will say why"
                 self._save_running()
-                print(f"waypost: {self.args.stage}: Slurm is ending this job; "
+                print(f"waypost: {self.name}: Slurm is ending this job; "
                       "the next attempt learns why from sacct", file=sys.stderr)
                 return 128 + self.received_signal
             if self.received_signal is not None:
@@ -621,7 +700,7 @@ class StageRun:
             else:
                 action, reason = wpolicy.decide(self.policy, self.series)
             record["decision"] = {"action": action, "reason": reason}
-            print(f"waypost: {self.args.stage}: next: {action} ({reason})", file=sys.stderr)
+            print(f"waypost: {self.name}: next: {action} ({reason})", file=sys.stderr)
         last = self.series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
         return self.finish(final)
@@ -637,22 +716,35 @@ class StageRun:
             inputs=inputs, settings=json.loads(self.args.settings),
             config_hash=self.args.config_hash, code_version=self.args.code_version, run=self.run_id,
         )
+        if self.series_base:
+            record["series_base"] = self.series_base
         # A stage that ran over parents that did not succeed (a funnel), or
-        # over provisional ones, is provisional: the next run redoes it once
-        # those parents have been redone.
+        # over provisional ones, is provisional: the next run looks at those
+        # parents again and redoes it when one of them is redone.
         unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED") or i["provisional"]]
         record["provisional"] = state == "SUCCESS" and bool(unsound)
+        not_before = time.time()   # when the next run may redo a stage that ended without success
+        if state != "SUCCESS" and self.series:
+            spent = self.series_no - self.series_base
+            if spent >= self.policy.max_series:
+                record["given_up"] = True
+                reason = (f"{reason}; " if reason else "") + \
+                    f"given up after {spent} series (max_series {self.policy.max_series})"
+            else:
+                not_before = time.time() + self.policy.backoff_seconds(spent)
+                if not_before > time.time():
+                    record["next_series_after"] = manifest.epoch_to_iso(not_before)
         if reason:
             record["reason"] = reason
-            print(f"waypost: {self.args.stage} {state}: {reason}", file=sys.stderr)
+            print(f"waypost: {self.name} {state}: {reason}", file=sys.stderr)
         tolerated = state != "SUCCESS" and self.args.tolerated and self.received_signal is None
         if tolerated:
             self._placeholders()
         manifest.write_json_atomic(manifest.manifest_path(self.dir), record)
         if self.remote:  # outputs only where they count; the manifest last
             self.remote.push(self.args.output, final=state == "SUCCESS" or tolerated)
-        if tolerated or record["provisional"]:
-            self._mark_unfinished(state)
+        self._set_marker(UNFINISHED, not_before if tolerated and not record.get("given_up") else None)
+        self._set_marker(PROVISIONAL, time.time() if record["provisional"] else None)
         if os.path.exists(self._path(RUNNING)):
             os.unlink(self._path(RUNNING))
         if self.remote:
@@ -660,8 +752,10 @@ class StageRun:
         if state == "SUCCESS":
             return 0
         if tolerated:
-            print(f"waypost: {self.args.stage} recorded as {state}; a downstream funnel accepts it, "
-                  "so the run goes on (the next run redoes this stage)", file=sys.stderr)
+            later = ("it is given up: `waypost retry` or `waypost rerun` to try again" if record.get("given_up")
+                     else "the next run redoes this stage")
+            print(f"waypost: {self.name} recorded as {state}; a downstream funnel accepts it, "
+                  f"so the run goes on ({later})", file=sys.stderr)
             return 0
         last = self.series[-1] if self.series else {}
         if last.get("exit_code"):
@@ -670,17 +764,27 @@ class StageRun:
             return 128 + (last.get("signal") or self.received_signal)
         return 1
 
-    def _mark_unfinished(self, state: str) -> None:
-        """The marker that makes the next run redo this stage: an input of its
-        job, dated an hour ahead so it stays newer than the outputs (which
-        Snakemake may touch after the job)."""
-        marker = self._path(UNFINISHED)
-        with open(marker, "w") as f:
-            f.write(f"{state}\n")
-        ahead = time.time() + 3600
-        os.utime(marker, (ahead, ahead))
+    def _set_marker(self, name: str, when: float | None) -> None:
+        """Write (dated ``when``) or remove one of the planner's markers.
+
+        ``_unfinished``: the stage ended without success but a funnel went on
+        over its placeholders; the next run redoes it from the time the marker
+        is dated (its series backoff). ``_provisional``: the stage succeeded
+        over parents that did not; the next run looks at them again. Neither
+        is an input of a job: the planner forces the job (see
+        ``waypost.snakemake``), so no timestamp has to beat another."""
+        path = self._path(name)
+        if when is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+                if self.remote:
+                    self.remote.remove_marker(name)
+            return
+        with open(path, "w") as f:
+            f.write(f"{self.series[-1]['state'] if self.series else 'SKIPPED'}\n")
+        os.utime(path, (when, when))
         if self.remote:
-            self.remote.put_marker(UNFINISHED, ahead)
+            self.remote.put_marker(name, when)
 
     def _placeholders(self) -> None:
         """Declared outputs Snakemake needs to see; empty where the step wrote
