@@ -51,7 +51,9 @@ def root_failure(stage_dir, seen=None):
     attempts = len([a for a in data.get("attempts", []) if a.get("series") == data["attempts"][-1].get("series")]) \
         if data.get("attempts") else 0
     name = data.get("stage", "?") + (f"/{data['instance']}" if data.get("instance") else "")
-    return f"{name} {data['state']} ({attempts} attempt{'s' if attempts != 1 else ''})"
+    series = len({a.get("series", 1) for a in data.get("attempts", [])})
+    given_up = f", given up after {series} series" if data.get("given_up") else ""
+    return f"{name} {data['state']} ({attempts} attempt{'s' if attempts != 1 else ''}{given_up})"
 
 
 def load_row(pair, model, path):

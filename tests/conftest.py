@@ -67,7 +67,7 @@ def planned(workdir: Path, *args: str, **kwargs) -> dict[str, int]:
     return jobs
 
 
-CONFIG_COMMANDS = ("status", "find", "reuse", "rerun", "adopt", "plan", "run", "verify", "cron")
+CONFIG_COMMANDS = ("status", "find", "reuse", "rerun", "adopt", "plan", "run", "verify", "cron", "prune", "retry")
 
 
 def waypost(workdir: Path, *args: str, check: bool = True, config: str = "config.yaml") -> subprocess.CompletedProcess:

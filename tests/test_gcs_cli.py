@@ -143,7 +143,9 @@ def test_verify_repair_and_cron_in_the_bucket(gcs_copy, gcs_log):
     fs().pipe_file(f"{key(root)}/{mono}/_manifest.json", text[:100])
     names = objects(root)
 
-    out = waypost(work, "verify").stdout
+    proc = waypost(work, "verify", check=False)
+    out = proc.stdout
+    assert proc.returncode == 1   # problems found
     assert out.count("not done (use --repair to set it aside)") == 3 and objects(root) == names
     assert f"{root}/{vocab}: vocab.json is missing" in out
     assert f"{root}/{clean}: clean.tsv has {len(data) - 10} bytes, the manifest says {len(data)}" in out
@@ -151,8 +153,10 @@ def test_verify_repair_and_cron_in_the_bucket(gcs_copy, gcs_log):
     assert "output sizes checked, not checksums" in out
 
     mark = gcs_log.mark()
-    out = waypost(work, "verify", "--repair").stdout
+    proc = waypost(work, "verify", "--repair", check=False)
+    out = proc.stdout
     requests = gcs_log.requests(mark)
+    assert proc.returncode == 1
     assert out.count("archived in") == 3 and "3 stage(s) not to be trusted" in out
     assert len(listings(requests)) == 1 and only_manifests_came_down(requests), requests
     names = objects(root)

@@ -14,9 +14,8 @@ import pytest
 from snakemake.exceptions import WorkflowError
 
 from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
-from waypost import config as wconfig
 from waypost.manifest import RUN_ID_ENV
-from waypost.snakemake import CODE_VERSION_ENV, run_identity
+from waypost.snakemake import run_identity
 
 PAIRS = ("en-xa", "en-xb")
 MODELS = ("backward", "teacher-0", "teacher-1", "student")
@@ -43,21 +42,20 @@ class Workflow:
         self.envvars.update(names)
 
 
-def test_jobs_get_the_code_version_and_run_id_of_their_run(monkeypatch, tmp_path):
+def test_jobs_get_the_run_id_of_their_run(monkeypatch, tmp_path):
     monkeypatch.setenv(RUN_ID_ENV, "left-over")
-    # The main process computes both (never trusting its environment) and
-    # exports them to its jobs, through Snakemake's envvars for remote ones;
+    # The main process makes it (never trusting its environment) and exports
+    # it to its jobs, through Snakemake's envvars for remote ones;
     main = Workflow(remote=False)
-    code_version, run_id = run_identity(main, str(tmp_path))
-    assert code_version == "unknown" and run_id not in ("", "left-over")   # tmp_path: not a git work tree
-    assert (os.environ[CODE_VERSION_ENV], os.environ[RUN_ID_ENV]) == (code_version, run_id)
-    assert main.envvars == {CODE_VERSION_ENV, RUN_ID_ENV}
-    # a cluster job takes them from its environment, without running git;
-    assert run_identity(Workflow(remote=True), str(REPO / "workflow")) == (code_version, run_id)
-    # one whose executor did not pass them on stops with a clear error.
+    run_id = run_identity(main)
+    assert run_id not in ("", "left-over") and os.environ[RUN_ID_ENV] == run_id
+    assert main.envvars == {RUN_ID_ENV}
+    # a cluster job takes it from its environment;
+    assert run_identity(Workflow(remote=True)) == run_id
+    # one whose executor did not pass it on stops with a clear error.
     monkeypatch.delenv(RUN_ID_ENV)
     with pytest.raises(WorkflowError, match=f"did not inherit {RUN_ID_ENV}"):
-        run_identity(Workflow(remote=True), str(REPO / "workflow"))
+        run_identity(Workflow(remote=True))
 
 
 def test_full_run_produces_report_and_manifests(finished_run):
@@ -70,13 +68,14 @@ def test_full_run_produces_report_and_manifests(finished_run):
     assert "<table" in html and "http" not in html.split("<body", 1)[1]  # self-contained
 
     found = manifests(work)
-    code_version = wconfig.code_version(str(REPO / "workflow"))
+    # each stage's code version: the one the run recorded for it (see test_drift)
+    code = json.loads((work / ".waypost" / "stages.json").read_text())["code"]
     # 11 stages per pair (2 teachers, 4 evaluations) + the report
     assert len(found) == 2 * (len(PER_PAIR_STAGES) + 2 + 4) + 1
     for where, data in found.items():
         assert data["state"] == "SUCCESS", where
         assert data["schema"] == 1 and data["waypost_version"]
-        assert data["config_hash"] and data["code_version"] == code_version
+        assert data["config_hash"] and data["code_version"] == code[Path(where).parts[3]]
         attempt = data["attempts"][-1]
         assert attempt["exit_code"] == 0 and attempt["host"] and attempt["start"] <= attempt["end"]
         for out in data["outputs"]:

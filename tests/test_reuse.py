@@ -162,9 +162,9 @@ def test_plan_shows_missing_work_and_drift(run_copy):
 
 def test_rerun_refuses_unknown_names_and_changes_nothing(run_copy):
     proc = waypost(run_copy, "rerun", "train_studnet", check=False)
-    assert proc.returncode == 1 and "unknown stage 'train_studnet'" in proc.stderr
+    assert proc.returncode == 2 and "unknown stage 'train_studnet'" in proc.stderr
     proc = waypost(run_copy, "rerun", "train_student", "--experiment", "nope", check=False)
-    assert proc.returncode == 1 and "unknown experiment" in proc.stderr
+    assert proc.returncode == 2 and "unknown experiment 'nope'" in proc.stderr
     assert planned(run_copy) == {}
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SMALL_CONFIG, SNAKEFILE, read_manifest, write_config
-from waypost import config as wconfig
 
 CLUSTER = REPO / "scripts" / "slurm-dev-cluster.sh"
 ONPREM = REPO / "profiles" / "onprem"
@@ -120,8 +119,10 @@ def test_pipeline_runs_on_slurm_in_the_right_partitions(cluster, tmp_path):
     assert len(worker["GPUS"].split()) == 4
     assert len(backward["attempts"][-1]["worker"]["GPUS"].split()) == 1
     assert worker["pool"] == "onprem" and worker["class"] == "gpu-large"
-    # The jobs record the code version their main process computed (passed down, not recomputed).
-    assert teacher["code_version"] == wconfig.code_version(str(REPO / "workflow"))
+    # A job records its stage's code version (its own process hashes the same
+    # command and scripts as the main process did when it planned).
+    codes = json.loads((tmp_path / ".waypost" / "stages.json").read_text())["code"]
+    assert teacher["code_version"] == codes["train_teacher"] and vocab["code_version"] == codes["train_vocab"]
 
 
 RESTART_ON_SLURM_STATES = {"max_attempts": 3, "cues": [

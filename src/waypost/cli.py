@@ -24,10 +24,61 @@ def load_config(args) -> dict:
     return wconfig.load(args.config, args.workflow)
 
 
+def reach(root: str) -> None:
+    """A gs:// root whose storage endpoint can't be reached: one line (a
+    StorageError, exit 1) within seconds, instead of gcsfs's minute of
+    retries."""
+    from . import storage
+    if storage.is_remote(root):
+        storage.probe(root)
+
+
+# Snakemake options that take stage (rule) names, which waypost checks first.
+STAGE_OPTIONS = ("--until", "--omit-from")
+
+
+def stage_args(snakemake_args: list[str]) -> list[str]:
+    """The stage names given to STAGE_OPTIONS among extra Snakemake arguments."""
+    names, taking = [], False
+    for arg in snakemake_args:
+        option, eq, value = arg.partition("=")
+        if arg.startswith("-"):
+            taking = option in STAGE_OPTIONS
+            if taking and eq:
+                names.append(value)
+        elif taking:
+            names.append(arg)
+    return names
+
+
+def _config_entries(snakemake_args: list[str]) -> tuple[list[str], list[str]]:
+    """(the values of ``--config``/``-C`` among extra Snakemake arguments,
+    the other arguments)."""
+    entries, rest, taking = [], [], False
+    for arg in snakemake_args:
+        if arg.startswith("-"):
+            taking = arg in ("--config", "-C")
+            if taking:
+                continue
+        if taking:
+            entries.append(arg)
+        else:
+            rest.append(arg)
+    return entries, rest
+
+
+def extra_args(args) -> list[str]:
+    return args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+
+
 def cmd_status(args) -> int:
     from . import status
 
     cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.attempts)
+    reach(cfg["root"])
+    if args.sizes:
+        return render_sizes(cfg, args)
     grid = status.collect(cfg, wconfig.experiment_scoped_stages(args.workflow), args.experiment, args.pair)
     if args.attempts:
         render_attempts(grid, args.attempts)
@@ -138,32 +189,74 @@ def _stage_cells(grid: dict, stage: str):
 
 
 def render_attempts(grid: dict, stages: list[str]) -> None:
-    """The attempt history of some stages: action, state, exit, checks, decision."""
+    """The attempt history of some stages: a row per attempt (action, state,
+    exit, checks, duration and runtime limit in seconds, the decision taken
+    after it), then why each series began and each decision was taken."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
     for stage in stages:
-        if stage not in grid["stages"]:
-            raise wconfig.ConfigError(f"unknown stage {stage!r} (expected one of: {', '.join(grid['stages'])})")
         for exp, p, instance, cell in _stage_cells(grid, stage):
             where = "/".join(x for x in (_pair_heading(p), exp, stage, instance) if x)
-            table = Table(title=f"{where}: {_label(cell)[0]}" + (f" — {cell['reason']}" if cell.get("reason") else ""),
-                          title_justify="left")
+            title = f"{where}: {_label(cell)[0]}" + (f" — {cell['reason']}" if cell.get("reason") else "")
+            if cell.get("next_series_after") and not cell.get("given_up"):
+                title += f" — next series not before {cell['next_series_after'][:19].replace('T', ' ')} UTC"
+            table = Table(title=escape(title), title_justify="left")
             series = len({a.get("series", 1) for a in cell.get("history", [])}) > 1
-            columns = ["#"] + (["series"] if series else []) + ["action", "state", "exit", "checks", "next",
-                                                               "secs", "log"]
+            columns = ["#"] + (["series"] if series else []) + ["action", "state", "exit", "checks", "secs",
+                                                               "limit", "next", "log"]
             for column in columns:
-                table.add_column(column, overflow="fold")
+                table.add_column(column, no_wrap=column not in ("checks", "log"), overflow="fold")
+            reasons = []
             for a in cell.get("history", []):
                 exit_text = f"sig {a['signal']}" if a.get("signal") else str(a.get("exit_code", ""))
                 checks = " ".join(f"{k}:{'ok' if v == 'SUCCESS' else v}" for k, v in (a.get("checks") or {}).items())
+                decision = a.get("decision") or {}
+                limit = a.get("runtime_limit_s")
                 row = [str(a["number"])] + ([str(a.get("series", 1))] if series else [])
                 row += [a.get("action", ""), a.get("state") or "?", exit_text, checks,
-                        (a.get("decision") or {}).get("action", ""), f"{a.get('duration_s') or 0:.1f}",
-                        a.get("log") or ""]
+                        f"{a.get('duration_s') or 0:.1f}", "–" if limit is None else f"{limit:g}",
+                        decision.get("action", ""), escape(a.get("log") or "")]
                 table.add_row(*row)
+                if a.get("why") and a.get("series", 1) > 1:
+                    reasons.append(f"  #{a['number']} began series {a['series']} with {a.get('action')}: {a['why']}")
+                if decision:
+                    reasons.append(f"  #{a['number']} → {decision.get('action')}: {decision.get('reason') or ''}")
             console.print(table)
+            for line in reasons:
+                console.print(escape(line), soft_wrap=True)
+
+
+def render_sizes(cfg: dict, args) -> int:
+    """``status --sizes``: the archives of each stage dir, how many and how big."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from . import prune
+
+    rows = prune.sizes(cfg, args.experiment, args.pair)
+    total = sum(r["bytes"] for r in rows)
+    if args.json:
+        sys.stdout.write(json.dumps({"root": cfg["root"], "stages": rows, "archives": sum(r["archives"] for r in rows),
+                                     "bytes": total}, indent=2 if sys.stdout.isatty() else None) + "\n")
+        return 0
+    console = Console()
+    if not rows:
+        console.print(f"no archived workspaces (.attempts/) under {escape(cfg['root'])}")
+        return 0
+    table = Table(title=f"archived workspaces (.attempts/) under {escape(cfg['root'])}", title_justify="left")
+    for column in ("experiment", "pair", "stage", "archives", "size"):
+        table.add_column(column, justify="right" if column in ("archives", "size") else "left")
+    for r in rows:
+        stage = r["stage"] + (f"/{r['instance']}" if r["instance"] else "")
+        table.add_row(r["experiment"], _pair_heading(r["pair"]), stage, str(r["archives"]), prune.human(r["bytes"]))
+    table.add_row("total", "", "", str(sum(r["archives"] for r in rows)), prune.human(total), style="bold")
+    console.print(table)
+    console.print("`waypost prune -n` lists what the retention lets go")
+    return 0
 
 
 PROFILE_MARK = ".waypost-profile"
@@ -201,20 +294,39 @@ def cmd_profiles_install(args) -> int:
     return 0
 
 
-def _profile_pool(profile: str) -> str | None:
-    """The pool a Snakemake profile selects (its ``config: [pool=...]``)."""
+def profile_config(profile: str) -> tuple[str, dict[str, str]]:
+    """A Snakemake profile's file and its ``config:`` entries (key → value).
+    Snakemake takes that list whole: a later ``config:`` or ``--config``
+    replaces it rather than adding to it, so whoever sets one must carry the
+    profile's entries (``cmd_run`` does)."""
     candidates = [profile, os.path.join("profiles", profile), os.path.expanduser(f"~/.config/snakemake/{profile}"),
                   f"/etc/xdg/snakemake/{profile}"]
     for directory in candidates:
         path = os.path.join(directory, "config.yaml")
         if os.path.exists(path):
             entries = wconfig.load_yaml(path).get("config") or []
+            if isinstance(entries, dict):
+                return path, {str(k): str(v) for k, v in entries.items()}
+            found = {}
             for entry in entries if isinstance(entries, list) else [entries]:
                 key, _, value = str(entry).partition("=")
-                if key.strip() == "pool":
-                    return value.strip().strip("'\"")
-            return None
+                found[key.strip()] = value.strip().strip("'\"")
+            return path, found
     raise wconfig.ConfigError(f"profile {profile!r} not found (looked in {', '.join(candidates)})")
+
+
+def _profile_pool(profile: str) -> str | None:
+    """The pool a Snakemake profile selects (its ``config: [pool=...]``);
+    None when its ``config:`` list has no ``pool=``, which then is the
+    config file's (a profile's ``config: ["root=..."]`` alone replaces the
+    cloud profile's ``["pool=cloud"]``: said on stderr)."""
+    path, entries = profile_config(profile)
+    if "pool" in entries:
+        return entries["pool"]
+    if entries:
+        print(f"waypost: {path} sets config: {sorted(entries)} but no pool=, so its runs use the config's pool "
+              f"(a profile's config: list replaces another's whole; list pool= in it too)", file=sys.stderr)
+    return None
 
 
 def cmd_workers(args) -> int:
@@ -256,13 +368,16 @@ def cmd_workers(args) -> int:
 
 def cmd_cron(args) -> int:
     from . import cron
-    extra = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    extra = extra_args(args)
+    if stage_args(extra):
+        wconfig.check_names(load_config(args), stages=stage_args(extra))
     return cron.run(args.profile, extra, args.config, args.workflow, checksums=not args.no_checksums)
 
 
 def cmd_verify(args) -> int:
     from . import verify
     cfg = load_config(args)
+    reach(cfg["root"])
     problems = verify.verify(cfg["root"], checksums=not args.no_checksums, repair=args.repair)
     for p in problems:
         action = f"archived in {p.stage_dir}/{p.archived}" if p.archived else "not done (use --repair to set it aside)"
@@ -270,7 +385,7 @@ def cmd_verify(args) -> int:
     print(f"{len(problems)} stage(s) not to be trusted" if problems else "every manifest checks out")
     if cfg["root"].startswith("gs://"):
         print(verify.SIZES_ONLY)
-    return 0
+    return 1 if problems else 0   # problems found (also when --repair set them aside)
 
 
 def cmd_find(args) -> int:
@@ -284,18 +399,23 @@ def cmd_find(args) -> int:
     cfg = load_config(args)
     cat = catalog.Catalog(args.db)
     roots = catalog.roots_of(cfg) + (args.root or [])
+    unread = 0
     if not args.no_refresh:
         cat.forget_others(roots)
         for root in roots:
             try:
+                reach(root)
                 done = cat.refresh(root)
             except Exception as exc:  # noqa: BLE001 — one root down doesn't hide the others
                 print(f"waypost: catalog: {exc}", file=sys.stderr)
+                unread += 1
                 continue
             for problem in done.problems:
                 print(f"waypost: catalog: skipped {problem}", file=sys.stderr)
     rows = cat.find(stage=args.stage, pair=args.pair, experiment=args.experiment, state=args.state,
                     since=args.since, until=args.until, config_hash=args.config_hash, limit=args.limit)
+    if not rows:
+        _check_find_names(cfg, cat, args)
     for row in rows:
         against = args.against or (row["experiment"] if row["experiment"] in cfg["experiments"] else
                                    next((e for e, x in cfg["experiments"].items() if row["pair"] in x["pairs"]), None))
@@ -309,7 +429,7 @@ def cmd_find(args) -> int:
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return 1 if unread else 0
     table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
                   box=box.SIMPLE_HEAD)
     locations = [r["location"] if r["location"].startswith("gs://") or not r["location"].startswith(os.getcwd() + os.sep)
@@ -330,13 +450,32 @@ def cmd_find(args) -> int:
                       (row["created"] or "")[:16].replace("T", " "), str(row["attempts"]),
                       (row["config_hash"] or "–")[:8], escape(differs), escape(location))
     Console(width=args.width).print(table)
-    return 0
+    return 1 if unread else 0
+
+
+def _check_find_names(cfg: dict, cat, args) -> None:
+    """When ``find`` found nothing: a plain name (no shell pattern) that is
+    neither configured nor in any root of the catalog is a typo, and gets
+    the answer every command gives. Only then: the catalog spans other roots
+    and older configs, so a name the config lacks may still be found."""
+    for field, kind in (("experiment", "experiments"), ("pair", "pairs"), ("stage", "stages")):
+        name = getattr(args, field)
+        if name is None or any(c in name for c in "*?[") or cat.find(**{field: name}, limit=1):
+            continue
+        if field == "pair":   # not narrowed by --experiment: that may name another root's experiment
+            wconfig.check_names(cfg, pairs=name)
+        else:
+            wconfig.check_names(cfg, **{kind: name})
 
 
 def cmd_reuse(args) -> int:
     from . import graph, reuse
 
     cfg = load_config(args)
+    # NEW must be configured (add experiments.NEW with its pairs first); OLD
+    # need not be: any experiment with stage directories under the root will do.
+    wconfig.check_names(cfg, args.into, args.pairs, args.upstream_of)
+    reach(args.from_root or cfg["root"])
     parents = graph.load(args.config, args.workflow, cfg["root"])
     entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
                                        args.from_root)
@@ -356,12 +495,41 @@ def cmd_rerun(args) -> int:
     from . import steer
 
     cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage)
+    if not (args.experiment or args.pair or args.instance or args.all) and len(cfg["experiments"]) > 1:
+        raise wconfig.ConfigError(f"rerun {args.stage}: the config has {len(cfg['experiments'])} experiments "
+                                  f"({', '.join(cfg['experiments'])}); say which with --experiment, --pair or "
+                                  f"--instance, or rerun it in all of them with --all")
+    reach(cfg["root"])
     done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
+    reused = steer.reuse_sources(cfg, [directory for directory, _ in done])
+
+    def shown(path: str) -> str:
+        return path if path.startswith("gs://") or not os.path.isabs(path) else os.path.relpath(path)
+
     for directory, archived in done:
-        shown = directory if directory.startswith("gs://") else os.path.relpath(directory)
-        print(f"{shown}: {'would be archived' if args.dry_run else 'archived in ' + archived}")
+        note = (f" (reused: the next run re-links or copies it from {shown(reused[directory])}, "
+                "it does not recompute it)") if directory in reused else ""
+        print(f"{shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
     verb = "would be redone" if args.dry_run else "will be redone by the next run"
-    print(f"{len(done)} stage(s) {verb}")
+    print(f"{len(done)} stage(s) {verb}" + (f", {len(reused)} of them taken again from their reuse source"
+                                           if reused else ""))
+    return 0
+
+
+def cmd_retry(args) -> int:
+    """A new count of series for stages given up or waiting out a backoff."""
+    from . import steer
+
+    cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage)
+    reach(cfg["root"])
+    done = steer.retry(cfg, args.stage, args.experiment, args.pair, args.instance, args.dry_run)
+    for directory, what in done:
+        shown = directory if directory.startswith("gs://") or not os.path.isabs(directory) else os.path.relpath(directory)
+        print(f"{shown}: {what}; {'would get' if args.dry_run else 'gets'} a new count of series")
+    print(f"{len(done)} stage(s) {'would be' if args.dry_run else 'will be'} tried again by the next run, "
+          "in place (workspace, checkpoints and history kept)")
     return 0
 
 
@@ -369,9 +537,31 @@ def cmd_adopt(args) -> int:
     from . import steer
 
     cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
+    reach(cfg["root"])
     record = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
     print(f"adopted {len(record['outputs'])} file(s) as {args.experiment}/{args.pair}/{args.stage}"
           f"{'/' + args.instance if args.instance else ''}: " + ", ".join(o["path"] for o in record["outputs"]))
+    return 0
+
+
+def cmd_prune(args) -> int:
+    """Remove the archived workspaces beyond the retention that nothing needs
+    (slim those only an attempt history reads)."""
+    from . import prune
+
+    cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
+    reach(cfg["root"])
+    archives, problems = prune.prune(cfg, args.experiment, args.pair, args.stage, dry_run=args.dry_run)
+    if not archives:
+        print(f"no archived workspaces (.attempts/) under {cfg['root']} for this selection")
+        return 0
+    lines, trouble = prune.report(archives, problems, args.dry_run)
+    print("\n".join(lines))
+    if trouble:
+        print(trouble, file=sys.stderr)
+        return 1
     return 0
 
 
@@ -384,7 +574,9 @@ def cmd_plan(args) -> int:
     from . import plan
 
     cfg = load_config(args)
-    extra = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    extra = extra_args(args)
+    wconfig.check_names(cfg, stages=stage_args(extra))
+    reach(cfg["root"])
     config_path = None if args.config == DEFAULT_CONFIG else args.config
     code, text = plan.dry_run(args.profile, config_path, args.workflow, [*snakemake_options(cfg["root"]), *extra])
     if code != 0:
@@ -392,11 +584,17 @@ def cmd_plan(args) -> int:
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
     rows = plan.next_run(plan.parse_jobs(text), cfg)
-    drifted = plan.drift(cfg, wconfig.code_version(args.workflow), wconfig.experiment_scoped_stages(args.workflow))
+    from . import graph   # the dry run just recorded the stages' code versions
+    drifted, code_unknown = plan.drift(cfg, graph.code_versions(), wconfig.experiment_scoped_stages(args.workflow))
+    groups = plan.collapse(drifted, cfg)
+    unknown_note = (f"code version unknown (recorded before per-stage code versions): {code_unknown} done "
+                    f"stage(s)" if code_unknown else "")
+    drift_code = 1 if args.check and drifted else 0   # --check: drift is a problem found
     if args.json:
-        json.dump({"next_run": rows, "drift": drifted}, sys.stdout, indent=2)
+        json.dump({"next_run": rows, "drift": drifted, "drift_groups": groups, "code_unknown": code_unknown},
+                  sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return drift_code
     console = Console(width=args.width)
     if rows:
         table = Table(title=f"next run: {sum(max(1, len(r['instances'])) for r in rows)} job(s)", title_justify="left")
@@ -414,16 +612,22 @@ def cmd_plan(args) -> int:
                             "(kept in presence mode; `waypost rerun STAGE` redoes one)", title_justify="left")
         for column in ("experiment", "pair", "stage", "made", "what differs"):
             table.add_column(column, overflow="fold")
-        for r in drifted:
-            table.add_row(r["experiment"], "all pairs" if r["pair"] == "_all" else r["pair"],
-                          r["stage"] + (f"/{r['instance']}" if r["instance"] else ""),
-                          (r["created"] or "")[:19].replace("T", " ")
-                          + (f" (reused from {r['reused_from']})" if r["reused_from"] else ""),
-                          escape("\n".join(r["what"])))
+        for g in groups:   # cells of a stage with the same differences: one row, with their count
+            made = " … ".join(dict.fromkeys(m[:16].replace("T", " ") for m in g["made"]))
+            table.add_row(", ".join(g["experiments"]),
+                          ", ".join("all pairs" if p == "_all" else p for p in g["pairs"]),
+                          escape(g["stage"] + (f" [{', '.join(sorted(g['instances']))}]" if g["instances"] else "")
+                                 + (f" ×{g['count']}" if g["count"] > 1 else "")),
+                          made + (f" (reused from {', '.join(g['reused_from'])})" if g["reused_from"] else ""),
+                          escape("\n".join(g["what"])))
         console.print(table)
+    elif code_unknown:
+        console.print("no drift in settings or inputs")
     else:
         console.print("no drift: every done stage was made with the current settings and code")
-    return 0
+    if unknown_note:
+        console.print(unknown_note)
+    return drift_code
 
 
 def cmd_run(args) -> int:
@@ -431,20 +635,47 @@ def cmd_run(args) -> int:
     cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(args.workflow, "Snakefile"), "--profile", args.profile]
     if args.config != DEFAULT_CONFIG:
         cmd += ["--configfile", args.config]
-    cmd += snakemake_options(load_config(args)["root"])
+    cfg = load_config(args)
+    extra = extra_args(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, [*(args.until or []), *stage_args(extra)])
+    reach(cfg["root"])
+    cmd += snakemake_options(cfg["root"])
     if args.until:
         cmd += ["--until", *args.until]
     select = {k: v for k, v in (("experiments", args.experiment), ("pairs", args.pair)) if v}
-    if select:
-        cmd += ["--config", "select=" + json.dumps(select, separators=(",", ":"))]
-    cmd += args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    given, extra = _config_entries(extra)
+    if select or given:
+        # One --config, carrying the profile's config: entries (pool=cloud):
+        # a --config replaces the profile's list rather than adding to it.
+        try:
+            entries = [f"{k}={v}" for k, v in profile_config(args.profile)[1].items()]
+        except wconfig.ConfigError:
+            entries = []   # a profile only Snakemake finds: its entries are its own business
+        if select:
+            entries.append("select=" + json.dumps(select, separators=(",", ":")))
+        cmd += ["--config", *entries, *given]
+    cmd += extra
     print("waypost: " + " ".join(shlex.quote(c) for c in ["snakemake", *cmd[3:]]), file=sys.stderr)
     sys.stdout.flush()
     os.execv(cmd[0], cmd)
 
 
+EXIT_CODES = """exit codes (every command):
+  0  fine
+  1  problems found: `verify` found stages not to be trusted (also with --repair),
+     `plan --check` found drift, `rerun`/`adopt` refused (an attempt is running,
+     nothing to rerun), `reuse` found unfinished source stages, a root
+     (gs://) can't be reached or read (`find`: one of its roots)
+  2  usage or config error: a bad option, an invalid config, an unknown
+     experiment, pair or stage name (checked the same way by every command)
+Once Snakemake has started, `run` exits with Snakemake's code; `cron` exits
+non-zero only when the workflow could not run at all (README: Cron)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="waypost", description="Look at and steer the file state of a waypost workflow.")
+    parser = argparse.ArgumentParser(prog="waypost",
+                                     description="Look at and steer the file state of a waypost workflow.",
+                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"waypost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -459,6 +690,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attempts", nargs="+", metavar="STAGE", help="list the attempt history of these stages")
     p.add_argument("--experiment", help="only this experiment")
     p.add_argument("--pair", help="only this pair (its stages, no funnels)")
+    p.add_argument("--sizes", action="store_true", help="the archived workspaces (.attempts/) of each stage: "
+                   "how many, how big (walks them: only when asked)")
     p.set_defaults(func=cmd_status)
 
     p = with_config(sub.add_parser("workers", help="the resolved worker pool: class → resources and env"))
@@ -509,9 +742,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
     p.add_argument("--pair", action="append", help="only this pair (repeatable)")
     p.add_argument("--instance", help="only this instance of the stage")
-    p.add_argument("--downstream", action="store_true", help="and every stage made from their outputs")
+    p.add_argument("--all", action="store_true", help="in every experiment (needed when the config has more "
+                   "than one and no --experiment, --pair or --instance narrows it)")
+    p.add_argument("--downstream", action="store_true", help="and every stage made from their outputs (also in "
+                   "experiments that reuse them)")
     p.add_argument("-n", "--dry-run", action="store_true", help="say what would be archived")
     p.set_defaults(func=cmd_rerun)
+
+    p = with_config(sub.add_parser("retry", help="try stages that were given up (max_series) or are waiting out "
+                                   "a series_backoff again at the next run, in place"))
+    p.add_argument("stage")
+    p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
+    p.add_argument("--pair", action="append", help="only this pair (repeatable)")
+    p.add_argument("--instance", help="only this instance of the stage")
+    p.add_argument("-n", "--dry-run", action="store_true", help="say what would be tried again")
+    p.set_defaults(func=cmd_retry)
 
     p = with_config(sub.add_parser("adopt", help="declare files placed by hand in a stage directory done"))
     p.add_argument("stage")
@@ -522,8 +767,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="even over a stage waypost finished itself")
     p.set_defaults(func=cmd_adopt)
 
+    p = with_config(sub.add_parser("prune", help="remove archived workspaces (.attempts/) beyond the retention "
+                                   "that nothing needs"))
+    p.add_argument("-n", "--dry-run", action="store_true", help="list what would be removed, slimmed and kept, and why")
+    p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
+    p.add_argument("--pair", action="append", help="only this pair (repeatable; _all: the funnels)")
+    p.add_argument("--stage", action="append", help="only this stage (repeatable)")
+    p.set_defaults(func=cmd_prune)
+
     p = with_config(sub.add_parser("plan", help="what the next run would do and why; done stages that drifted"))
     p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
+    p.add_argument("--check", action="store_true", help="exit 1 when a done stage drifted (for scripts and CI)")
     p.add_argument("--width", type=int, help="table width (default: the terminal's)")
     p.add_argument("--json", action="store_true")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
@@ -549,6 +803,8 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `waypost find --json | head` ends quietly
     args = build_parser().parse_args(argv)
+    from . import storage
+    storage.quiet_gcsfs_logging()
     try:
         return args.func(args)
     except wconfig.ConfigError as exc:

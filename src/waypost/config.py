@@ -14,7 +14,6 @@ import copy
 import hashlib
 import json
 import os
-import subprocess
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -23,7 +22,7 @@ import yaml
 if TYPE_CHECKING:
     import jsonschema
 
-from .layout import NAME_RULE
+from .layout import ALL_PAIRS, NAME_RULE
 
 SCHEMA_FILE = os.path.join("schemas", "config.schema.yaml")
 
@@ -274,6 +273,34 @@ def reuse_source(config: dict, experiment: str, pair: str, stage: str) -> str | 
     return where
 
 
+def _names(value) -> list[str]:
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
+
+
+def check_names(config: dict, experiments=None, pairs=None, stages=None, allow_all_pairs: bool = False) -> None:
+    """The one check of the experiment, pair and stage names a command was
+    given (each a name, a list of names or None): ConfigError naming the
+    first that isn't configured, and what is (every ``waypost`` command
+    answers the same, with exit code 2). Pairs are checked against the
+    given experiments' pairs (all experiments' when none are given);
+    ``allow_all_pairs`` admits the per-experiment slot of funnels (``_all``)."""
+    known = config["experiments"]
+    chosen = _names(experiments)
+    for name in chosen:
+        if name not in known:
+            raise ConfigError(f"unknown experiment {name!r} (expected one of: {', '.join(known)})")
+    scope = chosen or list(known)
+    pairs_known = {p for e in scope for p in known[e]["pairs"]}
+    for name in _names(pairs):
+        if name not in pairs_known and not (allow_all_pairs and name == ALL_PAIRS):
+            where = ("any experiment" if not chosen else
+                     f"experiment {chosen[0]}" if len(chosen) == 1 else f"experiments {', '.join(chosen)}")
+            raise ConfigError(f"unknown pair {name!r}: not a pair of {where}")
+    for name in _names(stages):
+        if name not in config["stages"]:
+            raise ConfigError(f"unknown stage {name!r} (expected one of: {', '.join(config['stages'])})")
+
+
 def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
     """Global stage settings ← the experiment's ← the pair's (last wins).
 
@@ -288,7 +315,7 @@ def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict
 
 
 # Settings that steer the engine, not the step: not passed to it, not hashed.
-ENGINE_KEYS = ("policy", "worker", "resources")
+ENGINE_KEYS = ("policy", "worker", "resources", "retention")
 
 
 def step_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
@@ -297,14 +324,25 @@ def step_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
     return {k: v for k, v in stage_settings(config, experiment, pair, stage).items() if k not in ENGINE_KEYS}
 
 
-def code_version(directory: str) -> str:
-    """The git commit of the workflow (``-dirty`` when it has local changes)."""
-    try:
-        out = subprocess.run(["git", "-C", directory, "describe", "--always", "--dirty", "--abbrev=12"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+#: A stage's code version (``Pipeline.stage_code_version``) is this prefix and
+#: 12 hex digits; manifests of waypost before it hold the repository's
+#: ``git describe`` (another format: not comparable, see ``plan.drift``).
+CODE_PREFIX = "sha256:"
+
+
+def is_stage_code_version(value: str | None) -> bool:
+    return bool(value) and value.startswith(CODE_PREFIX)
+
+
+def code_digest(command: str, files: list[tuple[str, bytes]]) -> str:
+    """A step's code version: its command as the rule writes it (paths of the
+    files it runs made relative, the interpreter named ``python``), those
+    files' contents ((name, sha256 digest) each) and waypost's version."""
+    from . import __version__
+    digest = hashlib.sha256(f"waypost {__version__}\0{command}\0".encode())
+    for name, content in files:
+        digest.update(name.encode() + b"\0" + content + b"\0")
+    return CODE_PREFIX + digest.hexdigest()[:12]
 
 
 def settings_hash(settings: dict) -> str:

@@ -29,7 +29,8 @@ import time
 from datetime import datetime, timezone
 
 from . import config as wconfig
-from . import manifest, remote_stage, stagetree, verify
+from . import layout, manifest, remote_stage, stagetree, verify
+from .layout import RUNNING
 
 STATE_DIR = ".waypost"
 LOCK = os.path.join(STATE_DIR, "cron.lock")
@@ -38,7 +39,7 @@ RUNS = os.path.join(STATE_DIR, "runs")
 
 
 def _snapshot(root: str) -> dict[str, tuple]:
-    """stage dir → (created, state) of its manifest."""
+    """stage dir → (created, state, given up) of its manifest."""
     found = {}
     tree = stagetree.open(root)
     for stage_dir in tree.manifest_dirs():
@@ -47,8 +48,49 @@ def _snapshot(root: str) -> dict[str, tuple]:
         except manifest.ManifestError:
             continue
         if data:
-            found[stage_dir] = (data.get("created"), data["state"])
+            found[stage_dir] = (data.get("created"), data["state"], bool(data.get("given_up")))
     return found
+
+
+def _set_aside_interrupted(root: str) -> list[str]:
+    """Archive the partial outputs that attempts whose runner is gone left
+    (the files its ``_running.json`` names), before Snakemake would delete
+    them to redo the stage: the rest of the workspace (checkpoints) stays for
+    the policy to resume from. A stage whose runner may still be at work is
+    left alone, and said so."""
+    tree = stagetree.open(root)
+    if tree.remote:
+        suffix = "/" + RUNNING
+        dirs = sorted(layout.join(tree.root, name[:-len(suffix)]) for name in tree.objects
+                      if name.endswith(suffix) and not any(p.startswith(".") for p in name.split("/")))
+    else:
+        dirs = list(stagetree.manifests_under(root, leaf=RUNNING))
+    notes = []
+    for stage_dir in dirs:
+        alive, where = tree.in_flight(stage_dir)
+        if alive:
+            notes.append(f"left {stage_dir} alone: an attempt may still be at work there ({where})")
+            continue
+        outputs = (tree.running(stage_dir) or {}).get("outputs") or []
+        present = {o.split("/")[0] for o in outputs if tree.exists(layout.join(stage_dir, o))}
+        if not present:
+            continue
+        keep = tuple(e for e in tree.entries(stage_dir) if e not in present)
+        archived = tree.archive(stage_dir, keep=keep)
+        if archived:
+            notes.append(f"set aside the partial outputs of interrupted {stage_dir} in {archived}")
+    return notes
+
+
+def _name(root: str, stage_dir: str) -> str:
+    """A stage dir as experiment/pair/stage[/instance] (the runner's words)."""
+    prefix = root.rstrip("/") + "/"
+    rel = stage_dir[len(prefix):] if stage_dir.startswith(prefix) else os.path.relpath(stage_dir, root)
+    parts = rel.split("/")
+    if len(parts) < 3:
+        return stage_dir
+    pair, experiment, rest = parts[0], parts[1], parts[2:]
+    return "/".join([experiment] + ([] if pair == "_all" else [pair]) + rest)
 
 
 def _snakemake_alive_here(workdir: str) -> list[int]:
@@ -103,12 +145,12 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     started_at = datetime.now(timezone.utc)
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     output = os.path.join(RUNS, f"{stamp}.log")
-    command = [sys.executable, "-m", "snakemake"] + (["--profile", profile] if profile else []) \
-        + remote_stage.snakemake_options(root) + snakemake_args
+    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile")] \
+        + (["--profile", profile] if profile else []) + remote_stage.snakemake_options(root) + snakemake_args
     if config_path != "config/config.yaml":
         command += ["--configfile", config_path]
 
-    notes = []
+    notes = _set_aside_interrupted(root)
     for problem in verify.verify(root, checksums=checksums):
         notes.append(f"set aside {problem.stage_dir} ({problem.what}; archived in {problem.archived})")
     if _has_snakemake_lock(os.getcwd()):
@@ -130,10 +172,12 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
             print(f"waypost cron: cannot run Snakemake: {exc}", file=sys.stderr)
             return 2
     after = _snapshot(root)
-    changed = {d: state for d, (created, state) in after.items() if before.get(d, (None,))[0] != created}
+    changed = {d: state for d, (created, state, _) in after.items() if before.get(d, (None,))[0] != created}
     by_state: dict[str, int] = {}
     for state in changed.values():
         by_state[state] = by_state.get(state, 0) + 1
+    failed = sorted(_name(root, d) + f" {state}" for d, state in changed.items() if state != "SUCCESS")
+    given_up = sorted(_name(root, d) for d, (_, _, gave_up) in after.items() if gave_up)
     with open(output) as f:
         text = f.read()
     nothing_to_do = proc.returncode == 0 and not changed
@@ -149,6 +193,8 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         "succeeded": by_state.get("SUCCESS", 0),
         "failed": len(changed) - by_state.get("SUCCESS", 0),
         "by_state": by_state,
+        "failed_stages": failed,
+        "given_up": given_up,
         "nothing_to_do": nothing_to_do,
         "notes": notes,
         "log": output,
@@ -161,6 +207,11 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     summary = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "no stage changed"
     print(f"waypost cron: {len(changed)} stage(s) ran ({summary}) in {record['duration_s']} s; "
           f"snakemake exited {proc.returncode}" + (f"; log {output}" if record["log"] else ""))
+    if failed:
+        print("waypost cron: not successful this run: " + ", ".join(failed))
+    if given_up:
+        print(f"waypost cron: given up ({len(given_up)}; no run starts them again until "
+              "`waypost retry` or `waypost rerun`): " + ", ".join(given_up))
     if could_not_run:
         print(f"waypost cron: Snakemake could not run; see {output}:\n" + text[-2000:], file=sys.stderr)
         return proc.returncode

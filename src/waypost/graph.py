@@ -37,6 +37,17 @@ def load(config_path: str, workflow_dir: str, root: str = "") -> dict[str, set[s
     return {stage: set(data["parents"].get(stage, [])) for stage in data["stages"]}
 
 
+def code_versions() -> dict[str, str]:
+    """stage → the code version its jobs would record now, as the last parse
+    of the workflow here recorded it (``waypost plan``'s dry run refreshes
+    it); empty when no parse recorded them (no file, or an older one)."""
+    try:
+        with open(GRAPH_FILE) as f:
+            return dict(json.load(f).get("code") or {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def ancestors(parents: dict[str, set[str]], stage: str) -> set[str]:
     seen, todo = set(), [stage]
     while todo:

@@ -30,6 +30,11 @@ UNFINISHED = "_unfinished"
 # Marks a stage that succeeded over parents that did not (a funnel): the next
 # run looks at those parents again and redoes it when one of them is redone.
 PROVISIONAL = "_provisional"
+# At the root: one empty file per stage on hold, named by its stage directory
+# with "~" for "/" (no name holds "~"), so a planning knows them all from one
+# listing: given up (its max_series spent; dated 1970) or waiting out its
+# series backoff (dated when the wait ends). A slot no pair can take (see ALL_PAIRS).
+HELD = "_held"
 # Where ``waypost find`` caches the catalog (relative to where it runs).
 CATALOG_DB = os.path.join(".waypost", "catalog.sqlite")
 # Files the engine writes into a stage directory; everything else is the step's.
@@ -72,3 +77,14 @@ def stage_dir(root: str, pair: str, experiment: str, stage: str, instance: str |
         parts.append(check_name(instance, "instance"))
     return join(root, *parts)
 
+
+def held_entry(root: str, stage_dir: str) -> str:
+    """The registry file (see HELD) of a stage directory under ``root``."""
+    rel = stage_dir[len(root.rstrip("/")) + 1:]
+    return join(root, HELD, rel.replace("/", "~"))
+
+
+def stage_root(stage_dir: str, instance: str | None) -> str:
+    """The root a stage directory is under (it is pair/experiment/stage[/instance] below it)."""
+    parts = stage_dir.rstrip("/").split("/")
+    return "/".join(parts[:-(4 if instance else 3)])

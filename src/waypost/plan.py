@@ -57,8 +57,21 @@ def why(job: dict, config: dict) -> str:
         source = wconfig.reuse_source(config, w["experiment"], w.get("pair", layout.ALL_PAIRS), job["rule"])
         if source:
             return f"reuse from {source}"
-    if layout.UNFINISHED in reason:
-        return "redo: left unfinished by a failure (or ran over failed parents)"
+    if reason.startswith("Forced execution") and w.get("experiment") in config["experiments"]:
+        stage_dir = layout.stage_dir(config["root"], w.get("pair", layout.ALL_PAIRS), w["experiment"], job["rule"],
+                                     w.get("instance"))
+        tree = stagetree.open(stage_dir)
+        if tree.exists(layout.join(stage_dir, layout.RUNNING)):
+            alive, where = tree.in_flight(stage_dir)
+            return f"an attempt is still at work ({where}): its job will not start a second" if alive \
+                else "redo: its last attempt was interrupted (its runner is gone), whatever the files say"
+        if tree.exists(layout.join(stage_dir, layout.UNFINISHED)):
+            try:
+                data = tree.manifest(stage_dir) or {}
+            except manifest.ManifestError:
+                data = {}
+            return f"redo: it ended {data.get('state', 'without success')} and a funnel went on over it"
+        return "forced (--forcerun / --forceall)"
     if reason.startswith("Missing output files"):
         return "outputs missing"
     if reason.startswith("Input files updated by another job"):
@@ -97,10 +110,17 @@ def _output_digests(tree, stage_dir: str, cache: dict) -> dict:
     return cache[stage_dir]
 
 
-def drift(config: dict, code_version: str, funnels: list[str]) -> list[dict]:
-    """Done stages made with other settings, code or inputs than now (on a
-    gs:// root: from one listing and one batch read of the manifests)."""
-    rows, digests = [], {}
+def _short(code_version: str) -> str:
+    return code_version[len(wconfig.CODE_PREFIX):]
+
+
+def drift(config: dict, code_versions: dict[str, str], funnels: list[str]) -> tuple[list[dict], int]:
+    """Done stages made with other settings, code or inputs than now, one row
+    each (on a gs:// root: from one listing and one batch read of the
+    manifests), and how many done stages recorded a code version of before
+    per-stage ones (``git describe`` of the repository: not comparable, so
+    not drift). ``code_versions``: stage → its code version now."""
+    rows, digests, unknown = [], {}, 0
     root = config["root"]
     tree = stagetree.open(root)
     for experiment, exp in config["experiments"].items():
@@ -120,8 +140,11 @@ def drift(config: dict, code_version: str, funnels: list[str]) -> list[dict]:
                     differs = settings_diff(data.get("settings") or {}, current)
                     if differs:
                         what.append("settings: " + ", ".join(differs))
-                    if data.get("code_version") and data["code_version"] != code_version:
-                        what.append(f"code: {data['code_version']} → {code_version}")
+                    recorded, now = data.get("code_version"), code_versions.get(stage)
+                    if recorded and now and not wconfig.is_stage_code_version(recorded):
+                        unknown += 1
+                    elif recorded and now and recorded != now:
+                        what.append(f"code: {_short(recorded)} → {_short(now)}")
                     changed = [tree.relative(i["path"]) for i in data.get("inputs", [])
                                if i.get("manifest") and i.get("sha256") and
                                _output_digests(tree, os.path.dirname(i["manifest"]), digests).get(
@@ -132,4 +155,25 @@ def drift(config: dict, code_version: str, funnels: list[str]) -> list[dict]:
                         rows.append({"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
                                      "created": data.get("created"), "reused_from": data.get("reused_from"),
                                      "what": what})
-    return rows
+    return rows, unknown
+
+
+def collapse(rows: list[dict], config: dict) -> list[dict]:
+    """Drift rows that say the same of the same stage, as one (with their
+    count and cells): an edit shows as one line per stage it touches."""
+    groups: dict[tuple, dict] = {}
+    for row in rows:
+        group = groups.setdefault((row["stage"], tuple(row["what"])), {
+            "stage": row["stage"], "what": row["what"], "count": 0, "experiments": [], "pairs": [],
+            "instances": [], "made": [], "reused_from": [], "cells": []})
+        group["count"] += 1
+        group["cells"].append({k: row[k] for k in ("experiment", "pair", "instance")})
+        for key, value in (("experiments", row["experiment"]), ("pairs", row["pair"]),
+                           ("instances", row["instance"]), ("reused_from", row["reused_from"])):
+            if value is not None and value not in group[key]:
+                group[key].append(value)
+        if row["created"]:   # the first and the last
+            made = group["made"]
+            group["made"] = [min(made[:1] + [row["created"]]), max(made[-1:] + [row["created"]])]
+    order = {stage: i for i, stage in enumerate(config["stages"])}
+    return sorted(groups.values(), key=lambda g: order.get(g["stage"], len(order)))

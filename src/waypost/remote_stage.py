@@ -255,6 +255,16 @@ class RemoteStage:
         with open(os.path.join(self.local, name), "rb") as f:
             self.fs.pipe_file(self._remote(name), f.read(), metadata={MTIME_KEY: repr(mtime)})
 
+    def registry(self, url: str, until: float | None) -> None:
+        """Create (dated ``until``) or remove an empty object at ``url`` (a gs:// URL)."""
+        from snakemake_storage_plugin_waypost import MTIME_KEY
+        path = storage.filesystem(url)[1]
+        if until is not None:
+            self.fs.pipe_file(path, b"", metadata={MTIME_KEY: repr(until)})
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
+
     def remove_marker(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._remote(name))

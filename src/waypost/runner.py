@@ -44,7 +44,7 @@ import sys
 import time
 
 from . import manifest, policy as wpolicy, slurm, workers
-from .layout import ALL_PAIRS, LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED
+from .layout import ALL_PAIRS, LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_root
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # While a step runs, its ``_running.json`` is touched this often: a marker
@@ -407,7 +407,8 @@ class StageRun:
     def _save_running(self) -> None:
         manifest.write_json_atomic(self._path(RUNNING), {
             "pid": os.getpid(), "host": manifest.hostname(), "run": self.run_id, "series": self.series_no,
-            "series_base": self.series_base, "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
+            "series_base": self.series_base, "outputs": [os.path.relpath(o, self.dir) for o in self.args.output],
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote:
             self.remote.push(self.args.output)
@@ -743,8 +744,14 @@ class StageRun:
         manifest.write_json_atomic(manifest.manifest_path(self.dir), record)
         if self.remote:  # outputs only where they count; the manifest last
             self.remote.push(self.args.output, final=state == "SUCCESS" or tolerated)
-        self._set_marker(UNFINISHED, not_before if tolerated and not record.get("given_up") else None)
-        self._set_marker(PROVISIONAL, time.time() if record["provisional"] else None)
+        # A skipped stage is looked at again when one of its parents is redone
+        # (a parent given up is not: nor is its consumer), a failed one is redone.
+        self._set_marker(UNFINISHED, not_before if tolerated and state != "SKIPPED" and not record.get("given_up")
+                         else None)
+        self._set_marker(PROVISIONAL, time.time() if record["provisional"] or (tolerated and state == "SKIPPED")
+                         else None)
+        self._register_hold(0.0 if record.get("given_up") else
+                            not_before if state != "SUCCESS" and not_before > time.time() else None)
         if os.path.exists(self._path(RUNNING)):
             os.unlink(self._path(RUNNING))
         if self.remote:
@@ -763,6 +770,19 @@ class StageRun:
         if last.get("signal") or self.received_signal:
             return 128 + (last.get("signal") or self.received_signal)
         return 1
+
+    def _register_hold(self, until: float | None) -> None:
+        """Keep the root's registry of stages on hold (layout.HELD) true: an
+        entry dated ``until`` (0: given up), or none."""
+        entry = held_entry(stage_root(self.args.stage_dir, self.args.instance), self.args.stage_dir)
+        if self.remote:
+            self.remote.registry(entry, until)
+        elif until is not None:
+            os.makedirs(os.path.dirname(entry), exist_ok=True)
+            open(entry, "w").close()
+            os.utime(entry, (until, until))
+        elif os.path.lexists(entry):
+            os.unlink(entry)
 
     def _set_marker(self, name: str, when: float | None) -> None:
         """Write (dated ``when``) or remove one of the planner's markers.

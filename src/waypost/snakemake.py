@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import sys
+import time
 
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 
@@ -23,7 +24,6 @@ from . import workers as wworkers
 
 INSTANCE = "{instance}"
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
-CODE_VERSION_ENV = "WAYPOST_CODE_VERSION"
 
 
 def _job_process(workflow) -> bool:
@@ -32,29 +32,28 @@ def _job_process(workflow) -> bool:
     return getattr(workflow, "remote_exec", False) or getattr(workflow, "subprocess_exec", False)
 
 
-def run_identity(workflow, workflow_dir: str) -> tuple[str, str]:
-    """The code version and the run id that every job of this run records.
+def run_identity(workflow) -> str:
+    """The run id that every job of this run records.
 
-    Snakemake's main process computes them once (``git describe``; a new id)
-    and exports them; its jobs inherit them: local jobs as its children,
-    cluster jobs through the executor (the Slurm plugin submits with
-    ``--export=ALL``, and they are registered as the workflow's ``envvars``,
-    which Snakemake hands to the remote jobs of any executor). The step
-    runner reads the run id from its environment: an earlier attempt of the
-    same run in its stage directory means Snakemake is retrying the job.
+    Snakemake's main process makes a new one and exports it; its jobs
+    inherit it: local jobs as its children, cluster jobs through the executor
+    (the Slurm plugin submits with ``--export=ALL``, and it is registered as
+    one of the workflow's ``envvars``, which Snakemake hands to the remote
+    jobs of any executor). The step runner reads it from its environment: an
+    earlier attempt of the same run in its stage directory means Snakemake is
+    retrying the job. (A job's code version is its own stage's: see
+    ``Pipeline.stage_code_version``.)
     """
     # A cluster job (or a job's subprocess): its main process decided.
     if _job_process(workflow):
-        missing = [name for name in (CODE_VERSION_ENV, manifest.RUN_ID_ENV) if name not in os.environ]
-        if missing:
+        if manifest.RUN_ID_ENV not in os.environ:
             from snakemake.exceptions import WorkflowError
-            raise WorkflowError(f"this job's Snakemake process did not inherit {' and '.join(missing)} from the "
+            raise WorkflowError(f"this job's Snakemake process did not inherit {manifest.RUN_ID_ENV} from the "
                                 "run that started it: its executor must pass the environment to its jobs")
-        return os.environ[CODE_VERSION_ENV], os.environ[manifest.RUN_ID_ENV]
-    os.environ[CODE_VERSION_ENV] = wconfig.code_version(workflow_dir)
+        return os.environ[manifest.RUN_ID_ENV]
     os.environ[manifest.RUN_ID_ENV] = manifest.new_run_id()
-    workflow.register_envvars(CODE_VERSION_ENV, manifest.RUN_ID_ENV)
-    return os.environ[CODE_VERSION_ENV], os.environ[manifest.RUN_ID_ENV]
+    workflow.register_envvars(manifest.RUN_ID_ENV)
+    return os.environ[manifest.RUN_ID_ENV]
 
 
 class Pipeline:
@@ -73,13 +72,17 @@ class Pipeline:
         check = not getattr(workflow, "remote_exec", False)
         self.repo_dir = os.path.dirname(os.path.abspath(self.workflow_dir))
         try:
+            # One precedence with or without --configfile: the config file,
+            # then the reuse/ files beside it, then --config KEY=VALUE.
             if workflow.configfiles:
                 self.configfile = str(workflow.configfiles[-1])
                 loaded, source = wconfig.with_reuse_files(dict(config), self.configfile)
             else:
                 self.configfile = default_configfile
                 loaded, source = wconfig.with_reuse_files(wconfig.load_yaml(default_configfile), default_configfile)
-                loaded = wconfig.merge(loaded, dict(workflow.config_settings.overwrite_config or {}))
+            # (``config_settings.config``: --config alone; ``overwrite_config``
+            # also holds the --configfile contents.)
+            loaded = wconfig.merge(loaded, dict(workflow.config_settings.config or {}))
             prepared = wconfig.prepare(loaded, self.workflow_dir, source, check=check)
         except wconfig.ConfigError as exc:
             # A clean one-paragraph error from Snakemake, before any job runs.
@@ -99,13 +102,16 @@ class Pipeline:
             self.mirror = remote_stage.planning_mirror(self.root, workflow)
         self.base = "" if self.mirror else self.root
         self.presence = config["rerun_policy"] == "presence"
-        self.code_version, _ = run_identity(workflow, self.workflow_dir)   # the runner reads the run id itself
+        run_identity(workflow)   # the runner reads the run id itself
+        self._code_versions: dict[str, str] = {}   # stage → its code version (see stage_code_version)
+        self._file_digests: dict[str, bytes] = {}
         self.python = sys.executable
         self._runner = {site: shlex.join(runner.command(self.python, site)) for site in (False, True)}
         self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
         self.workers = self._load_workers(config["workers"], check)
         self._tracked: list = []
+        self._forced: set | None = None   # see _forced_stages
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._default_class: dict[str, str] = {}
         self._own: dict[str, tuple] = {}   # stage → patterns of its marker and outputs
@@ -182,10 +188,13 @@ class Pipeline:
         all present is done: it gets no inputs at all, so nothing upstream of
         it (being rerun, or missing in an experiment where its outputs were
         placed by hand) can make it rerun; a job that does get inputs has an
-        output missing, so it runs whatever their timestamps. A stage left
-        unfinished by a failure (its ``_unfinished`` marker, newer than its
-        outputs) gets the marker as an input: that is what makes Snakemake
-        redo it on the next run.
+        output missing, so it runs whatever their timestamps.
+
+        waypost's own markers count too, in both modes and whatever
+        Snakemake's metadata says (see ``_markers``): a stage left unfinished
+        (a failure a funnel went on over, or an attempt whose runner is gone)
+        is forced to run again; a provisional one (a funnel over parents that
+        did not succeed) gets its inputs, so it is redone when one of them is.
 
         One input function per rule (not one per input): Snakemake inspects
         every callable of every job, so fewer callables plan faster.
@@ -200,10 +209,11 @@ class Pipeline:
             if self.reused_from(consumer, wildcards):
                 return {name: [] for name in inputs}  # copied from elsewhere: nothing upstream is needed
             values = dict(wildcards.items())
-            marker_pattern, output_patterns = self._own_files(consumer)
-            marker = marker_pattern.format(**values)
-            unfinished = self.present(marker)
-            if self.presence and not unfinished and all(
+            dir_pattern, output_patterns = self._own_files(consumer)
+            redo, recheck = self._markers(dir_pattern.format(**values))
+            if redo:
+                self._force(consumer, values)
+            if self.presence and not (redo or recheck or consumer in self._forced_stages()) and all(
                     self.present(p.format(**values) if plain else apply_wildcards(p, values))
                     for p, plain in output_patterns):
                 return {name: [] for name in inputs}
@@ -212,10 +222,63 @@ class Pipeline:
                 found = source(wildcards) if callable(source) else source.format(**values)
                 # One path stays a string: Snakemake makes a list of each named list.
                 resolved[name] = found if isinstance(found, str) else list(found)
-            if unfinished:
-                resolved["_unfinished"] = marker
             return resolved
         return _presigned(job_inputs)
+
+    def _markers(self, stage_dir: str) -> tuple[bool, bool]:
+        """(redo, recheck) of a stage directory, from waypost's own files.
+
+        redo: an attempt's ``_running.json`` is there with no SUCCESS manifest
+        written after it (its runner was killed, or is still at work: its job
+        then refuses to start a second attempt), or an ``_unfinished`` marker
+        whose time has come (it is dated when the next series may start).
+        recheck: a ``_provisional`` marker, or an ``_unfinished`` one still in
+        its backoff (its inputs are looked at, it is not forced).
+        """
+        if self.mirror is None:
+            try:
+                names = os.listdir(stage_dir)
+            except OSError:
+                return False, False
+            stamp = lambda name: os.stat(os.path.join(stage_dir, name)).st_mtime   # noqa: E731
+        else:
+            from snakemake_storage_plugin_waypost import mtime_of
+            found = {name: storage.listed_info(layout.join(self.root, stage_dir, name))
+                     for name in (layout.RUNNING, layout.UNFINISHED, layout.PROVISIONAL, layout.MANIFEST)}
+            names = [name for name, info in found.items() if info is not None]
+            stamp = lambda name: mtime_of(found[name])   # noqa: E731
+        if layout.RUNNING in names:
+            if layout.MANIFEST not in names or stamp(layout.MANIFEST) < stamp(layout.RUNNING):
+                return True, False
+            return False, False  # the runner died between its manifest and removing the marker
+        if layout.UNFINISHED in names:
+            return (True, False) if stamp(layout.UNFINISHED) <= time.time() else (False, True)
+        return False, layout.PROVISIONAL in names
+
+    def _force(self, stage: str, values: dict) -> None:
+        """Make Snakemake run this job of ``stage`` whatever its outputs'
+        state, as ``--forcerun`` does, but for this one job: its outputs join
+        the DAG's forced files (the DAG being built now asks this job's input
+        function). Not in a job's own Snakemake process: it runs its job."""
+        if _job_process(self.workflow):
+            return
+        rule = self.workflow.get_rule(stage)
+        self.workflow.dag.forcefiles.update(str(f.apply_wildcards(values)) for f in rule.output)
+
+    def _forced_stages(self) -> set[str]:
+        """Stages that Snakemake's ``--forcerun RULE`` / ``--forceall`` force,
+        and every stage downstream of them: in presence mode their jobs get
+        their inputs, so Snakemake redoes what it documents for those flags."""
+        if self._forced is None:
+            dag = getattr(self.workflow, "dag_settings", None)
+            if dag is None:   # asked before the DAG settings are known: at parse time
+                return set()
+            stages = {rule.rule.name for rule, _ in self._tracked}
+            forced = set(stages) if dag.forceall else {name for name in dag.forcerun if name in stages}
+            for stage in list(forced):
+                forced |= self._downstream(stage)
+            self._forced = forced
+        return self._forced
 
     # --- reuse ------------------------------------------------------------
     def reuse_location(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> str | None:
@@ -266,8 +329,10 @@ class Pipeline:
         self._record_graph()
 
     def _record_graph(self) -> None:
+        stages = [rule.rule.name for rule, _ in self._tracked]
+        # the code versions too: `waypost plan` compares done stages' with them
         graph = {"parents": {stage: sorted(parents) for stage, parents in sorted(self._parents.items())},
-                 "stages": [rule.rule.name for rule, _ in self._tracked]}
+                 "stages": stages, "code": {stage: self.stage_code_version(stage) for stage in stages}}
         path = os.path.join(".waypost", "stages.json")
         try:
             with open(path) as f:
@@ -279,8 +344,8 @@ class Pipeline:
         manifest.write_json_atomic(path, graph, durable=False)
 
     def _own_files(self, stage: str) -> tuple[str, list[tuple[str, bool]]]:
-        """``str.format`` patterns of a stage's ``_unfinished`` marker and of
-        its outputs (asked at every job: made once)."""
+        """``str.format`` patterns of a stage's directory and of its outputs
+        (asked at every job: made once)."""
         if stage not in self._own:
             rule = self.workflow.get_rule(stage)
             names = rule.wildcard_names
@@ -288,8 +353,7 @@ class Pipeline:
                                     stage, *(["{instance}"] if "instance" in names else []))
             # (pattern, whether str.format fills it: no {name,constraint}, no braces of its own)
             outputs = [strip_wildcard_constraints(self._pattern(p)) for p in rule.output]
-            self._own[stage] = (os.path.join(stage_dir, layout.UNFINISHED),
-                                [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in outputs])
+            self._own[stage] = (stage_dir, [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in outputs])
         return self._own[stage]
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
@@ -434,10 +498,8 @@ class Pipeline:
             source = self.reuse_location(experiment, pair, stage, instance)
             if source:
                 args += ["--reuse-from", source]
-            for name, paths in input.items():
-                if name != "_unfinished":
-                    for path in ([paths] if isinstance(paths, str) else paths):
-                        args += ("--input", path)
+            for path in input:
+                args += ("--input", path)
             for path in output:
                 args += ("--output", path)
             # A local stage that is run (most jobs) starts the runner without site.
@@ -463,13 +525,76 @@ class Pipeline:
                 "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
                 "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),
                 "--config-hash", wconfig.settings_hash(settings),
-                "--code-version", self.code_version,
+                "--code-version", self.stage_code_version(stage),
                 "--pool", self.pool, "--worker-class", worker_name,
                 "--worker-env", json.dumps(spec.get("env") or {}, sort_keys=True, separators=(",", ":"))])
         return self._step_options[key]
 
     def script(self, name: str) -> str:
         return shlex.join([self.python, os.path.join(self.scripts, name)])
+
+    # --- code versions ---------------------------------------------------
+    def stage_code_version(self, stage: str) -> str:
+        """The code a stage's step runs, as a short hash: its manifest's
+        ``code_version``, which ``waypost plan`` compares with the current one.
+
+        It covers the rule's shell command as written (before wildcards are
+        filled: inputs, outputs and settings are ``{input…}``/``{params…}``
+        placeholders, so data and settings are not in it), the contents of
+        the files that command names (the scripts ``script()`` inserts; not
+        the Python interpreter), and waypost's version; a ``script:`` rule's
+        script, a ``run:`` rule's code. Paths are taken relative to the
+        repository, so a moved checkout or another venv is the same code.
+        Made once per stage and process (a cluster job's own process makes
+        its stage's: the code it is about to run).
+        """
+        if stage not in self._code_versions:
+            rule = self.workflow.get_rule(stage)
+            if rule.shellcmd is not None:
+                command, paths = self._command_files(rule.shellcmd)
+            elif rule.script or rule.notebook:
+                name = str(rule.script or rule.notebook)
+                basedir = getattr(rule.basedir, "get_path_or_uri", lambda: str(rule.basedir))()
+                path = name if os.path.isabs(name) else os.path.join(str(basedir), name)
+                paths = [path] if "{" not in name and os.path.isfile(path) else []
+                command = "script: " + (self._repo_relative(path) if paths else name)
+            else:
+                command, paths = rule.run_func_src or "", []
+            self._code_versions[stage] = wconfig.code_digest(
+                command, [(self._repo_relative(p), self._file_digest(p)) for p in paths])
+        return self._code_versions[stage]
+
+    def _command_files(self, command: str) -> tuple[str, list[str]]:
+        """A shell command template with its file paths made relative to the
+        repository and the interpreter named ``python``, and the (absolute)
+        paths of the files it names: its words that are existing files
+        (placeholders and options are not)."""
+        try:
+            words = shlex.split(command)
+        except ValueError:   # unbalanced quotes around a placeholder, say
+            words = command.split()
+        interpreters = {self.python, sys.executable, os.path.realpath(sys.executable)}
+        normal, paths = [], []
+        for word in words:
+            if word in interpreters:
+                word = "python"
+            elif "{" not in word and not word.startswith("-") and ("/" in word or "." in word):
+                path = os.path.abspath(word)
+                if os.path.isfile(path) and os.path.realpath(path) not in interpreters:
+                    paths.append(path)
+                    word = self._repo_relative(path)
+            normal.append(word)
+        return " ".join(normal), paths
+
+    def _repo_relative(self, path: str) -> str:
+        return os.path.relpath(path, self.repo_dir) if path.startswith(self.repo_dir + os.sep) else path
+
+    def _file_digest(self, path: str) -> bytes:
+        if path not in self._file_digests:
+            import hashlib
+            with open(path, "rb") as f:
+                self._file_digests[path] = hashlib.sha256(f.read()).digest()
+        return self._file_digests[path]
 
     # --- targets ---------------------------------------------------------
     def track(self, rule, instances=None) -> None:  # rule: rules.<name>
@@ -479,27 +604,77 @@ class Pipeline:
         self._tracked.append((rule, instances))
 
     def targets(self, wildcards=None) -> list[str]:
-        """The default run's targets, for ``rule all``'s ``input:
-        wp.targets()`` at the end of the Snakefile (a list plans faster than
-        an input function; both work).
+        """The default run's targets: ``rule all``'s ``input: wp.targets`` at
+        the end of the Snakefile.
 
-        presence: only the outputs that are missing. A present output is done,
-        so its job is not even in the DAG: deleting one intermediate reruns
-        exactly its job, and nothing downstream of it (their outputs are
-        there). mtime: every output, and Snakemake's timestamp rule decides.
+        presence: only the outputs that are missing, or whose stage is
+        unfinished (see ``_markers``). A present output is done, so its job
+        is not even in the DAG: deleting one intermediate reruns exactly its
+        job, and nothing downstream of it (their outputs are there). With
+        ``--forcerun RULE`` or ``--forceall``, the outputs of the stages they
+        force too. mtime: every output, and Snakemake's timestamp rule decides.
         A job's own Snakemake process (on a cluster node, or a subprocess)
         runs the one job it was given: no targets, nothing to look at.
         """
         if _job_process(self.workflow):
             return []
-        wanted = self.all_outputs()
-        if self.presence:
-            wanted = [path for path in wanted if not self.present(path)
-                      or self.present(os.path.join(os.path.dirname(path), layout.UNFINISHED))]
+        forced = self._forced_stages()
+        held = self._held()
+        wanted, skipped, done = [], set(), None
+        for stage, values, path in self._tracked_outputs():
+            if stage in held.get((values["experiment"], values["pair"]), ()) and not self.present(path):
+                skipped.add(stage)
+                continue
+            if not self.presence or stage in forced or not self.present(path) \
+                    or any(self._markers(self._own_files(stage)[0].format(**values))):
+                wanted.append(path)
+            elif done is None:
+                done = path
+        if not wanted and done is not None:
+            # Everything is done: one done output keeps `rule all` a rule with
+            # inputs (one without is always run), so Snakemake says "Nothing to be done".
+            wanted.append(done)
+        if skipped:
+            print(f"waypost: on hold, not scheduled, nor what needs them ({', '.join(sorted(skipped))}): "
+                  + "; ".join(self._on_hold[:6]) + (" ..." if len(self._on_hold) > 6 else "")
+                  + " (`waypost retry STAGE` to try again now)", file=sys.stderr)
         return wanted
 
-    def all_outputs(self) -> list[str]:
-        targets = []
+    def _held(self) -> dict[tuple[str, str], set[str]]:
+        """(experiment, pair) → the stages not to schedule there: those on
+        hold in the root's registry (layout.HELD: one listing), given up or
+        waiting out their series backoff, and every stage downstream of them,
+        funnels included."""
+        registry = layout.join(self.root, layout.HELD)
+        now = time.time()
+        if self.mirror is None:
+            try:
+                entries = {name: os.stat(os.path.join(registry, name)).st_mtime for name in os.listdir(registry)}
+            except OSError:
+                entries = {}
+        else:
+            from snakemake_storage_plugin_waypost import mtime_of
+            prefix = storage.filesystem(registry)[1] + "/"
+            entries = {key[len(prefix):]: mtime_of(info) for key, info in storage.listing(self.root).items()
+                       if key.startswith(prefix)}
+        held: dict[tuple[str, str], set[str]] = {}
+        self._on_hold = []
+        for name, until in sorted(entries.items()):
+            parts = name.split("~")
+            if len(parts) < 3 or (until and until <= now):
+                continue
+            pair, experiment, stage = parts[:3]
+            where = "/".join([experiment] + ([] if pair == layout.ALL_PAIRS else [pair]) + parts[2:])
+            self._on_hold.append(f"{where} " + ("given up" if not until else
+                                                 "waiting until " + time.strftime("%H:%M", time.localtime(until))))
+            below = self._downstream(stage)
+            held.setdefault((experiment, pair), set()).update({stage} | below)
+            held.setdefault((experiment, layout.ALL_PAIRS), set()).update(below)
+        return held
+
+    def _tracked_outputs(self):
+        """(stage, wildcard values, output) of every tracked stage, for the
+        selected experiments and pairs."""
         select = self.config.get("select") or {}
         experiments = [e for e in self.experiments if e in select.get("experiments", [e])]
         for rule, instances in self._tracked:
@@ -513,8 +688,11 @@ class Pipeline:
                 for pair in pairs:
                     for instance in (instances(experiment) if instances else [None]):
                         values = {"pair": pair, "experiment": experiment, "instance": instance}
-                        targets += [apply_wildcards(p, values) for p in patterns]
-        return targets
+                        for p in patterns:
+                            yield rule.rule.name, values, apply_wildcards(p, values)
+
+    def all_outputs(self) -> list[str]:
+        return [path for _, _, path in self._tracked_outputs()]
 
     def funnel_path(self, stage: str, filename: str) -> str:
         """Pattern of an output of a stage that runs once per experiment."""

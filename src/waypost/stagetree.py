@@ -5,7 +5,7 @@ or over a ``gs://bucket/prefix`` (one listing of the prefix when the tree is
 made; manifests and ``_running.json`` markers read in one concurrent batch
 the first time one is asked for; archiving a stage a server-side move). The
 commands that look at or steer the file state (status, rerun, adopt, plan,
-verify, cron) are written once against this interface.
+verify, cron, prune) are written once against this interface.
 
 Paths in and out are the user's: local paths as given (``results/...``), or
 gs:// URLs under the root. A bucket tree is a snapshot: what others write
@@ -14,7 +14,10 @@ after it was listed is not in it (what it archives or writes itself is).
 
 from __future__ import annotations
 
+import io
+import json
 import os
+from bisect import bisect_left
 
 from . import layout, manifest, storage
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
@@ -33,14 +36,15 @@ def _walked(name: str) -> bool:
     return not name.startswith((".", LOGS))
 
 
-def manifests_under(root: str, max_depth: int = 6):
-    """Every directory with a manifest under a local ``root`` (not archives)."""
+def manifests_under(root: str, max_depth: int = 6, leaf: str = MANIFEST):
+    """Every directory with a manifest (or another engine file, ``leaf``)
+    under a local ``root`` (not archives)."""
     def walk(directory: str, depth: int):
         try:
             entries = list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             return
-        if any(e.name == MANIFEST for e in entries):
+        if any(e.name == leaf for e in entries):
             yield directory
         if depth < max_depth:
             for entry in entries:
@@ -130,6 +134,110 @@ class LocalTree(Tree):
         if os.path.exists(path):
             os.unlink(path)
 
+    def write_marker(self, path: str, text: str) -> None:
+        """A small engine file (a planner's marker), dated now."""
+        with io.open(path, "w") as f:   # this module's open() is a tree's
+            f.write(text)
+
+    def remove_tree(self, path: str) -> None:
+        """Remove a directory and everything below it (links as links: never
+        what they point to)."""
+        import shutil
+        shutil.rmtree(path)
+
+    def file_sizes(self, directory: str) -> dict[str, int]:
+        """Every file below a directory (a link counts as itself, never
+        followed), relative to it, with its size."""
+        found: dict[str, int] = {}
+
+        def walk(top: str, rel: str) -> None:
+            try:
+                entries = list(os.scandir(top))
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                return
+            for entry in entries:
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    walk(entry.path, name)
+                else:
+                    try:
+                        found[name] = entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        walk(directory, "")
+        return found
+
+    def remove_files(self, directory: str, names: list[str]) -> None:
+        """Remove some files below a directory (relative paths; links as
+        links), then the directories below it left empty. The modification
+        times of the directories that remain are left as they were (an
+        archive's age is its newest time)."""
+        times: dict[str, tuple[float, float]] = {}
+        for name in names:
+            parent = os.path.dirname(os.path.join(directory, name))
+            while parent not in times and (parent == directory or parent.startswith(directory + os.sep)):
+                try:
+                    st = os.lstat(parent)
+                except OSError:
+                    break
+                times[parent] = (st.st_atime, st.st_mtime)
+                if parent == directory:
+                    break
+                parent = os.path.dirname(parent)
+        for name in names:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue
+        for parent in sorted(times, key=len, reverse=True):
+            if parent != directory:
+                try:
+                    os.rmdir(parent)
+                    continue
+                except OSError:   # not empty (or gone)
+                    pass
+            try:
+                os.utime(parent, times[parent], follow_symlinks=False)
+            except OSError:
+                continue
+
+    def archives(self, directory: str) -> list[str]:
+        """The numbered archives of a stage dir (``.attempts/<n>``), oldest first."""
+        attempts = os.path.join(directory, ATTEMPTS)
+        try:
+            names = os.listdir(attempts)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return []
+        return sorted((n for n in names if n.isdigit() and os.path.isdir(os.path.join(attempts, n))), key=int)
+
+    def usage(self, path: str) -> tuple[int, int, float | None]:
+        """(bytes, files, newest modification time) of everything below a
+        directory: the size of each file (a link counts as itself), and the
+        latest mtime of the directory and its files (epoch seconds; None
+        when it isn't there)."""
+        try:
+            newest = os.lstat(path).st_mtime
+        except OSError:
+            return 0, 0, None
+        total = count = 0
+        for top, _, names in os.walk(path):
+            for name in names:
+                try:
+                    st = os.lstat(os.path.join(top, name))
+                except OSError:
+                    continue
+                total, count, newest = total + st.st_size, count + 1, max(newest, st.st_mtime)
+        return total, count, newest
+
+    def running(self, directory: str) -> dict | None:
+        """What a stage dir's ``_running.json`` says; None without one (or unreadable)."""
+        try:
+            with io.open(os.path.join(directory, RUNNING), "rb") as f:   # this module's open() is a tree's
+                data = json.loads(f.read())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
     def sha256(self, path: str) -> str:
         return manifest.sha256_file(path)
 
@@ -207,6 +315,7 @@ class BucketTree(Tree):
 
     def _index(self, objects: dict[str, dict]) -> None:
         self.objects = objects                      # relative name → object info
+        self._sorted: list[str] | None = None       # their names, sorted (made when asked for)
         self.children: dict[str, set[str]] = {}     # relative dir ("" the root) → names in it
         for name in objects:
             parts = name.split("/")
@@ -288,7 +397,13 @@ class BucketTree(Tree):
         name = self._in(rel, MANIFEST)
         if name not in self.objects:
             return None
-        text = self._contents(MANIFEST).get(name, FileNotFoundError(url))
+        if any(part.startswith(".") for part in name.split("/")):   # in an archive: not in the batch
+            try:
+                text = self.fs.cat_file(f"{self.base}/{name}")
+            except Exception as exc:  # noqa: BLE001 - gone since the listing, or a bucket error
+                text = exc
+        else:
+            text = self._contents(MANIFEST).get(name, FileNotFoundError(url))
         if isinstance(text, Exception):
             raise manifest.ManifestError(f"{url}: unreadable manifest ({text})")
         return manifest.parse(text, url)
@@ -301,7 +416,9 @@ class BucketTree(Tree):
         text = self._contents(RUNNING).get(name)
         if not isinstance(text, bytes):
             return False, "gone"
-        return manifest.marker_in_flight(text, me)
+        from snakemake_storage_plugin_waypost import mtime_of   # the heartbeat's time (waypost-mtime)
+        import time
+        return manifest.marker_in_flight(text, me, time.time() - mtime_of(self.objects[name]))
 
     def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
         """Server-side (see remote_stage.archive_objects)."""
@@ -329,13 +446,114 @@ class BucketTree(Tree):
         if MANIFEST in self._read:
             self._read[MANIFEST][self._in(rel, MANIFEST)] = data
 
+    def write_marker(self, path: str, text: str) -> None:
+        import time
+
+        from snakemake_storage_plugin_waypost import MTIME_KEY
+        rel = self._rel(path)
+        self.fs.pipe_file(f"{self.base}/{rel}", text.encode(), metadata={MTIME_KEY: repr(time.time())})
+        self._index({**self.objects, rel: {"size": len(text.encode())}})
+
     def remove(self, path: str) -> None:
         rel = self._rel(path)
         if rel in self.objects:
             self.fs.rm_file(f"{self.base}/{rel}")
             self._index({n: i for n, i in self.objects.items() if n != rel})
 
+    def _under(self, rel: str) -> list[str]:
+        """The names of the objects below a directory (relative to the root)."""
+        if self._sorted is None:
+            self._sorted = sorted(self.objects)
+        prefix = self._in(rel, "")
+        start = bisect_left(self._sorted, prefix)
+        end = bisect_left(self._sorted, prefix + "\U0010ffff", start)
+        return self._sorted[start:end]
+
+    def remove_tree(self, path: str) -> None:
+        """Remove every object below a directory (one batch delete)."""
+        rel = self._rel(path)
+        if not rel:
+            raise ValueError(f"{path}: not a directory under the root {self.root}")
+        names = self._under(rel)
+        if names:
+            self.fs.rm([f"{self.base}/{n}" for n in names])
+        gone = set(names)
+        self._index({n: i for n, i in self.objects.items() if n not in gone})
+        for read in self._read.values():
+            for name in names:
+                read.pop(name, None)
+
+    def file_sizes(self, directory: str) -> dict[str, int]:
+        rel = self._rel(directory)
+        if not rel:
+            return {}
+        prefix = self._in(rel, "")
+        return {name[len(prefix):]: int(self.objects[name].get("size") or 0) for name in self._under(rel)}
+
+    def remove_files(self, directory: str, names: list[str]) -> None:
+        """Remove some objects below a directory (relative names; one batch delete)."""
+        rel = self._rel(directory)
+        if not rel:
+            raise ValueError(f"{directory}: not a directory under the root {self.root}")
+        gone = {self._in(rel, name) for name in names} & set(self.objects)
+        if gone:
+            self.fs.rm([f"{self.base}/{n}" for n in sorted(gone)])
+        self._index({n: i for n, i in self.objects.items() if n not in gone})
+        for read in self._read.values():
+            for name in gone:
+                read.pop(name, None)
+
+    def archives(self, directory: str) -> list[str]:
+        rel = self._rel(directory)
+        if rel is None:
+            return []
+        attempts = self._in(rel, ATTEMPTS)
+        names = self.children.get(attempts, ())
+        return sorted((n for n in names if n.isdigit() and f"{attempts}/{n}" in self.children), key=int)
+
+    def usage(self, path: str) -> tuple[int, int, float | None]:
+        """(bytes, objects, newest object time) below a directory, from the
+        listing (an archive's objects are written when it is made: a
+        server-side move is a copy)."""
+        rel = self._rel(path)
+        if rel is None:
+            return 0, 0, None
+        total, count, newest = 0, 0, None
+        for name in self._under(rel):
+            info = self.objects[name]
+            total, count = total + int(info.get("size") or 0), count + 1
+            when = _epoch(info)
+            if when is not None and (newest is None or when > newest):
+                newest = when
+        return total, count, newest
+
+    def running(self, directory: str) -> dict | None:
+        rel = self._rel(directory)
+        name = self._in(rel, RUNNING) if rel is not None else None
+        if name not in self.objects:
+            return None
+        text = self._contents(RUNNING).get(name)
+        try:
+            data = json.loads(text) if isinstance(text, bytes) else None
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
     def sha256(self, path: str) -> str:
         """Reads the object (nothing else can: GCS keeps crc32c and md5)."""
         with self.fs.open(storage.filesystem(path)[1], "rb") as f:
             return manifest.sha256_stream(f)
+
+
+def _epoch(info: dict) -> float | None:
+    """An object's last write (epoch seconds) from its listing info."""
+    when = info.get("mtime") or info.get("updated")
+    if when is None:
+        return None
+    if isinstance(when, str):
+        from datetime import datetime
+        try:
+            when = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return when.timestamp() if hasattr(when, "timestamp") else float(when)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 
 from . import layout, manifest, stagetree, storage
-from .config import ConfigError
+from .config import check_names
 
 DONE = ("SUCCESS", "adopted")
 FAILURES = ("FAILED", "TIMEOUT", "OOM", "HWFAILURE", "PREEMPTED", "CANCELLED")
@@ -39,7 +39,8 @@ LOOKS = {
     "SKIPPED": ("skipped", "yellow", "#b7950b"),
 }
 FAILURE_LOOK = ("bold red", "#c62828")
-LEGEND_MARKS = "n/m: instances done  ×N: attempts  *: provisional, redone next run"
+LEGEND_MARKS = ("n/m: instances done  ×N: attempts  *: provisional, redone next run\n"
+                "given up: failed in its max_series series; no run starts it again until `waypost retry`")
 
 
 def look(state: str) -> tuple[str, str, str]:
@@ -57,6 +58,9 @@ def label(cell: dict) -> tuple[str, int]:
         attempts = max(c.get("attempts", 0) for c in instances)
     if cell.get("provisional") or any(c.get("provisional") for c in instances):
         text += "*"
+    given_up = sum(1 for c in instances if c.get("given_up"))
+    if cell.get("given_up") or given_up:
+        text += ", given up" + (f" {given_up}" if instances else "")
     return text, attempts
 
 
@@ -91,10 +95,14 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
         attempts = data["attempts"]
         cell["attempts"] = len(attempts)
         cell["history"] = [{k: a.get(k) for k in ("number", "series", "action", "state", "exit_code", "signal",
-                                                    "checks", "decision", "duration_s", "workspace", "log",
-                                                    "host", "slurm_job_id")}
+                                                    "checks", "decision", "duration_s", "runtime_limit_s",
+                                                    "workspace", "log", "host", "slurm_job_id", "why")}
                            for a in attempts]
         cell["provisional"] = bool(data.get("provisional"))
+        if data.get("given_up"):
+            cell["given_up"] = True
+        if data.get("next_series_after"):
+            cell["next_series_after"] = data["next_series_after"]
         if data.get("reason"):
             cell["reason"] = data["reason"]
         if attempts:
@@ -172,13 +180,9 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     root = config["root"]
     stages = list(config["stages"])
     per_pair = [s for s in stages if s not in funnels]
+    check_names(config, experiment, pair)
     experiments = {name: settings for name, settings in config["experiments"].items()
                    if experiment in (None, name) and pair in (None, *settings["pairs"])}
-    if experiment is not None and experiment not in config["experiments"]:
-        raise ConfigError(f"unknown experiment {experiment!r} (expected one of: {', '.join(config['experiments'])})")
-    if not experiments:
-        where = f"experiment {experiment}" if experiment else "any experiment"
-        raise ConfigError(f"unknown pair {pair!r}: not a pair of {where}")
     tasks = []
     for name, settings in experiments.items():
         tasks += [(name, p, per_pair) for p in settings["pairs"] if pair in (None, p)]

@@ -80,6 +80,9 @@ def _stage_details(cell: dict) -> str:
     return "".join(parts)
 
 
+GIVEN_UP = ' data-given-up="true"'
+
+
 def _summary(cell: dict) -> str:
     text, attempts = status.label(cell)
     tail = f' <span class="attempts" title="{attempts} attempt(s)">×{attempts}</span>' if attempts else ""
@@ -95,7 +98,8 @@ def _cell(experiment: str, pair: str, stage: str, cell: dict) -> str:
                      f'data-state="{_e(sub["state"])}"><b>instance {_e(name)}</b>: {_summary(sub)}'
                      f'{_stage_details(sub)}</div>')
     return (f'<td class="cell state-{_e(state)}" data-experiment="{_e(experiment)}" data-pair="{_e(pair)}" '
-            f'data-stage="{_e(stage)}" data-state="{_e(state)}" data-attempts="{status.label(cell)[1]}">'
+            f'data-stage="{_e(stage)}" data-state="{_e(state)}" data-attempts="{status.label(cell)[1]}"'
+            f'{GIVEN_UP if cell.get("given_up") else ""}>'
             f'<details><summary>{_summary(cell)}</summary><div class="more" id="{_e(where)}">{"".join(inner)}</div>'
             f'</details></td>')
 

@@ -4,7 +4,11 @@
 (outputs, manifest, logs) moves to ``.attempts/<n>/`` — archived, never
 deleted — so in presence mode they are missing and only they are redone.
 ``--downstream`` adds every stage that consumed their outputs, found from
-the ``inputs`` the manifests record (exact, instance by instance).
+the ``inputs`` the manifests record (exact, instance by instance), and
+every stage another experiment reused from them (their ``reused_from``), with
+what consumed those in turn. A rerun of a stage its experiment reuses from
+elsewhere is not a recomputation: the next run re-links or copies it from its
+source (``reuse_sources`` says from where).
 
 ``adopt``: declare files placed by hand in a stage directory done, with a
 manifest that says so (``adopted``), checksums and who adopted them.
@@ -16,7 +20,9 @@ import getpass
 import os
 import socket
 
-from . import layout, manifest, stagetree
+from . import layout, manifest, stagetree, storage
+from .config import check_names
+from .config import reuse_source as config_reuse_source
 
 
 class SteerError(RuntimeError):
@@ -24,7 +30,9 @@ class SteerError(RuntimeError):
 
 
 def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
-    """stage dir → the stage dirs whose manifests list one of its files as input."""
+    """stage dir → the stage dirs whose manifests list one of its files as
+    input, or that were reused from it (another experiment's copy: reuse
+    crosses experiments, so ``experiments`` should be all of the config's)."""
     consumers: dict[str, set[str]] = {}
     for directory in tree.manifest_dirs():
         parts = tree.relative(directory).split("/")
@@ -38,7 +46,35 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
             if item.get("manifest"):
                 producer = tree.key(os.path.dirname(item["manifest"]))
                 consumers.setdefault(producer, set()).add(tree.key(directory))
+        if (data or {}).get("reused_from"):
+            consumers.setdefault(tree.key(data["reused_from"]), set()).add(tree.key(directory))
     return consumers
+
+
+def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
+    """Of these stage dirs (pair/experiment/stage[/instance] under the root),
+    those the config has their experiment take from elsewhere (its ``reuse``
+    setting), with where from: the next run re-links or copies them from
+    there instead of computing them."""
+    root = config["root"]
+    base = (root if storage.is_remote(root) else os.path.abspath(root)).rstrip("/") + "/"
+    found = {}
+    for directory in directories:
+        if not directory.startswith(base):
+            continue
+        parts = directory[len(base):].split("/")
+        if len(parts) < 3 or parts[1] not in config["experiments"] or parts[2] not in config["stages"]:
+            continue
+        pair, experiment, stage, instance = parts[0], parts[1], parts[2], (parts[3] if len(parts) > 3 else None)
+        source = config_reuse_source(config, experiment, pair, stage)
+        if source is None:
+            continue
+        if layout.is_valid_name(source):   # another experiment under the same root
+            source = layout.stage_dir(root, pair, source, stage, instance)
+        elif instance:
+            source = layout.join(source, instance)
+        found[directory] = source
+    return found
 
 
 def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
@@ -48,12 +84,8 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     On a gs:// root: one listing, the manifests read in one batch (only for
     ``downstream``), each archive a server-side move."""
     root = config["root"]
-    if stage not in config["stages"]:
-        raise SteerError(f"unknown stage {stage!r} (expected one of: {', '.join(config['stages'])})")
+    check_names(config, experiments, pairs, stage)
     experiments = experiments or list(config["experiments"])
-    unknown = [e for e in experiments if e not in config["experiments"]]
-    if unknown:
-        raise SteerError(f"unknown experiment(s): {', '.join(unknown)}")
     tree = stagetree.open(root)
     selected = []
     for experiment in experiments:
@@ -69,7 +101,7 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         raise SteerError(f"nothing to rerun: no stage {stage}{'/' + instance if instance else ''} with files "
                          f"for experiment(s) {', '.join(experiments)}" + (f", pair(s) {', '.join(pairs)}" if pairs else ""))
     if downstream:
-        consumers = _consumers(tree, experiments)
+        consumers = _consumers(tree, list(config["experiments"]))
         todo = list(selected)
         while todo:
             for consumer in sorted(consumers.get(todo.pop(), ())):
@@ -84,15 +116,22 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         archived = "(dry run)" if dry_run else tree.archive(directory)
         if archived:
             done.append((directory, archived))
+            if not dry_run:
+                _forget_hold(tree, directory)
     return done
+
+
+def _forget_hold(tree, directory: str) -> None:
+    """Take a stage off the root's registry of stages on hold (layout.HELD)."""
+    rel = tree.relative(directory)
+    tree.remove(layout.join(tree.root, layout.HELD, rel.replace("/", "~")))
 
 
 def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | None = None,
           note: str | None = None, force: bool = False) -> dict:
     """Write the manifest of a stage whose files were put there by hand (on
     a gs:// root: the objects are read for their sha256)."""
-    if stage not in config["stages"]:
-        raise SteerError(f"unknown stage {stage!r} (expected one of: {', '.join(config['stages'])})")
+    check_names(config, experiment, pair, stage, allow_all_pairs=True)
     stage_dir = layout.stage_dir(config["root"], pair, experiment, stage, instance)
     tree = stagetree.open(stage_dir)
     files = [f for f in tree.files(stage_dir)
@@ -119,3 +158,60 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
     tree.write_manifest(stage_dir, record)
     tree.remove(layout.join(stage_dir, layout.UNFINISHED))  # adopted files are done: the next run must not redo them
     return record
+
+
+def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
+          instance: str | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
+    """Give stages that did not succeed a new count of series: those given
+    up (``max_series`` reached) or waiting out a ``series_backoff`` may start
+    again at the next run, in place: their workspace, checkpoints and
+    history stay, and the policy decides how the next series begins.
+    Returns (dir, what it was)."""
+    root = config["root"]
+    check_names(config, experiments, pairs, stage)
+    tree = stagetree.open(root)
+    found = []
+    for experiment in experiments or list(config["experiments"]):
+        for pair in [*config["experiments"][experiment]["pairs"], layout.ALL_PAIRS]:
+            if pairs and pair not in pairs:
+                continue
+            stage_dir = layout.stage_dir(root, pair, experiment, stage)
+            if not tree.isdir(stage_dir):
+                continue
+            dirs = [layout.join(stage_dir, instance)] if instance else [d for _, d in tree.state_dirs(stage_dir)]
+            for directory in dirs:
+                try:
+                    data = tree.manifest(directory)
+                except manifest.ManifestError:
+                    continue
+                if data and data["state"] != "SUCCESS" and data.get("attempts"):
+                    found.append((directory, data))
+    if not found:
+        raise SteerError(f"nothing to retry: no stage {stage}{'/' + instance if instance else ''} that ended "
+                         "without success" + (f" for pair(s) {', '.join(pairs)}" if pairs else ""))
+    busy = [f"{d} ({where})" for d, _ in found for alive, where in [tree.in_flight(d)] if alive]
+    if busy:
+        raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
+    done = []
+    for directory, data in found:
+        spent = max(a.get("series", 1) for a in data["attempts"])
+        what = ("given up" if data.get("given_up") else
+                f"waiting until {data['next_series_after']}" if data.get("next_series_after") else data["state"])
+        if not dry_run:
+            record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
+            record["series_base"] = spent
+            record["reason"] = f"{data.get('reason') or data['state']}; series count reset by waypost retry"
+            tree.write_manifest(directory, record)
+            _forget_hold(tree, directory)
+            if any(tree.exists(layout.join(directory, o)) for o in _declared_outputs(tree, directory)):
+                # placeholders a funnel went on over: the planner must force the job
+                tree.write_marker(layout.join(directory, layout.UNFINISHED), f"{data['state']}\n")
+        done.append((tree.key(directory), what))
+    return done
+
+
+def _declared_outputs(tree, directory: str) -> list[str]:
+    """Files of the stage's workspace (not the engine's): placeholders, when
+    the stage did not succeed."""
+    return [e for e in tree.entries(directory) if not manifest.is_engine_file(e)]
+

@@ -41,11 +41,62 @@ def _gcs():
     return gcsfs.core.GCSFileSystem(**options)
 
 
+GCS_ENDPOINT = "https://storage.googleapis.com"
+# How long the probe waits for the endpoint to accept a connection.
+PROBE_TIMEOUT_S = 5.0
+_reached: set[tuple[str, int]] = set()
+
+
+def endpoint() -> str:
+    """The URL GCS requests go to (the emulator's, when one is set)."""
+    url = os.environ.get("STORAGE_EMULATOR_HOST") or GCS_ENDPOINT
+    return url if "://" in url else "http://" + url
+
+
+def probe(url: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """StorageError at once when the storage endpoint of gs:// ``url`` does
+    not accept a connection (refused, no route, unknown host, no answer
+    within ``timeout``): gcsfs would retry each request with backoff for
+    about a minute and log a traceback per request. For commands, before
+    their first request; once per endpoint and process. Behind a proxy
+    (HTTPS_PROXY and the like) it says nothing: the proxy decides."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not is_remote(url) or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                               "all_proxy")):
+        return
+    where = endpoint()
+    parts = urlsplit(where)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    if (host, port) in _reached:
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc) or type(exc).__name__)
+        raise StorageError(f"{url}: can't reach the storage endpoint {where} ({why}); nothing was read or "
+                           "changed") from None
+    _reached.add((host, port))
+
+
+def quiet_gcsfs_logging() -> None:
+    """No gcsfs tracebacks on stderr (it logs one per failed request, with
+    no handler configured): the error that reaches the command is reported
+    in one line. GCSFS_DEBUG keeps them."""
+    import logging
+    if not os.environ.get("GCSFS_DEBUG"):
+        logger = logging.getLogger("gcsfs")
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
 def reset() -> None:
     """Forget the cached GCS client and listings (tests that start another emulator)."""
     _gcs.cache_clear()
     _roots.clear()
     _listings.clear()
+    _reached.clear()
 
 
 def filesystem(url: str):
@@ -132,3 +183,8 @@ def listing(root: str) -> dict[str, dict]:
 def listed(url: str) -> bool:
     """Is ``url`` in its registered root's listing?"""
     return filesystem(url)[1] in listing(root_of(url))
+
+
+def listed_info(url: str) -> dict | None:
+    """``url``'s entry in its registered root's listing (None: not there)."""
+    return listing(root_of(url)).get(filesystem(url)[1])

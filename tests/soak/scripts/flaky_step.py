@@ -19,7 +19,12 @@ def main():
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--output", required=True)
     parser.add_argument("--failure-rate", type=float, default=0.2)
+    parser.add_argument("--permanent-rate", type=float, default=0.0,
+                        help="the share of instances that fail on every attempt of every run")
     args = parser.parse_args()
+    if int(hashlib.sha256(f"permanent:{args.instance}".encode()).hexdigest(), 16) % 10000 < args.permanent_rate * 10000:
+        print("injected failure: this instance always fails", file=sys.stderr, flush=True)
+        sys.exit(4)
     seed = f"{args.instance}:{os.environ.get('WAYPOST_ATTEMPT')}:{os.environ.get('SOAK_RUN', '0')}"
     rng = random.Random(seed)
     digest = hashlib.sha256(args.instance.encode())
