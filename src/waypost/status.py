@@ -40,7 +40,7 @@ LOOKS = {
 }
 FAILURE_LOOK = ("bold red", "#c62828")
 LEGEND_MARKS = ("n/m: instances done  ×N: attempts  *: provisional, redone next run\n"
-                "given up: failed in its max_series series; no run starts it again until `waypost retry`")
+                "given up: max_series spent; no run starts it again until `waypost retry`")
 
 
 def look(state: str) -> tuple[str, str, str]:
