@@ -254,6 +254,19 @@ def test_param_study_restart_rerun_and_next_run_on_a_bucket(bucket, tmp_path):
     assert manifest(root, "heat-rod/sweep/data_extract/alpha1.0-cells600")["provisional"] is True
     assert planned(tmp_path, *flags(root), snakefile=snakefile) == {"simulate": 1, "data_extract": 1}
 
+    # The next run's series begins as the policy says (restart in place, from
+    # the bucket's checkpoints); with max_series 2 it is then given up, and
+    # the run after that has nothing to do.
+    write_config(tmp_path, study_config(root, [40, 150, 600], max_attempts=2, runtime=0.004, runtime_growth=1,
+                                        max_series=2))
+    snakemake(tmp_path, *flags(root), snakefile=snakefile)
+    big = manifest(root, f"{sim}/alpha1.0-cells600")
+    second = [a for a in big["attempts"] if a["series"] == 2]
+    assert second[0]["action"] == "restart" and "series 1's last attempt (TIMEOUT)" in second[0]["why"]
+    assert "resuming from step" in fs().cat_file(f"{key(root)}/{sim}/alpha1.0-cells600/{second[0]['log']}").decode()
+    assert big["given_up"] is True
+    assert planned(tmp_path, *flags(root), snakefile=snakefile) == {}
+
 
 def test_missing_bucket_and_missing_settings_are_one_clear_line(gcs_emulator, tmp_path):
     root = f"gs://no-such-bucket-{os.getpid()}/results"

@@ -519,6 +519,8 @@ class StageRun:
         if self.first[0] == "cmd":
             self._archive()
         elif unfinished:
+            if self.remote and not retried and (self.first[0] == "restart" or self.policy.rerun != "new"):
+                self.remote.pull_workspace()   # the series goes on in it: checkpoints and all
             print(f"waypost: {self.name}: series {self.series_no} starts with {self.first[0]}: {self.first[1]}",
                   file=sys.stderr)
         return None
