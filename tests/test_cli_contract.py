@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -205,3 +207,18 @@ def test_profile_config_lists_compose(shared, tmp_path):
     proc = waypost(shared, "run", "--profile", str(both), "--experiment", "exp1", "--", "-n", check=False)
     command = proc.stderr.splitlines()[0]
     assert command.startswith("waypost: snakemake ") and "--config pool=cloud root=results 'select=" in command
+
+
+def test_cron_and_plan_carry_the_profiles_config_with_their_own(tmp_path):
+    """`-- --config K=V` after cron (or plan) joins the profile's `config:`
+    entries instead of replacing them (which would move the run to another pool)."""
+    both = profile(tmp_path, "both", ["pool=cloud"])
+    write_config(tmp_path, SMALL_CONFIG)
+    proc = subprocess.run([sys.executable, "-m", "waypost.cli", "cron", "--config", str(tmp_path / "config.yaml"),
+                           "--workflow", str(REPO / "workflow"), "--profile", str(both), "--", "-n",
+                           "--config", "rerun_policy=presence"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / ".waypost" / "cron.log").read_text().splitlines()[-1])
+    command = record["command"]
+    at = command.index("--config")
+    assert command[at + 1:at + 3] == ["pool=cloud", "rerun_policy=presence"], command

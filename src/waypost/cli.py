@@ -67,6 +67,23 @@ def _config_entries(snakemake_args: list[str]) -> tuple[list[str], list[str]]:
     return entries, rest
 
 
+def with_profile_config(profile: str, extra: list[str], select: dict | None = None) -> list[str]:
+    """Extra Snakemake arguments with their ``--config`` entries (and a
+    ``select``) in one ``--config`` that also carries the profile's own
+    ``config:`` entries (``pool=cloud``): a ``--config`` replaces the
+    profile's list rather than adding to it."""
+    given, rest = _config_entries(extra)
+    if not (select or given):
+        return extra
+    try:
+        entries = [f"{k}={v}" for k, v in profile_config(profile)[1].items()]
+    except wconfig.ConfigError:
+        entries = []   # a profile only Snakemake finds: its entries are its own business
+    if select:
+        entries.append("select=" + json.dumps(select, separators=(",", ":")))
+    return ["--config", *entries, *given, *rest]
+
+
 def extra_args(args) -> list[str]:
     return args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
 
@@ -371,6 +388,7 @@ def cmd_cron(args) -> int:
     extra = extra_args(args)
     if stage_args(extra):
         wconfig.check_names(load_config(args), stages=stage_args(extra))
+    extra = with_profile_config(args.profile, extra) if args.profile else extra
     return cron.run(args.profile, extra, args.config, args.workflow, checksums=not args.no_checksums)
 
 
@@ -578,7 +596,8 @@ def cmd_plan(args) -> int:
     wconfig.check_names(cfg, stages=stage_args(extra))
     reach(cfg["root"])
     config_path = None if args.config == DEFAULT_CONFIG else args.config
-    code, text = plan.dry_run(args.profile, config_path, args.workflow, [*snakemake_options(cfg["root"]), *extra])
+    code, text = plan.dry_run(args.profile, config_path, args.workflow,
+                              [*snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)])
     if code != 0:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)
@@ -643,18 +662,7 @@ def cmd_run(args) -> int:
     if args.until:
         cmd += ["--until", *args.until]
     select = {k: v for k, v in (("experiments", args.experiment), ("pairs", args.pair)) if v}
-    given, extra = _config_entries(extra)
-    if select or given:
-        # One --config, carrying the profile's config: entries (pool=cloud):
-        # a --config replaces the profile's list rather than adding to it.
-        try:
-            entries = [f"{k}={v}" for k, v in profile_config(args.profile)[1].items()]
-        except wconfig.ConfigError:
-            entries = []   # a profile only Snakemake finds: its entries are its own business
-        if select:
-            entries.append("select=" + json.dumps(select, separators=(",", ":")))
-        cmd += ["--config", *entries, *given]
-    cmd += extra
+    cmd += with_profile_config(args.profile, extra, select)
     print("waypost: " + " ".join(shlex.quote(c) for c in ["snakemake", *cmd[3:]]), file=sys.stderr)
     sys.stdout.flush()
     os.execv(cmd[0], cmd)
