@@ -118,7 +118,6 @@ def dead_pid() -> int:
 
 def build_tree(files: Files, sleeper_pid: int) -> None:
     """The stage dirs of the scenario; comments say what prune must do."""
-    root = files.root
     # keep_last 2: 6 and 5 are the newest; 4 is in the current manifest's
     # history and 3 in an interrupted runner's marker (both slimmed: their
     # model goes, their log and manifest stay); 2 holds the outputs a live
@@ -345,7 +344,7 @@ def test_prune_in_a_bucket(bucket, tmp_path, sleeper):
     after = objects(root)
     assert before - after == {o for o in before if any(o.startswith(p + "/") for p in expected)} | \
         {f"{p}/model.bin" for p in SLIMMED}
-    assert f"en-xa/exp1/train_backward/.attempts/2/_manifest.json" in after
+    assert "en-xa/exp1/train_backward/.attempts/2/_manifest.json" in after
     assert json.loads(waypost(tmp_path, "status", "--sizes", "--json").stdout)["archives"] == 25 - len(expected)
 
 

@@ -77,26 +77,32 @@ def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
     return found
 
 
+def _stage_dirs(tree, config: dict, stage: str, experiments: list[str], pairs: list[str] | None,
+                instance: str | None) -> list[str]:
+    """The directories (instances apart) of a stage in these experiments and
+    pairs (the per-experiment slot of funnels included) that exist."""
+    found = []
+    for experiment in experiments:
+        for pair in [*config["experiments"][experiment]["pairs"], layout.ALL_PAIRS]:
+            if pairs and pair not in pairs:
+                continue
+            stage_dir = layout.stage_dir(config["root"], pair, experiment, stage)
+            if tree.isdir(stage_dir):
+                found += [layout.join(stage_dir, instance)] if instance else [d for _, d in tree.state_dirs(stage_dir)]
+    return found
+
+
 def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
           instance: str | None = None, downstream: bool = False, dry_run: bool = False) -> list[tuple[str, str]]:
     """Archive the workspaces of a stage (and, with ``downstream``, of what
     consumed it) so the next run recomputes them. Returns (dir, archive).
     On a gs:// root: one listing, the manifests read in one batch (only for
     ``downstream``), each archive a server-side move."""
-    root = config["root"]
     check_names(config, experiments, pairs, stage)
     experiments = experiments or list(config["experiments"])
-    tree = stagetree.open(root)
-    selected = []
-    for experiment in experiments:
-        for pair in [*config["experiments"][experiment]["pairs"], layout.ALL_PAIRS]:
-            if pairs and pair not in pairs:
-                continue
-            stage_dir = layout.stage_dir(root, pair, experiment, stage)
-            if not tree.isdir(stage_dir):
-                continue
-            dirs = [layout.join(stage_dir, instance)] if instance else [d for _, d in tree.state_dirs(stage_dir)]
-            selected += [tree.key(d) for d in dirs if tree.entries(d)]
+    tree = stagetree.open(config["root"])
+    selected = [tree.key(d) for d in _stage_dirs(tree, config, stage, experiments, pairs, instance)
+                if tree.entries(d)]
     if not selected:
         raise SteerError(f"nothing to rerun: no stage {stage}{'/' + instance if instance else ''} with files "
                          f"for experiment(s) {', '.join(experiments)}" + (f", pair(s) {', '.join(pairs)}" if pairs else ""))
@@ -167,25 +173,16 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     again at the next run, in place: their workspace, checkpoints and
     history stay, and the policy decides how the next series begins.
     Returns (dir, what it was)."""
-    root = config["root"]
     check_names(config, experiments, pairs, stage)
-    tree = stagetree.open(root)
+    tree = stagetree.open(config["root"])
     found = []
-    for experiment in experiments or list(config["experiments"]):
-        for pair in [*config["experiments"][experiment]["pairs"], layout.ALL_PAIRS]:
-            if pairs and pair not in pairs:
-                continue
-            stage_dir = layout.stage_dir(root, pair, experiment, stage)
-            if not tree.isdir(stage_dir):
-                continue
-            dirs = [layout.join(stage_dir, instance)] if instance else [d for _, d in tree.state_dirs(stage_dir)]
-            for directory in dirs:
-                try:
-                    data = tree.manifest(directory)
-                except manifest.ManifestError:
-                    continue
-                if data and data["state"] != "SUCCESS" and data.get("attempts"):
-                    found.append((directory, data))
+    for directory in _stage_dirs(tree, config, stage, experiments or list(config["experiments"]), pairs, instance):
+        try:
+            data = tree.manifest(directory)
+        except manifest.ManifestError:
+            continue
+        if data and data["state"] != "SUCCESS" and data.get("attempts"):
+            found.append((directory, data))
     if not found:
         raise SteerError(f"nothing to retry: no stage {stage}{'/' + instance if instance else ''} that ended "
                          "without success" + (f" for pair(s) {', '.join(pairs)}" if pairs else ""))
