@@ -64,6 +64,12 @@ def test_crons_over_a_stage_that_always_times_out_stop_at_the_cap_and_resume_fro
     # given up, neither is scheduled, and the run is clean.
     logs = run_logs(tmp_path)
     assert "clock skew" not in logs
+    # The runner's lines name experiment/pair/stage[/instance]; cron ran the
+    # Snakefile whose config it validated.
+    assert "waypost: exp1/en-xb/train_student attempt 1 (cmd) ended TIMEOUT" in logs
+    assert "waypost: exp1/en-xa/train_teacher/0 attempt 1 (cmd) ended SUCCESS" in logs
+    command = records(tmp_path)[0]["command"]
+    assert command[command.index("-s") + 1] == str(REPO / "workflow" / "Snakefile")
     assert {line for line in logs.splitlines() if line.startswith("Error in rule")} == {"Error in rule export:"}
     assert [r["snakemake_exit"] for r in records(tmp_path)] == [1, 1, 0]
     # The funnel was redone over the latest state, and says given up.
