@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,status,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,slurm] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -13,7 +13,7 @@ diagnosis of missed targets, written by hand) is included in the document.
 
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
 idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_REPS, BENCH_BIG_MB,
-BENCH_CATALOG_LOCAL and BENCH_CATALOG_GCS size it;
+BENCH_CATALOG_LOCAL, BENCH_CATALOG_GCS and BENCH_FINDPAGE_ROWS size it;
 BENCH_PROFILE=1 profiles even where the targets are met; BENCH_TMP is where
 the temporary trees go (default: the system's temp dir).
 """
@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_catalog  # noqa: E402
+import bench_findpage  # noqa: E402
 import bench_planning  # noqa: E402
 import bench_runner  # noqa: E402
 import bench_slurm  # noqa: E402
@@ -45,6 +46,7 @@ BENCHMARKS = {                      # the issue's order
     "planning": bench_planning.run,
     "runner": bench_runner.run,
     "catalog": bench_catalog.run,
+    "findpage": bench_findpage.run,     # issue 21: the catalog as a page
     "status": bench_status.run,
     "slurm": bench_slurm.run,
 }

@@ -29,13 +29,24 @@ def read_manifest(stage_dir):
         return None
 
 
+def local_copy(stage_dir):
+    """Where to read a stage dir a manifest names. On a gs:// root manifests
+    name their inputs by gs:// URL; the step runner keeps local copies of
+    gs://BUCKET/KEY at $WAYPOST_MIRROR/BUCKET/KEY, the manifests a failure
+    chase needs among them. Other paths as they are."""
+    mirror = os.environ.get("WAYPOST_MIRROR")
+    if mirror and stage_dir.startswith("gs://"):
+        return os.path.join(mirror, stage_dir[len("gs://"):])
+    return stage_dir
+
+
 def root_failure(stage_dir, seen=None):
     """The stage that failed first upstream of ``stage_dir`` (following the
     inputs of skipped stages), as 'stage STATE (n attempts)', or None.
 
     waypost writes a ``_manifest.json`` beside every stage's outputs; a stage
     that did not succeed says so there, and a skipped one lists the inputs
-    whose state blocked it.
+    whose state blocked it (on a gs:// root: see ``local_copy``).
     """
     seen = seen or set()
     data = read_manifest(stage_dir)
@@ -45,7 +56,7 @@ def root_failure(stage_dir, seen=None):
     if data.get("state") == "SKIPPED":
         for entry in data.get("inputs", []):
             if entry.get("state") not in ("SUCCESS", "ADOPTED"):
-                found = root_failure(os.path.dirname(entry["path"]), seen)
+                found = root_failure(local_copy(os.path.dirname(entry["path"])), seen)
                 if found:
                     return found
     attempts = len([a for a in data.get("attempts", []) if a.get("series") == data["attempts"][-1].get("series")]) \

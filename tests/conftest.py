@@ -238,3 +238,26 @@ def gcs_copy(gcs_finished, bucket, tmp_path):
         gcs_fs().pipe_file(path, data.replace(f"{gcs_finished.root}/".encode(), f"{root}/".encode()))
     write_config(tmp_path, gcs_config(root))
     return SimpleNamespace(root=root, workdir=tmp_path)
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory):
+    """Runs headless Chromium with some arguments; in CI, a missing browser fails.
+    (Session-scoped so a skip comes before the pipeline run of ``run_copy``.)"""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing (make test installs Debian's chromium as root)")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    profile = tmp_path_factory.mktemp("chromium")
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                               "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                               "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}",
+                               *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+    return run

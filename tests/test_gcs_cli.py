@@ -150,7 +150,7 @@ def test_verify_repair_and_cron_in_the_bucket(gcs_copy, gcs_log):
     assert f"{root}/{vocab}: vocab.json is missing" in out
     assert f"{root}/{clean}: clean.tsv has {len(data) - 10} bytes, the manifest says {len(data)}" in out
     assert f"{root}/{mono}: {root}/{mono}/_manifest.json: unreadable manifest" in out
-    assert "output sizes checked, not checksums" in out
+    assert "outputs checked by the crc32c GCS lists" in out
 
     mark = gcs_log.mark()
     proc = waypost(work, "verify", "--repair", check=False)

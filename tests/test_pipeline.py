@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from snakemake.exceptions import WorkflowError
 
-from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
+from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from waypost.manifest import RUN_ID_ENV
 from waypost.snakemake import run_identity
 

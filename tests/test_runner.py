@@ -37,7 +37,9 @@ def test_success_writes_manifest_with_checksums(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = manifest.read(str(stage))
     assert data["state"] == "SUCCESS"
-    assert data["outputs"] == [{"path": "out.txt", "size": 4, "sha256": manifest.sha256_file(str(out))}]
+    # crc32c as GCS lists it: base64 of the big-endian CRC32C (of b"data")
+    assert data["outputs"] == [{"path": "out.txt", "size": 4, "sha256": manifest.sha256_file(str(out)),
+                                "crc32c": "rth90Q=="}]
     assert data["settings"] == {"k": 1} and data["config_hash"] == "h" and data["code_version"] == "v"
     (attempt,) = data["attempts"]
     assert attempt["state"] == "SUCCESS" and attempt["exit_code"] == 0 and attempt["number"] == 1

@@ -11,14 +11,12 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
 import yaml
 
 from conftest import REPO, waypost
 from waypost import config as wconfig
 from waypost import manifest, parallel, status, statuspage
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 
 
@@ -103,26 +101,6 @@ def fail_teacher(workdir: Path, pair: str, instance: str) -> None:
                            "--output", f"{stage_dir}/model.json", "--", "bash", "-c", "exit 3"],
                           cwd=workdir, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
-
-
-@pytest.fixture(scope="session")
-def chromium(tmp_path_factory):
-    """Runs headless Chromium with some arguments; in CI, a missing browser fails.
-    (Session-scoped so a skip comes before the pipeline run of ``run_copy``.)"""
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing (make test installs Debian's chromium as root)")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    profile = tmp_path_factory.mktemp("chromium")
-
-    def run(*args: str) -> str:
-        proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                               "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                               "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}",
-                               *args], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
-    return run
 
 
 def test_status_page_in_chromium(chromium, run_copy, tmp_path):

@@ -10,8 +10,13 @@ and skipped, never fatal. Large local trees are listed and read by worker
 processes (a cold build of 100,000 manifests is otherwise one core's JSON
 parsing); the rows go into SQLite in one transaction, in key order.
 
-Only a stage's current manifest counts (``{root}/{pair}/{experiment}/{stage}
-[/{instance}]/_manifest.json``), not the archived ones under ``.attempts/``.
+Every manifest counts: a stage's current one (``{root}/{pair}/{experiment}/
+{stage}[/{instance}]/_manifest.json``) and the archived ones of earlier
+workspaces (``.../{stage}[/{instance}]/.attempts/<n>/_manifest.json``, found
+in the same walk or listing), whose rows say ``archived`` (and which
+``archive``); their location is the archive directory, reusable like any
+other. A row keeps the manifest's inputs (where each came from), so
+``lineage`` walks a stage back to the first one, across roots and reuse.
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ CREATE TABLE IF NOT EXISTS manifests (
     state        TEXT, created TEXT, attempts INTEGER,
     config_hash  TEXT, code_version TEXT, reused_from TEXT, adopted INTEGER,
     provisional  INTEGER,
-    settings     TEXT                -- JSON
+    settings     TEXT,               -- JSON
+    archive      TEXT,               -- ".attempts/<n>" for an archived manifest, else NULL
+    source_created TEXT,             -- a reused copy: when its source was made
+    inputs       TEXT                -- JSON: [{path, manifest, state}]
 );
 CREATE INDEX IF NOT EXISTS manifests_stage ON manifests (stage, pair, created);
 CREATE INDEX IF NOT EXISTS manifests_experiment ON manifests (experiment, pair, stage);
@@ -50,7 +58,11 @@ CREATE TABLE IF NOT EXISTS roots (
 );
 """
 COLUMNS = ("location", "root", "stamp", "experiment", "pair", "stage", "instance", "state", "created",
-           "attempts", "config_hash", "code_version", "reused_from", "adopted", "provisional", "settings")
+           "attempts", "config_hash", "code_version", "reused_from", "adopted", "provisional", "settings",
+           "archive", "source_created", "inputs")
+# The cache file's layout (SQLite's user_version): a file of another version
+# is dropped and rebuilt at the next refresh, never misread.
+VERSION = 2
 
 
 @dataclass
@@ -81,33 +93,66 @@ def _pair_dirs(root: str) -> list[str]:
     return sorted(e.path for e in _dirs(root) if layout.is_valid_name(e.name) or e.name == layout.ALL_PAIRS)
 
 
+def _scan(path: str, found: dict, stamps: bool) -> dict[str, os.DirEntry] | None:
+    """Record a stage (or instance) directory's manifest and its archives'
+    (``.attempts/<n>/_manifest.json``) in ``found``; returns its entries."""
+    try:
+        with os.scandir(path) as it:
+            entries = {e.name: e for e in it}
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    if layout.MANIFEST in entries:
+        found[path] = _stamp(entries[layout.MANIFEST].stat()) if stamps else None
+    if layout.ATTEMPTS in entries:
+        _archives(path, found, stamps)
+    return entries
+
+
+def _archives(path: str, found: dict, stamps: bool) -> None:
+    """Record the manifests of a directory's archives (``.attempts/<n>``)."""
+    try:
+        with os.scandir(os.path.join(path, layout.ATTEMPTS)) as it:
+            archives = [e.path for e in it if e.name.isdigit()]
+    except (NotADirectoryError, FileNotFoundError, PermissionError):
+        return
+    for archive in archives:
+        try:
+            st = os.stat(os.path.join(archive, layout.MANIFEST))
+        except (FileNotFoundError, NotADirectoryError):
+            continue   # a workspace archived without a manifest of its own
+        found[archive] = _stamp(st) if stamps else None
+
+
+def _scan_instance(path: str, found: dict, stamps: bool) -> None:
+    """``_scan`` of a directory one level below a stage's, in two system
+    calls rather than a listing (most are instances without archives)."""
+    try:
+        st = os.stat(os.path.join(path, layout.MANIFEST))
+        found[path] = _stamp(st) if stamps else None
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    _archives(path, found, stamps)
+
+
 def _local_manifests(pair_dirs: list[str], stamps: bool = True) -> dict[str, str | None]:
-    """{stage dir: stamp} for every current manifest under local pair directories.
+    """{stage dir: stamp} for every manifest under local pair directories,
+    the archived ones (``.attempts/<n>``) too.
 
     The layout has a fixed depth, so this lists experiment and stage
-    directories (and instance directories one level below) and nothing else:
-    no descent into outputs, checkpoints, logs or archives. Without
-    ``stamps`` (a cold build reads every manifest anyway, and stamps it as it
-    reads) a stage's manifest costs no system call of its own.
+    directories (and instance directories one level below, and the
+    ``.attempts`` of each) and nothing else: no descent into outputs,
+    checkpoints or logs. Without ``stamps`` (a cold build reads every
+    manifest anyway, and stamps it as it reads) a stage's manifest costs no
+    system call of its own.
     """
-    found = {}
+    found: dict[str, str | None] = {}
     for pair in pair_dirs:
         for experiment in _dirs(pair):
             for stage in _dirs(experiment.path):
-                try:
-                    with os.scandir(stage.path) as it:
-                        entries = {e.name: e for e in it}
-                except (FileNotFoundError, NotADirectoryError, PermissionError):
-                    continue
-                if layout.MANIFEST in entries:
-                    found[stage.path] = _stamp(entries[layout.MANIFEST].stat()) if stamps else None
-                for name, entry in entries.items():
+                entries = _scan(stage.path, found, stamps)
+                for name, entry in (entries or {}).items():
                     if layout.is_valid_name(name) and entry.is_dir(follow_symlinks=False):
-                        try:
-                            st = os.stat(os.path.join(entry.path, layout.MANIFEST))
-                        except (FileNotFoundError, NotADirectoryError):
-                            continue
-                        found[entry.path] = _stamp(st)
+                        _scan_instance(entry.path, found, stamps)
     return found
 
 
@@ -117,21 +162,70 @@ def _remote_manifests(fs, prefix: str) -> dict[str, str]:
     depth = prefix.count("/")
     fs.invalidate_cache(prefix)  # others write to the bucket: never answer from an old listing
     for path, info in fs.find(prefix, detail=True).items():
-        if not path.endswith("/" + layout.MANIFEST) or "/." in path[len(prefix):]:
+        if not path.endswith("/" + layout.MANIFEST):
             continue
-        if path.count("/") - depth not in (4, 5):   # pair/experiment/stage[/instance]/_manifest.json
+        levels = path.count("/") - depth
+        rel = path[len(prefix):]
+        parts = rel.rsplit("/", 3)
+        if len(parts) == 4 and parts[1] == layout.ATTEMPTS and parts[2].isdigit():
+            levels, rel = levels - 2, parts[0]   # an archive: .attempts/<n>/_manifest.json
+        if "/." in rel or levels not in (4, 5):   # pair/experiment/stage[/instance]/_manifest.json
             continue
         stamp = str(info.get("generation") or f"{info.get('updated')}:{info.get('size')}")
         found[storage.url_of(fs, path.rsplit("/", 1)[0])] = stamp
     return found
 
 
+def archive_of(location: str) -> str | None:
+    """``.attempts/<n>`` when a location is an archived workspace, else None."""
+    parts = location.rstrip("/").rsplit("/", 2)
+    return f"{layout.ATTEMPTS}/{parts[2]}" if len(parts) == 3 and parts[1] == layout.ATTEMPTS else None
+
+
+def _workdir(root: str, paths: list[str]) -> str | None:
+    """Where the run that wrote a manifest ran, from the relative manifest
+    paths of its inputs (``results/en-xa/exp1/clean_corpus/_manifest.json``
+    when the config's root was ``results``): the directory whose
+    ``{config root}`` is this root."""
+    for path in paths:
+        parts = path.split("/")
+        for tail in (4, 5):   # pair/experiment/stage[/instance]/_manifest.json
+            if len(parts) < tail:
+                continue
+            written = os.path.normpath("/".join(parts[:len(parts) - tail]) or ".")
+            if written == ".":
+                return root
+            if root.endswith(os.sep + written):
+                return root[:-len(written) - 1] or os.sep
+    return None
+
+
+def _inputs(root: str, data: dict) -> list[dict]:
+    """A manifest's inputs as {path, manifest, state}, a path relative to
+    the run's working directory made absolute when that can be told (the
+    catalog's locations are)."""
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, dict)]
+    relative = [i["manifest"] for i in inputs if isinstance(i.get("manifest"), str)
+                and not i["manifest"].startswith(("/", "gs://"))]
+    workdir = _workdir(root, relative) if relative and not storage.is_remote(root) else None
+
+    def where(path):
+        if workdir and isinstance(path, str) and not path.startswith(("/", "gs://")):
+            return os.path.normpath(os.path.join(workdir, path))
+        return path
+    return [{"path": where(i.get("path")), "manifest": where(i.get("manifest")), "state": i.get("state")}
+            for i in inputs]
+
+
 def _row(location: str, root: str, stamp: str, data: dict) -> tuple:
+    source = data.get("reused_manifest") if isinstance(data.get("reused_manifest"), dict) else {}
     return (location, root, stamp, data.get("experiment"), data.get("pair"), data.get("stage"),
             data.get("instance"), data.get("state"), data.get("created"), len(data.get("attempts") or []),
             data.get("config_hash"), data.get("code_version"), data.get("reused_from"),
             int(bool(data.get("adopted"))), int(bool(data.get("provisional"))),
-            json.dumps(data.get("settings") or {}, sort_keys=True))
+            json.dumps(data.get("settings") or {}, sort_keys=True), archive_of(location),
+            (data.get("source_created") or source.get("created")) if data.get("reused_from") else None,
+            json.dumps(_inputs(root, data)))
 
 
 def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
@@ -209,6 +303,11 @@ class Catalog:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        if self.db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
+            with self.db:   # an older (or newer) layout: rebuilt from the roots, not misread
+                for table in ("manifests", "problems", "roots"):
+                    self.db.execute(f"DROP TABLE IF EXISTS {table}")
+                self.db.execute(f"PRAGMA user_version = {VERSION}")
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:
@@ -272,10 +371,12 @@ class Catalog:
     # --- queries ---------------------------------------------------------
     def find(self, *, stage: str | None = None, pair: str | None = None, experiment: str | None = None,
              state: str | None = None, since: str | None = None, until: str | None = None,
-             config_hash: str | None = None, root: str | None = None, limit: int | None = None) -> list[dict]:
+             config_hash: str | None = None, root: str | None = None, limit: int | None = None,
+             archived: bool = True) -> list[dict]:
         """Manifests matching every given filter, newest first. ``pair``,
         ``stage`` and ``experiment`` take shell-style patterns (``en-*``);
-        ``since``/``until`` are ISO dates or times (UTC)."""
+        ``since``/``until`` are ISO dates or times (UTC); without
+        ``archived``, only current manifests (no ``.attempts/<n>``)."""
         where, args = [], []
         for column, value in (("stage", stage), ("pair", pair), ("experiment", experiment)):
             if value is not None:
@@ -291,24 +392,106 @@ class Catalog:
         if until:
             where.append("created < ?")
             args.append(until)
+        if not archived:
+            where.append("archive IS NULL")
         sql = "SELECT * FROM manifests" + (" WHERE " + " AND ".join(where) if where else "")
         sql += " ORDER BY created DESC, location"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        rows = []
-        for row in self.db.execute(sql, args):
-            item = dict(row)
-            item["settings"] = json.loads(item["settings"] or "{}")
-            item["adopted"] = bool(item["adopted"])
-            item["provisional"] = bool(item["provisional"])
-            rows.append(item)
-        return rows
+        return [_item(row) for row in self.db.execute(sql, args)]
+
+    def get(self, location: str) -> dict | None:
+        """The row of one location (a stage, instance or archive directory)."""
+        row = self.db.execute("SELECT * FROM manifests WHERE location = ?", (location,)).fetchone()
+        return _item(row) if row else None
+
+    def _produced(self, stage_dir: str, before: str | None) -> dict | None:
+        """The manifest of ``stage_dir`` that made an input used at
+        ``before`` (a consumer's created time): its current one, unless that
+        was made later (the stage was redone since), then the newest of its
+        archives made by then."""
+        current = self.get(stage_dir)
+        if current and (not before or (current["created"] or "") <= before):
+            return current
+        prefix = stage_dir.rstrip("/") + "/" + layout.ATTEMPTS + "/"
+        archives = [_item(r) for r in self.db.execute(
+            "SELECT * FROM manifests WHERE location > ? AND location < ? ORDER BY created DESC",
+            (prefix, prefix + "\U0010ffff"))]
+        made = [a for a in archives if not before or (a["created"] or "") <= before]
+        if made:
+            return made[0]
+        return current or (archives[0] if archives else None)   # clocks apart: the nearest there is
+
+    def lineage(self, location: str) -> dict:
+        """The chain of manifests a stage was made from, as a tree: each node
+        {location, experiment, pair, stage, instance, state, created,
+        code_version, config_hash, archived, archive, reused_from,
+        source_created, inputs: [nodes]}, down to stages without inputs. An
+        input's node is the manifest that made it (its stage's current one,
+        or an archived one when the stage was redone after it was used); a
+        reused copy's only node below is its source (``via: "reuse"``). A
+        manifest not in the catalog is {location, missing: true}."""
+        fields = ("location", "experiment", "pair", "stage", "instance", "state", "created", "code_version",
+                  "config_hash", "archived", "archive", "reused_from", "source_created", "root")
+
+        made: dict[str, dict] = {}   # location → its node: a stage many others read is walked once
+
+        def node(row: dict | None, where: str, seen: tuple) -> dict:
+            if row is None:
+                return {"location": where, "missing": True, "inputs": []}
+            here = {k: row.get(k) for k in fields}
+            if row["location"] in seen:   # can't happen (a manifest is written after its inputs'): guard anyway
+                return {**here, "cycle": True, "inputs": []}
+            if row["location"] in made:
+                return made[row["location"]]
+            made[row["location"]] = here
+            seen = seen + (row["location"],)
+            children = []
+            for item in row["inputs"]:
+                if not item.get("manifest"):   # placed by hand: no manifest to follow
+                    children.append({"location": item.get("path"), "adopted": True, "via": "input",
+                                     "path": item.get("path"), "state": item.get("state"), "inputs": []})
+                    continue
+                stage_dir = _dirname(item["manifest"])
+                child = node(self._produced(stage_dir, row["created"]), stage_dir, seen)
+                children.append({**child, "via": "input", "path": item.get("path")})
+            if row.get("reused_from"):
+                source = row["reused_from"].rstrip("/")
+                children.append({**node(self.get(source), source, seen), "via": "reuse"})
+            here["inputs"] = children
+            return here
+
+        key = _location(location)
+        return node(self.get(key), key, ())
 
     def problems(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM problems ORDER BY location")]
 
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM manifests").fetchone()[0]
+
+
+def _item(row: sqlite3.Row) -> dict:
+    item = dict(row)
+    item["settings"] = json.loads(item["settings"] or "{}")
+    item["adopted"] = bool(item["adopted"])
+    item["provisional"] = bool(item["provisional"])
+    item["archived"] = item["archive"] is not None
+    item["inputs"] = json.loads(item["inputs"] or "[]")
+    return item
+
+
+def _dirname(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0] if storage.is_remote(path) else os.path.dirname(path)
+
+
+def _location(path: str) -> str:
+    """A stage, instance or archive directory (or its ``_manifest.json``) as
+    the catalog keys it: a gs:// URL, or an absolute local path."""
+    path = path.rstrip("/") or "/"
+    if path.endswith("/" + layout.MANIFEST):
+        path = _dirname(path)
+    return path if storage.is_remote(path) else os.path.abspath(path)
 
 
 def roots_of(config: dict) -> list[str]:

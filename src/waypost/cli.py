@@ -89,7 +89,7 @@ def extra_args(args) -> list[str]:
 
 
 def cmd_status(args) -> int:
-    from . import status
+    from . import stagetree, status
 
     cfg = load_config(args)
     wconfig.check_names(cfg, args.experiment, args.pair, args.attempts)
@@ -98,6 +98,13 @@ def cmd_status(args) -> int:
         return render_sizes(cfg, args)
     grid = status.collect(cfg, wconfig.experiment_scoped_stages(args.workflow), args.experiment, args.pair)
     if args.attempts:
+        tree = stagetree.open(cfg["root"])   # the archives' manifests: read for these stages only
+        for stage in args.attempts:
+            for *_, cell in _stage_cells(grid, stage):
+                cell["archives"] = status.archived_runs(tree, cell["path"])
+        if args.json:
+            sys.stdout.write(json.dumps(grid, indent=2 if sys.stdout.isatty() else None) + "\n")
+            return 0
         render_attempts(grid, args.attempts)
         return 0
     if args.json:
@@ -244,6 +251,11 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
             console.print(table)
             for line in reasons:
                 console.print(escape(line), soft_wrap=True)
+            for run in cell.get("archives", []):
+                what = (f"{run['state']}, {run['attempts']} attempt{'s' if run['attempts'] != 1 else ''}, "
+                        f"made {_when(run['created'])}" + (" (reused)" if run["reused_from"] else "")
+                        if run["state"] else run.get("error") or "no manifest")
+                console.print(escape(f"archived {run['archive']}: {what}"), soft_wrap=True)
 
 
 def render_sizes(cfg: dict, args) -> int:
@@ -401,8 +413,9 @@ def cmd_verify(args) -> int:
         action = f"archived in {p.stage_dir}/{p.archived}" if p.archived else "not done (use --repair to set it aside)"
         print(f"{p.stage_dir}: {p.what}; {action}")
     print(f"{len(problems)} stage(s) not to be trusted" if problems else "every manifest checks out")
-    if cfg["root"].startswith("gs://"):
-        print(verify.SIZES_ONLY)
+    how = verify.summary(cfg["root"], problems, checksums=not args.no_checksums)
+    if how:
+        print(how)   # on a gs:// root: crc32c from the listing, or sizes only (and how many)
     return 1 if problems else 0   # problems found (also when --repair set them aside)
 
 
@@ -430,20 +443,21 @@ def cmd_find(args) -> int:
                 continue
             for problem in done.problems:
                 print(f"waypost: catalog: skipped {problem}", file=sys.stderr)
+    if args.lineage:
+        return render_lineage(cat.lineage(args.lineage), args.json) or (1 if unread else 0)
     rows = cat.find(stage=args.stage, pair=args.pair, experiment=args.experiment, state=args.state,
-                    since=args.since, until=args.until, config_hash=args.config_hash, limit=args.limit)
+                    since=args.since, until=args.until, config_hash=args.config_hash, limit=args.limit,
+                    archived=not args.no_archived)
     if not rows:
         _check_find_names(cfg, cat, args)
-    for row in rows:
-        against = args.against or (row["experiment"] if row["experiment"] in cfg["experiments"] else
-                                   next((e for e, x in cfg["experiments"].items() if row["pair"] in x["pairs"]), None))
-        if against and row["stage"] in cfg["stages"] and (row["pair"] in cfg["experiments"][against]["pairs"]
-                                                          or row["pair"] == "_all"):
-            current = wconfig.step_settings(cfg, against, row["pair"], row["stage"])
-            row["differs"] = catalog.settings_diff(row["settings"], current)
-            row["compared_with"] = against
-        else:
-            row["differs"], row["compared_with"] = None, None
+    _compare_with_config(rows, cfg, args.against)
+    if args.html:
+        # The page is over the whole catalog (lineage needs every stage); the
+        # filters given here are its first view.
+        everything = cat.find(archived=not args.no_archived)
+        _compare_with_config(everything, cfg, args.against)
+        _write_find_page(args, cfg, roots, everything)
+        return 1 if unread else 0
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -464,11 +478,94 @@ def cmd_find(args) -> int:
             differs = "same" if not row["differs"] else "; ".join(row["differs"])
             differs = f"{differs} ({row['compared_with']})"
         table.add_row(row["experiment"], row["pair"], name,
-                      f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else ""),
-                      (row["created"] or "")[:16].replace("T", " "), str(row["attempts"]),
+                      f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else "")
+                      + (f" (archived {row['archive']})" if row["archive"] else ""),
+                      _when(row["source_created"] or row["created"]) + (" (reused)" if row["source_created"] else ""),
+                      str(row["attempts"]),
                       (row["config_hash"] or "–")[:8], escape(differs), escape(location))
     Console(width=args.width).print(table)
     return 1 if unread else 0
+
+
+def _compare_with_config(rows: list[dict], cfg: dict, against: str | None) -> None:
+    """Each row's settings that differ from the current config's (``differs``,
+    ``compared_with``): of ``against``, else of its own experiment, else of
+    one that has its pair; None where nothing compares."""
+    from . import catalog
+
+    for row in rows:
+        other = against or (row["experiment"] if row["experiment"] in cfg["experiments"] else
+                            next((e for e, x in cfg["experiments"].items() if row["pair"] in x["pairs"]), None))
+        if other and row["stage"] in cfg["stages"] and (row["pair"] in cfg["experiments"][other]["pairs"]
+                                                        or row["pair"] == "_all"):
+            current = wconfig.step_settings(cfg, other, row["pair"], row["stage"])
+            row["differs"] = catalog.settings_diff(row["settings"], current)
+            row["compared_with"] = other
+        else:
+            row["differs"], row["compared_with"] = None, None
+
+
+def _when(iso: str | None) -> str:
+    """A manifest's time as the tables show it: ``2026-11-30 12:00``."""
+    return (iso or "")[:16].replace("T", " ")
+
+
+def render_lineage(tree: dict, as_json: bool) -> int:
+    """``find --lineage``: the tree of manifests a stage was made from, one
+    line each, indented under the stage that read it; a stage read by many
+    shows its inputs once (later: "inputs above"). 1 when the stage itself
+    is not in the catalog."""
+    if as_json:
+        json.dump(tree, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 1 if tree.get("missing") else 0
+    shown: set[str] = set()
+
+    def where(location: str) -> str:
+        return os.path.relpath(location) if location and location.startswith(os.getcwd() + os.sep) else location
+
+    def walk(node: dict, depth: int) -> None:
+        lead = "  " * depth + ("reused from " if node.get("via") == "reuse" else "")
+        if node.get("missing"):
+            print(f"{lead}{where(node['location'])}: not in the catalog")
+            return
+        if node.get("adopted"):
+            print(f"{lead}{where(node['location'])}: placed by hand (no manifest)")
+            return
+        name = "/".join(x for x in (node["pair"], node["experiment"], node["stage"], node["instance"]) if x)
+        state = _label({"state": node["state"]})[0] + (f" (archived {node['archive']})" if node["archive"] else "")
+        made = (f"made {_when(node['source_created'])} (reused)" if node.get("source_created")
+                else f"made {_when(node['created'])}")
+        again = node["location"] in shown and node["inputs"]
+        print(f"{lead}{name}: {state}, {made}, config {(node['config_hash'] or '–')[:8]}, code "
+              f"{node['code_version'] or '–'}" + (" (cycle)" if node.get("cycle") else "")
+              + (" (inputs above)" if again else "") + f" — {where(node['location'])}")
+        if again:
+            return
+        shown.add(node["location"])
+        for child in node["inputs"]:
+            walk(child, depth + 1)
+
+    walk(tree, 0)
+    return 1 if tree.get("missing") else 0
+
+
+def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> None:
+    """``find --html FILE``: the rows found, as one self-contained page (findpage)."""
+    from datetime import datetime, timezone
+
+    from . import findpage, graph, storage
+
+    # The stage graph as the last parse here recorded it (no parse of the workflow just for the page).
+    parents = graph.load(args.config, args.workflow, cfg["root"]) if os.path.exists(graph.GRAPH_FILE) else None
+    filters = {k: getattr(args, k) for k in ("stage", "pair", "experiment", "state", "since", "until", "config_hash")}
+    data = findpage.build(rows, root=storage.url_of(*storage.filesystem(cfg["root"])),
+                          experiments={name: list(x["pairs"]) for name, x in cfg["experiments"].items()},
+                          parents=parents, roots=[storage.url_of(*storage.filesystem(r)) for r in roots],
+                          filters=filters, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    with open(args.html, "w", encoding="utf-8") as f:
+        f.write(findpage.render(data))
+    print(f"wrote {args.html}: {len(rows)} stage(s) from {len(roots)} root(s)")
 
 
 def _check_find_names(cfg: dict, cat, args) -> None:
@@ -710,13 +807,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_config(sub.add_parser("cron", help="one locked, idempotent run of the workflow (for crontab)"))
     p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
-    p.add_argument("--no-checksums", action="store_true", help="check output sizes only, not sha256")
+    p.add_argument("--no-checksums", action="store_true", help="check output sizes only, not checksums")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
     p.set_defaults(func=cmd_cron)
 
     p = with_config(sub.add_parser("verify", help="find stages whose manifest or outputs can't be trusted"))
     p.add_argument("--repair", action="store_true", help="archive them so the next run redoes them")
-    p.add_argument("--no-checksums", action="store_true", help="check output sizes only, not sha256")
+    p.add_argument("--no-checksums", action="store_true", help="check output sizes only, not checksums")
     p.set_defaults(func=cmd_verify)
 
     p = with_config(sub.add_parser("find", help="stages that already exist, in every root of the catalog"))
@@ -732,9 +829,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", action="append", help="one more root to look in (path or gs:// URI)")
     p.add_argument("--db", default=layout.CATALOG_DB, help="the catalog cache (default: %(default)s)")
     p.add_argument("--no-refresh", action="store_true", help="query the cache as it is")
+    p.add_argument("--no-archived", action="store_true", help="only current manifests, not the archived "
+                   "workspaces (.attempts/<n>) of earlier runs")
+    p.add_argument("--lineage", metavar="STAGE_DIR", help="the manifests this stage (or instance, or archive) "
+                   "directory was made from, back to the first stage, across roots and reuse")
     p.add_argument("--limit", type=int)
     p.add_argument("--width", type=int, help="table width (default: the terminal's)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--html", metavar="FILE", help="write what was found as one self-contained HTML page (filters, "
+                   "lineage, reuse pointers; opens from a file or a bucket)")
     p.set_defaults(func=cmd_find)
 
     p = with_config(sub.add_parser("reuse", help="make an experiment take the stages upstream of STAGE from another"))

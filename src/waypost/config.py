@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import jsonschema
 
 from .layout import ALL_PAIRS, NAME_RULE
+from .layout import join as layout_join
 
 SCHEMA_FILE = os.path.join("schemas", "config.schema.yaml")
 
@@ -271,6 +272,15 @@ def reuse_source(config: dict, experiment: str, pair: str, stage: str) -> str | 
     if isinstance(where, dict):
         return where.get(pair)
     return where
+
+
+def source_of_instance(source: str, instance: str | None) -> str:
+    """Where one instance of a stage is taken from: ``{instance}`` in the
+    source filled in (``.../train_teacher/{instance}/.attempts/2``: an
+    archived run of each instance), else the instance's directory below it."""
+    if "{instance}" in source:
+        return source.replace("{instance}", instance or "")
+    return layout_join(source, instance) if instance else source
 
 
 def _names(value) -> list[str]:

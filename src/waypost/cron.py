@@ -151,8 +151,11 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         command += ["--configfile", config_path]
 
     notes = _set_aside_interrupted(root)
-    for problem in verify.verify(root, checksums=checksums):
+    verified = verify.verify(root, checksums=checksums)
+    for problem in verified:
         notes.append(f"set aside {problem.stage_dir} ({problem.what}; archived in {problem.archived})")
+    if checksums and verified.sizes_only and root.startswith("gs://"):
+        notes.append(verify.SIZES_ONLY.format(n=verified.sizes_only))
     if _has_snakemake_lock(os.getcwd()):
         alive = _snakemake_alive_here(os.getcwd())
         if alive:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 
 from . import __version__
@@ -66,19 +67,68 @@ def sha256_stream(f) -> str:
     return digest.hexdigest()
 
 
+def _crc32c():
+    """google_crc32c's ``extend``, imported when first needed (the runner
+    starts at every step, and only a success describes outputs); None when
+    it can't be imported (the manifest then records no crc32c). A runner
+    started without ``site`` (``launch``) looks for it in the site-packages
+    of its interpreter's environment, after the standard library and waypost."""
+    try:
+        import google_crc32c
+    except ImportError:
+        lib = os.path.join(sys.platlibdir, f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+        for prefix in (os.path.dirname(os.path.dirname(os.path.abspath(sys.executable))), sys.prefix):
+            path = os.path.join(prefix, lib)
+            if path not in sys.path and os.path.isdir(path):
+                sys.path.append(path)
+        try:
+            import google_crc32c
+        except ImportError:
+            print("waypost: google-crc32c can't be imported: the manifest records no crc32c", file=sys.stderr)
+            return None
+    return google_crc32c.extend
+
+
+def crc32c_text(crc: int) -> str:
+    """A CRC32C as GCS lists it: base64 of its 4 big-endian bytes."""
+    import binascii   # (base64 is binascii with more imports)
+    return binascii.b2a_base64(crc.to_bytes(4, "big"), newline=False).decode()
+
+
+def digests_stream(f) -> tuple[str, str | None]:
+    """(sha256 hex, crc32c as GCS lists it) of what is left to read in a
+    binary file object, in one read pass (crc32c None: see ``_crc32c``)."""
+    extend = _crc32c()
+    digest, crc = hashlib.sha256(), 0
+    while chunk := f.read(HASH_CHUNK):
+        digest.update(chunk)
+        if extend:
+            crc = extend(crc, chunk)
+    return digest.hexdigest(), extend and crc32c_text(crc)
+
+
+def digests_file(path: str) -> tuple[str, str | None]:
+    with open(path, "rb") as f:
+        return digests_stream(f)
+
+
 def dumps(data: dict) -> str:
     """How waypost writes a manifest (or marker) file."""
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
 def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
-    """Size and sha256 of each output, with paths relative to the stage dir."""
+    """Size, sha256 and crc32c (GCS's checksum, as it lists it: what
+    ``waypost verify`` compares on a gs:// root without downloading) of each
+    output, with paths relative to the stage dir; both checksums from one read."""
     described = []
     for path in paths:
+        sha256, crc32c = digests_file(path)
         described.append({
             "path": os.path.relpath(path, stage_dir),
             "size": os.path.getsize(path),
-            "sha256": sha256_file(path),
+            "sha256": sha256,
+            **({"crc32c": crc32c} if crc32c else {}),
         })
     return described
 

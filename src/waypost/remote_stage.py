@@ -9,7 +9,9 @@ layout) and keeps the bucket in step with it:
 - the step's command line gets local paths for the URLs of the job's inputs
   and outputs and for any URL under the stage directory (a checkpoint dir);
 - at the start the inputs come down, with the manifests of their stages
-  beside them, and so do the stage's ``_manifest.json`` and
+  beside them (past an input whose stage did not succeed, the manifests of
+  the stages upstream that kept it from success too, for a step that
+  reports the first failure), and so do the stage's ``_manifest.json`` and
   ``_running.json`` (the whole workspace, checkpoints included, when
   Snakemake resubmits a job to go on with its series);
 - archiving a workspace into ``.attempts/<n>/`` is a server-side move;
@@ -27,6 +29,7 @@ transient errors retried with backoff.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -123,7 +126,11 @@ class RemoteStage:
         """A fresh local copy of the stage dir's engine files (its manifest and
         running record); the inputs (local paths); and the manifest of each
         input's stage beside the input (or none, where the input was placed
-        by hand)."""
+        by hand). Where an input's stage did not succeed, also the manifests
+        of the stages upstream that kept it from success (``blocking_manifests``,
+        transitively; only through stages that did not succeed), at their
+        local copies (``local_of``; a step finds them through
+        ``$WAYPOST_MIRROR``): nothing more when every input succeeded."""
         shutil.rmtree(self.local, ignore_errors=True)
         os.makedirs(self.local)
         self._pulled = self._workspace(self._listing())
@@ -132,16 +139,25 @@ class RemoteStage:
         self._record(wanted)
         self._get([self._name(p) for p in inputs], inputs)
         manifests = {os.path.join(os.path.dirname(os.path.abspath(p)), MANIFEST) for p in inputs}
-        found = self.fs.cat([self._name(m) for m in manifests], on_error="omit") if manifests else {}
-        for local in manifests:
-            data = found.get(self._name(local))
-            if data is None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(local)  # an old copy must not outlive the bucket's
-            else:
-                with open(self._temp(local), "wb") as f:
-                    f.write(data)
-                os.replace(self._temp(local), local)
+        seen = set(manifests)
+        while manifests:
+            found = self.fs.cat([self._name(m) for m in manifests], on_error="omit")
+            upstream = set()
+            for local in manifests:
+                data = found.get(self._name(local))
+                if data is None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(local)  # an old copy must not outlive the bucket's
+                else:
+                    with open(self._temp(local), "wb") as f:
+                        f.write(data)
+                    os.replace(self._temp(local), local)
+                    upstream.update(self.local_of(url) for url in blocking_manifests(data))
+            # Past an input that did not succeed: the manifests of the stages
+            # that blocked it, and so on upstream (at their local copies, for
+            # a step that reports the first failure: the reference report).
+            manifests = upstream - seen
+            seen |= manifests
 
     def pull_workspace(self) -> None:
         """The rest of the stage's workspace (as listed by ``pull``), to go on with a series."""
@@ -226,20 +242,29 @@ class RemoteStage:
 
     def copy_in(self, source: str, outputs: list[dict]) -> str:
         """Bring a reused stage's outputs (its manifest's ``outputs``) into the
-        bucket: each source file checked against the manifest's size (and, from
-        a local dir, sha256), then copied in — server-side from a gs://
-        source, each copy checked against its source's crc32c. Says how."""
+        bucket: each source file checked against the manifest's size and
+        checksum (from a local dir its sha256; from a gs:// location the crc32c
+        the listing has, where the manifest records one: nothing downloaded),
+        then copied in — server-side from a gs:// source, each copy checked
+        against its source's crc32c. Nothing is copied unless every source
+        checks out. Says how."""
         from .manifest import ManifestError, sha256_file
 
+        remote = storage.is_remote(source)
         sources = [storage.join(source, o["path"]) for o in outputs]
         targets = [self._remote(o["path"]) for o in outputs]
-        if storage.is_remote(source):
+        if remote:
             found = {s: self.fs.info(storage.filesystem(s)[1]) for s in sources}
         for src, out in zip(sources, outputs):
-            size = found[src]["size"] if storage.is_remote(source) else os.path.getsize(src)
-            if size != out.get("size") or (not storage.is_remote(source) and sha256_file(src) != out.get("sha256")):
-                raise ManifestError(f"{src}: differs from its manifest (size {size} vs {out.get('size')}, or checksum)")
-        if not storage.is_remote(source):
+            size = found[src]["size"] if remote else os.path.getsize(src)
+            if size != out.get("size"):
+                raise ManifestError(f"{src}: differs from its manifest (size {size} vs {out.get('size')})")
+            if remote and out.get("crc32c") and found[src].get("crc32c") != out["crc32c"]:
+                raise ManifestError(f"{src}: differs from its manifest (crc32c {found[src].get('crc32c')} "
+                                    f"vs {out['crc32c']}): replaced since the manifest was written")
+            if not remote and sha256_file(src) != out.get("sha256"):
+                raise ManifestError(f"{src}: differs from its manifest (sha256)")
+        if not remote:
             self.fs.put(sources, targets)
             return "uploaded"
         self.fs.copy([storage.filesystem(s)[1] for s in sources], targets)
@@ -301,6 +326,20 @@ def archive_objects(fs, path: str, listing: dict[str, dict], keep: tuple[str, ..
     if remote:
         fs.rm([f"{path}/{r}" for r in remote])
     return target, remote
+
+
+def blocking_manifests(text: bytes) -> list[str]:
+    """The manifests (gs:// URLs) of the inputs that kept a stage from
+    success, from its manifest: none for a SUCCESS stage, or an unreadable one."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(data, dict) or data.get("state") == "SUCCESS":
+        return []
+    return [os.path.dirname(i["path"]) + "/" + MANIFEST for i in data.get("inputs") or []
+            if isinstance(i, dict) and i.get("state") not in ("SUCCESS", "ADOPTED")
+            and storage.is_remote(str(i.get("path")))]
 
 
 def for_runner(args) -> RemoteStage | None:

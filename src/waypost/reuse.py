@@ -95,7 +95,7 @@ def take(args) -> int:
     manifest.write_json_atomic(running, {"pid": os.getpid(), "host": socket.gethostname(),
                                          "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": []},
                                durable=False)
-    staged, how = [], set()
+    staged, how, crc32cs = [], set(), {}
     try:
         for out in [] if remote else data.get("outputs", []):
             target = os.path.join(stage_dir, out["path"])
@@ -103,10 +103,12 @@ def take(args) -> int:
             temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
             staged.append((temp, target))
             how.add(_bring(storage.join(source, out["path"]), temp))
-            size, digest = os.path.getsize(temp), manifest.sha256_file(temp)
+            size, (digest, crc32c) = os.path.getsize(temp), manifest.digests_file(temp)
             if size != out.get("size") or digest != out.get("sha256"):
                 raise manifest.ManifestError(f"{storage.join(source, out['path'])}: differs from its manifest "
                                              f"(size {size} vs {out.get('size')}, or checksum)")
+            if crc32c:
+                crc32cs[out["path"]] = crc32c
         declared = {os.path.abspath(p) for p in args.output}
         missing = declared - {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in data.get("outputs", [])}
         if missing:
@@ -129,14 +131,23 @@ def take(args) -> int:
                "started": started_iso, "duration_s": round(ended - started, 3),
                "host": socket.gethostname(), "workspace": ".", "log": None,
                "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "how": " and ".join(sorted(how)) or "nothing"}
+    outputs = []
+    for o in data["outputs"]:
+        # The source's crc32c (from a source recorded before waypost kept them: the copy's, where it was read).
+        crc32c = o.get("crc32c") or crc32cs.get(o["path"])
+        outputs.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
+                        **({"crc32c": crc32c} if crc32c else {})})
     record = manifest.build(
         experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance, state="SUCCESS",
-        attempts=[attempt], outputs=[{k: o[k] for k in ("path", "size", "sha256")} for o in data["outputs"]],
+        attempts=[attempt], outputs=outputs,
         inputs=[], settings=data.get("settings") or {}, config_hash=data.get("config_hash", ""),
         code_version=data.get("code_version", ""), reused_from=source)
     # The source's own record, so provenance survives the source being deleted.
     record["reused_manifest"] = {k: data.get(k) for k in ("experiment", "pair", "stage", "instance", "created",
                                                           "reused_from", "adopted", "code_version")}
+    # When the work was made, not when it was linked: the source's time (its
+    # own source's, when it is a reused copy itself).
+    record["source_created"] = data.get("source_created") or data.get("created")
     manifest.write_json_atomic(manifest.manifest_path(stage_dir), record)
     if remote:
         remote.push(args.output)  # the manifest (the outputs are there already)

@@ -609,6 +609,8 @@ class StageRun:
             "WAYPOST_PREVIOUS_STATE": previous,
             "WAYPOST_RUNTIME_SECONDS": "" if runtime is None else str(int(runtime)),
         })
+        if self.remote:   # where gs://BUCKET/KEY is copied locally: $WAYPOST_MIRROR/BUCKET/KEY
+            env["WAYPOST_MIRROR"] = self.remote.mirror
         return env
 
     def run_checks(self, env: dict, log_path: str) -> dict:

@@ -293,7 +293,7 @@ class Pipeline:
         if layout.is_valid_name(source):   # another experiment under the same root
             location = layout.stage_dir(self.root, pair, source, stage, instance)
         else:
-            location = storage.join(source, instance) if instance else source
+            location = wconfig.source_of_instance(source, instance)
         return location if storage.is_remote(location) else os.path.abspath(location)
 
     def reused_from(self, stage: str, wildcards) -> str | None:

@@ -70,10 +70,15 @@ class Tree:
         return [(name, layout.join(stage_dir, name)) for name in instances] or [(None, stage_dir)]
 
     def describe(self, stage_dir: str, files: list[str]) -> list[dict]:
-        """Size and sha256 of files of a stage dir (relative paths), as a
-        manifest's ``outputs``."""
-        return [{"path": f, "size": self.size(layout.join(stage_dir, f)),
-                 "sha256": self.sha256(layout.join(stage_dir, f))} for f in files]
+        """Size, sha256 and crc32c of files of a stage dir (relative paths),
+        as a manifest's ``outputs`` (see manifest.describe_outputs)."""
+        described = []
+        for f in files:
+            path = layout.join(stage_dir, f)
+            sha256, crc32c = self.digests(path)
+            described.append({"path": f, "size": self.size(path), "sha256": sha256,
+                              **({"crc32c": crc32c} if crc32c else {})})
+        return described
 
 
 class LocalTree(Tree):
@@ -240,6 +245,10 @@ class LocalTree(Tree):
 
     def sha256(self, path: str) -> str:
         return manifest.sha256_file(path)
+
+    def digests(self, path: str) -> tuple[str, str | None]:
+        """(sha256, crc32c) of a file, from one read."""
+        return manifest.digests_file(path)
 
 
 class LocalSnapshot(LocalTree):
@@ -543,6 +552,16 @@ class BucketTree(Tree):
         """Reads the object (nothing else can: GCS keeps crc32c and md5)."""
         with self.fs.open(storage.filesystem(path)[1], "rb") as f:
             return manifest.sha256_stream(f)
+
+    def crc32c(self, path: str) -> str | None:
+        """The object's crc32c as the listing has it (base64 of the 4
+        big-endian bytes, as manifests record it); None if it isn't there."""
+        info = self.objects.get(self._rel(path))
+        return None if info is None else info.get("crc32c")
+
+    def digests(self, path: str) -> tuple[str, str | None]:
+        """The sha256 read from the object, the crc32c from the listing."""
+        return self.sha256(path), self.crc32c(path)
 
 
 def _epoch(info: dict) -> float | None:

@@ -127,6 +127,28 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
     return cell
 
 
+def archived_runs(tree, stage_dir: str) -> list[dict]:
+    """The earlier runs of a stage (or instance) dir, oldest first: each
+    archive (``.attempts/<n>``) with what its manifest says (state, when it
+    was made, attempts, reused from); ``state`` None for a workspace
+    archived without a manifest. Reads one manifest per archive: only for
+    ``status --attempts``, never for the grid."""
+    runs = []
+    for name in tree.archives(stage_dir):
+        archive = f"{layout.ATTEMPTS}/{name}"
+        run = {"archive": archive, "path": layout.join(stage_dir, layout.ATTEMPTS, name), "state": None,
+               "created": None, "attempts": 0, "reused_from": None}
+        try:
+            data = tree.manifest(run["path"])
+        except manifest.ManifestError as exc:
+            data, run["error"] = None, str(exc)
+        if data:
+            run.update(state=data["state"], created=data.get("created"), attempts=len(data["attempts"]),
+                       reused_from=data.get("reused_from"))
+        runs.append(run)
+    return runs
+
+
 def severity(state: str) -> int:
     """A state's rank, worst first (0); a state not in SEVERITY counts as worst."""
     return SEVERITY.index(state) if state in SEVERITY else 0

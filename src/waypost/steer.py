@@ -23,6 +23,7 @@ import socket
 from . import layout, manifest, stagetree, storage
 from .config import check_names
 from .config import reuse_source as config_reuse_source
+from .config import source_of_instance as config_source_of_instance
 
 
 class SteerError(RuntimeError):
@@ -71,8 +72,8 @@ def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
             continue
         if layout.is_valid_name(source):   # another experiment under the same root
             source = layout.stage_dir(root, pair, source, stage, instance)
-        elif instance:
-            source = layout.join(source, instance)
+        else:
+            source = config_source_of_instance(source, instance)
         found[directory] = source
     return found
 
@@ -136,7 +137,8 @@ def _forget_hold(tree, directory: str) -> None:
 def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | None = None,
           note: str | None = None, force: bool = False) -> dict:
     """Write the manifest of a stage whose files were put there by hand (on
-    a gs:// root: the objects are read for their sha256)."""
+    a gs:// root: the objects are read for their sha256, their crc32c is
+    the listing's)."""
     check_names(config, experiment, pair, stage, allow_all_pairs=True)
     stage_dir = layout.stage_dir(config["root"], pair, experiment, stage, instance)
     tree = stagetree.open(stage_dir)

@@ -2,12 +2,14 @@
 
 A stage is not done when its ``_manifest.json`` is unreadable (truncated,
 corrupt), or says SUCCESS while an output it lists is missing, has another
-size, or (with checksums) another sha256. Such a stage's files are archived
+size, or (with checksums) other contents. Such a stage's files are archived
 under ``.attempts/<n>/`` (never deleted), so its outputs are gone and the next
-run redoes it. Checksums are cached by (path, size, mtime) in
-``.waypost/verified.json``, so a big unchanged model is hashed once. On a
-gs:// root only sizes are checked (the sha256 would need every output
-downloaded), and the archive is a server-side move.
+run redoes it. On disk the contents are the sha256, cached by (path, size,
+mtime) in ``.waypost/verified.json``, so a big unchanged model is hashed
+once. On a gs:// root they are the crc32c GCS lists for each object, compared
+with the one the manifest records beside the sha256: nothing is downloaded,
+and the archive is a server-side move. A manifest written before waypost
+recorded crc32c is checked by size only there (``verify`` counts them).
 """
 
 from __future__ import annotations
@@ -19,10 +21,17 @@ from dataclasses import dataclass
 from . import layout, manifest, stagetree
 
 CACHE = os.path.join(".waypost", "verified.json")
-# What verify says of a gs:// root: the manifests record each output's sha256,
-# which GCS does not keep (it keeps crc32c and md5): checking it would mean
-# downloading every output.
-SIZES_ONLY = "gs:// root: output sizes checked, not checksums (that would download every output)"
+# What verify says of a gs:// root where some stages could be checked by size
+# only: their manifests record each output's sha256 but no crc32c (written
+# before waypost recorded it); GCS keeps crc32c and md5, not sha256, so
+# checking the sha256 would mean downloading every output. Rerunning (or
+# `waypost adopt --force`-ing) such a stage records its crc32c.
+SIZES_ONLY = ("gs:// root: {n} stage(s) checked by size only: their manifests record no crc32c "
+              "(written before waypost recorded it), and their sha256 would mean downloading every output")
+# ... and when the crc32c of every stage was compared.
+CRC32C_CHECKED = "gs:// root: outputs checked by the crc32c GCS lists for each (no output downloaded)"
+# ... and with --no-checksums.
+NO_CHECKSUMS = "gs:// root: output sizes checked, not checksums (--no-checksums)"
 
 
 @dataclass
@@ -59,37 +68,63 @@ class ChecksumCache:
             manifest.write_json_atomic(self.path, self.data)
 
 
-def check(tree, stage_dir: str, cache: ChecksumCache | None) -> str | None:
+class Verified(list):
+    """The problems ``verify`` found (a list of Problem), with how many
+    finished stages it checked (``checked``) and how many of those by size
+    only (``sizes_only``: on a gs:// root, manifests without crc32c; every
+    one with ``checksums=False``)."""
+
+    checked = 0
+    sizes_only = 0
+
+
+def check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = True) -> str | None:
     """What is wrong with a stage dir's manifest, or None."""
+    return _check(tree, stage_dir, cache, checksums)[0]
+
+
+def _check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = True) -> tuple[str | None, str | None]:
+    """(what is wrong or None, how the outputs were checked: "contents",
+    "sizes", or None when they weren't: no finished stage there)."""
     if tree.isfile(layout.join(stage_dir, layout.RUNNING)):
-        return None  # an attempt is (or was) under way: the runner deals with it
+        return None, None  # an attempt is (or was) under way: the runner deals with it
     try:
         data = tree.manifest(stage_dir)
     except manifest.ManifestError as exc:
-        return str(exc)
+        return str(exc), None
     if data is None or data["state"] != "SUCCESS":
-        return None
-    for out in data.get("outputs", []):
+        return None, None
+    outputs = data.get("outputs", [])
+    # On a bucket the listing's crc32c, when the manifest records every output's.
+    crc = checksums and tree.remote and all(out.get("crc32c") for out in outputs)
+    how = "contents" if cache is not None or crc else "sizes"
+    for out in outputs:
         path = layout.join(stage_dir, out["path"])
         size = tree.size(path)
         if size is None:
-            return f"{out['path']} is missing"
+            return f"{out['path']} is missing", how
         if size != out.get("size"):
-            return f"{out['path']} has {size} bytes, the manifest says {out.get('size')}"
+            return f"{out['path']} has {size} bytes, the manifest says {out.get('size')}", how
         if cache is not None and cache.sha256(path) != out.get("sha256"):
-            return f"{out['path']} does not match its checksum"
-    return None
+            return f"{out['path']} does not match its checksum", how
+        if crc and tree.crc32c(path) != out["crc32c"]:
+            return f"{out['path']} does not match its checksum (crc32c {tree.crc32c(path)}, " \
+                   f"the manifest says {out['crc32c']})", how
+    return None, how
 
 
-def verify(root: str, checksums: bool = True, repair: bool = True) -> list[Problem]:
+def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
     """Check every manifest under ``root``; archive the untrustworthy stages.
     On a gs:// root from one listing and one batch read of the manifests,
-    sizes only (see SIZES_ONLY), a repair being a server-side move."""
+    contents by the listed crc32c (sizes only for manifests without it: see
+    SIZES_ONLY), a repair being a server-side move."""
     tree = stagetree.open(root)
     cache = ChecksumCache() if checksums and not tree.remote else None
-    problems = []
+    problems = Verified()
     for stage_dir in tree.manifest_dirs():
-        what = check(tree, stage_dir, cache)
+        what, how = _check(tree, stage_dir, cache, checksums)
+        problems.checked += how is not None
+        problems.sizes_only += how == "sizes"
         if what:
             problem = Problem(stage_dir, what)
             if repair:
@@ -98,3 +133,12 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> list[Probl
     if cache:
         cache.save()
     return problems
+
+
+def summary(root: str, verified: Verified, checksums: bool = True) -> str | None:
+    """The line that says how a gs:// root's outputs were checked (None on disk)."""
+    if not root.startswith("gs://"):
+        return None
+    if not checksums:
+        return NO_CHECKSUMS
+    return SIZES_ONLY.format(n=verified.sizes_only) if verified.sizes_only else CRC32C_CHECKED
