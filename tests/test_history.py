@@ -52,6 +52,10 @@ def test_find_lists_current_and_archived_teachers_and_status_their_runs(run_copy
     # plain status reads no archive
     plain = json.loads(waypost(run_copy, "status", "--json").stdout)
     assert "archives" not in plain["experiments"]["exp1"]["en-xa"]["train_teacher"]["instances"]["0"]
+    # a stage's page (status --html) lists them too
+    waypost(run_copy, "status", "--html", "page.html")
+    page = (run_copy / "page.html").read_text()
+    assert page.count('<li class="archive" data-archive=".attempts/1">.attempts/1: SUCCESS, 1 attempt(s), made') == 2
 
 
 def test_lineage_walks_back_to_the_first_stage_through_archived_inputs(run_copy):

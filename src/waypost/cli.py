@@ -115,6 +115,14 @@ def cmd_status(args) -> int:
         return 0
     if args.html:
         from . import statuspage
+        tree = stagetree.open(cfg["root"])   # a stage's page shows its archived runs too
+        for columns in grid["experiments"].values():
+            for cells in columns.values():
+                for cell in cells.values():
+                    for sub in [cell, *cell.get("instances", {}).values()]:
+                        runs = status.archived_runs(tree, sub["path"])
+                        if runs:
+                            sub["archives"] = runs
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(statuspage.render(grid))
         print(f"wrote {args.html}")

@@ -47,7 +47,8 @@ document.addEventListener("toggle", (e) => {
 }, true);
 """
 
-HISTORY_COLUMNS = ["#", "action", "state", "exit", "checks", "next", "secs", "host", "slurm job", "log"]
+HISTORY_COLUMNS = ["#", "series", "action", "state", "exit", "checks", "next", "why", "secs", "limit", "host",
+                   "slurm job", "log"]
 
 
 def _e(value) -> str:
@@ -58,8 +59,11 @@ def _attempt_row(a: dict) -> str:
     exit_text = f"sig {a['signal']}" if a.get("signal") else a.get("exit_code")
     checks = " ".join(f"{k}:{'ok' if v == 'SUCCESS' else v}" for k, v in (a.get("checks") or {}).items())
     secs = f"{a['duration_s']:.1f}" if a.get("duration_s") is not None else ""
-    cells = [a.get("number"), a.get("action"), a.get("state") or "?", exit_text, checks,
-             (a.get("decision") or {}).get("action"), secs, a.get("host"), a.get("slurm_job_id"), a.get("log")]
+    decision = a.get("decision") or {}
+    limit = a.get("runtime_limit_s")
+    cells = [a.get("number"), a.get("series", 1), a.get("action"), a.get("state") or "?", exit_text, checks,
+             decision.get("action"), decision.get("reason"), secs, "" if limit is None else f"{limit:g}",
+             a.get("host"), a.get("slurm_job_id"), a.get("log")]
     return "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>"
 
 
@@ -77,6 +81,13 @@ def _stage_details(cell: dict) -> str:
         head = "".join(f"<th>{c}</th>" for c in HISTORY_COLUMNS)
         rows = "".join(_attempt_row(a) for a in cell["history"])
         parts.append(f'<table class="history"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
+    if cell.get("archives"):
+        runs = "".join(f'<li class="archive" data-archive="{_e(r["archive"])}">{_e(r["archive"])}: '
+                       f'{_e(r["state"] or "no manifest")}, {_e(r["attempts"])} attempt(s)'
+                       f'{", made " + _e((r["created"] or "")[:16].replace("T", " ")) if r["created"] else ""}'
+                       f'{", reused from " + _e(r["reused_from"]) if r.get("reused_from") else ""}</li>'
+                       for r in cell["archives"])
+        parts.append(f'<p>earlier runs, archived:</p><ul class="archives">{runs}</ul>')
     return "".join(parts)
 
 
