@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
-from test_cron import SOAK, cron, records
+from test_cron import SOAK, cron, records, soak_crons
 
 
 def student_dir(work: Path, pair: str = "en-xb") -> Path:
@@ -257,15 +257,7 @@ def test_soak_with_stages_that_always_fail_gives_them_up_and_the_rest_converges(
     config = config.replace("instances: 100", "instances: 40").replace(
         "failure_rate: 0.2", "failure_rate: 0.1\n    permanent_failure_rate: 0.1")
     config = config.replace("  max_attempts: 3", "  max_attempts: 2\n  max_series: 2")
-    (tmp_path / "config.yaml").write_text(config)
-    runs = 0
-    for runs in range(1, 9):
-        out = cron(tmp_path, snakefile=SOAK / "workflow" / "Snakefile", workflow=SOAK / "workflow",
-                   env={"SOAK_RUN": str(runs)})
-        assert out.returncode == 0, out.stderr
-        if records(tmp_path)[-1]["nothing_to_do"]:
-            break
-    assert records(tmp_path)[-1]["nothing_to_do"], "did not converge in 8 runs"
+    runs = soak_crons(tmp_path, config)
     assert "clock skew" not in run_logs(tmp_path)
 
     root = tmp_path / "results"

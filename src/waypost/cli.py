@@ -89,7 +89,7 @@ def extra_args(args) -> list[str]:
 
 
 def cmd_status(args) -> int:
-    from . import stagetree, status
+    from . import status
 
     cfg = load_config(args)
     wconfig.check_names(cfg, args.experiment, args.pair, args.attempts)
@@ -97,11 +97,8 @@ def cmd_status(args) -> int:
     if args.sizes:
         return render_sizes(cfg, args)
     grid = status.collect(cfg, wconfig.experiment_scoped_stages(args.workflow), args.experiment, args.pair)
-    if args.attempts:
-        tree = stagetree.open(cfg["root"])   # the archives' manifests: read for these stages only
-        for stage in args.attempts:
-            for *_, cell in _stage_cells(grid, stage):
-                cell["archives"] = status.archived_runs(tree, cell["path"])
+    if args.attempts:   # the archives' manifests: read for these stages only
+        _attach_archives(cfg, [cell for stage in args.attempts for *_, cell in _stage_cells(grid, stage)])
         if args.json:
             sys.stdout.write(json.dumps(grid, indent=2 if sys.stdout.isatty() else None) + "\n")
             return 0
@@ -115,20 +112,24 @@ def cmd_status(args) -> int:
         return 0
     if args.html:
         from . import statuspage
-        tree = stagetree.open(cfg["root"])   # a stage's page shows its archived runs too
-        for columns in grid["experiments"].values():
-            for cells in columns.values():
-                for cell in cells.values():
-                    for sub in [cell, *cell.get("instances", {}).values()]:
-                        runs = status.archived_runs(tree, sub["path"])
-                        if runs:
-                            sub["archives"] = runs
+        # a stage's page shows its archived runs too
+        _attach_archives(cfg, [sub for columns in grid["experiments"].values() for cells in columns.values()
+                               for cell in cells.values() for sub in [cell, *cell.get("instances", {}).values()]])
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(statuspage.render(grid))
         print(f"wrote {args.html}")
         return 0
     render_status(grid)
     return 0
+
+
+def _attach_archives(cfg: dict, cells: list[dict]) -> None:
+    """Each cell's archived runs (``archives``: see status.archived_runs)."""
+    from . import stagetree, status
+
+    tree = stagetree.open(cfg["root"])
+    for cell in cells:
+        cell["archives"] = status.archived_runs(tree, cell["path"])
 
 
 def _label(cell: dict) -> tuple[str, str]:
@@ -458,7 +459,6 @@ def cmd_find(args) -> int:
                     archived=not args.no_archived)
     if not rows:
         _check_find_names(cfg, cat, args)
-    _compare_with_config(rows, cfg, args.against)
     if args.html:
         # The page is over the whole catalog (lineage needs every stage); the
         # filters given here are its first view.
@@ -466,6 +466,7 @@ def cmd_find(args) -> int:
         _compare_with_config(everything, cfg, args.against)
         _write_find_page(args, cfg, roots, everything)
         return 1 if unread else 0
+    _compare_with_config(rows, cfg, args.against)
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -614,6 +615,11 @@ def cmd_reuse(args) -> int:
     return 0
 
 
+def _shown(path: str) -> str:
+    """A stage dir as the steering commands print it: relative when local."""
+    return path if path.startswith("gs://") or not os.path.isabs(path) else os.path.relpath(path)
+
+
 def cmd_rerun(args) -> int:
     from . import steer
 
@@ -626,14 +632,10 @@ def cmd_rerun(args) -> int:
     reach(cfg["root"])
     done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
     reused = steer.reuse_sources(cfg, [directory for directory, _ in done])
-
-    def shown(path: str) -> str:
-        return path if path.startswith("gs://") or not os.path.isabs(path) else os.path.relpath(path)
-
     for directory, archived in done:
-        note = (f" (reused: the next run re-links or copies it from {shown(reused[directory])}, "
+        note = (f" (reused: the next run re-links or copies it from {_shown(reused[directory])}, "
                 "it does not recompute it)") if directory in reused else ""
-        print(f"{shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
+        print(f"{_shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
     verb = "would be redone" if args.dry_run else "will be redone by the next run"
     print(f"{len(done)} stage(s) {verb}" + (f", {len(reused)} of them taken again from their reuse source"
                                            if reused else ""))
@@ -649,8 +651,7 @@ def cmd_retry(args) -> int:
     reach(cfg["root"])
     done = steer.retry(cfg, args.stage, args.experiment, args.pair, args.instance, args.dry_run)
     for directory, what in done:
-        shown = directory if directory.startswith("gs://") or not os.path.isabs(directory) else os.path.relpath(directory)
-        print(f"{shown}: {what}; {'would get' if args.dry_run else 'gets'} a new count of series")
+        print(f"{_shown(directory)}: {what}; {'would get' if args.dry_run else 'gets'} a new count of series")
     print(f"{len(done)} stage(s) {'would be' if args.dry_run else 'will be'} tried again by the next run, "
           "in place (workspace, checkpoints and history kept)")
     return 0

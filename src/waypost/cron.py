@@ -87,10 +87,7 @@ def _name(root: str, stage_dir: str) -> str:
     prefix = root.rstrip("/") + "/"
     rel = stage_dir[len(prefix):] if stage_dir.startswith(prefix) else os.path.relpath(stage_dir, root)
     parts = rel.split("/")
-    if len(parts) < 3:
-        return stage_dir
-    pair, experiment, rest = parts[0], parts[1], parts[2:]
-    return "/".join([experiment] + ([] if pair == "_all" else [pair]) + rest)
+    return layout.stage_name(*parts) if len(parts) >= 3 else stage_dir
 
 
 def _snakemake_alive_here(workdir: str) -> list[int]:

@@ -78,6 +78,12 @@ def stage_dir(root: str, pair: str, experiment: str, stage: str, instance: str |
     return join(root, *parts)
 
 
+def stage_name(pair: str, experiment: str, stage: str, *instance: str | None) -> str:
+    """How messages name a stage: experiment/pair/stage[/instance] (no pair
+    for a per-experiment funnel)."""
+    return "/".join(part for part in (experiment, None if pair == ALL_PAIRS else pair, stage, *instance) if part)
+
+
 def held_entry(root: str, stage_dir: str) -> str:
     """The registry file (see HELD) of a stage directory under ``root``."""
     rel = stage_dir[len(root.rstrip("/")) + 1:]

@@ -44,7 +44,7 @@ import sys
 import time
 
 from . import manifest, policy as wpolicy, slurm, workers
-from .layout import ALL_PAIRS, LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_root
+from .layout import LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_name, stage_root
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # While a step runs, its ``_running.json`` is touched this often: a marker
@@ -397,8 +397,7 @@ class StageRun:
         self.first = ("cmd", "a first series")
         self.refusal = ""
         # How the runner's lines name the stage: experiment/pair/stage[/instance].
-        self.name = "/".join(part for part in (args.experiment, None if args.pair == ALL_PAIRS else args.pair,
-                                               args.stage, args.instance) if part)
+        self.name = stage_name(args.pair, args.experiment, args.stage, args.instance)
 
     # --- bookkeeping -----------------------------------------------------
     def _path(self, name: str) -> str:
@@ -728,17 +727,19 @@ class StageRun:
         # parents again and redoes it when one of them is redone.
         unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED") or i["provisional"]]
         record["provisional"] = state == "SUCCESS" and bool(unsound)
-        not_before = time.time()   # when the next run may redo a stage that ended without success
+        now = time.time()
+        redo_from = now   # when the next run may redo a stage that ended without success
+        hold = None       # the root's registry (layout.HELD): until when it waits (0: given up)
         if state != "SUCCESS" and self.series:
             spent = self.series_no - self.series_base
             if spent >= self.policy.max_series:
                 record["given_up"] = True
+                hold = 0.0
                 reason = (f"{reason}; " if reason else "") + \
                     f"given up after {spent} series (max_series {self.policy.max_series})"
-            else:
-                not_before = time.time() + self.policy.backoff_seconds(spent)
-                if not_before > time.time():
-                    record["next_series_after"] = manifest.epoch_to_iso(not_before)
+            elif self.policy.backoff_seconds(spent):
+                redo_from = hold = now + self.policy.backoff_seconds(spent)
+                record["next_series_after"] = manifest.epoch_to_iso(redo_from)
         if reason:
             record["reason"] = reason
             print(f"waypost: {self.name} {state}: {reason}", file=sys.stderr)
@@ -750,12 +751,10 @@ class StageRun:
             self.remote.push(self.args.output, final=state == "SUCCESS" or tolerated)
         # A skipped stage is looked at again when one of its parents is redone
         # (a parent given up is not: nor is its consumer), a failed one is redone.
-        self._set_marker(UNFINISHED, not_before if tolerated and state != "SKIPPED" and not record.get("given_up")
+        self._set_marker(UNFINISHED, redo_from if tolerated and state != "SKIPPED" and not record.get("given_up")
                          else None)
-        self._set_marker(PROVISIONAL, time.time() if record["provisional"] or (tolerated and state == "SKIPPED")
-                         else None)
-        self._register_hold(0.0 if record.get("given_up") else
-                            not_before if state != "SUCCESS" and not_before > time.time() else None)
+        self._set_marker(PROVISIONAL, now if record["provisional"] or (tolerated and state == "SKIPPED") else None)
+        self._register_hold(hold)
         if os.path.exists(self._path(RUNNING)):
             os.unlink(self._path(RUNNING))
         if self.remote:

@@ -112,6 +112,8 @@ class Pipeline:
         self.workers = self._load_workers(config["workers"], check)
         self._tracked: list = []
         self._forced: set | None = None   # see _forced_stages
+        self._marker_cache: dict[str, tuple[bool, bool]] = {}   # see _markers
+        self._on_hold: list[str] = []       # see _held
         self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
         self._default_class: dict[str, str] = {}
         self._own: dict[str, tuple] = {}   # stage → patterns of its marker and outputs
@@ -226,6 +228,14 @@ class Pipeline:
         return _presigned(job_inputs)
 
     def _markers(self, stage_dir: str) -> tuple[bool, bool]:
+        """``_read_markers``, once per stage directory and planning (the
+        default targets and each job's inputs ask it: files don't change
+        while the DAG is built)."""
+        if stage_dir not in self._marker_cache:
+            self._marker_cache[stage_dir] = self._read_markers(stage_dir)
+        return self._marker_cache[stage_dir]
+
+    def _read_markers(self, stage_dir: str) -> tuple[bool, bool]:
         """(redo, recheck) of a stage directory, from waypost's own files.
 
         redo: an attempt's ``_running.json`` is there with no SUCCESS manifest
@@ -664,8 +674,7 @@ class Pipeline:
             if len(parts) < 3 or (until and until <= now):
                 continue
             pair, experiment, stage = parts[:3]
-            where = "/".join([experiment] + ([] if pair == layout.ALL_PAIRS else [pair]) + parts[2:])
-            self._on_hold.append(f"{where} " + ("given up" if not until else
+            self._on_hold.append(f"{layout.stage_name(*parts)} " + ("given up" if not until else
                                                  "waiting until " + time.strftime("%H:%M", time.localtime(until))))
             below = self._downstream(stage)
             held.setdefault((experiment, pair), set()).update({stage} | below)
