@@ -33,11 +33,12 @@ BREAKDOWN_REPETITIONS = 3
 PHASES = r"""
 import contextlib, json, os, sys, time
 t0 = time.perf_counter()
-from waypost import cli, config as wconfig, status
+from waypost import cli, graph, status
 t1 = time.perf_counter()
-cfg = wconfig.load(sys.argv[1], sys.argv[2])
+facts = graph.facts(sys.argv[1], sys.argv[2])
+cfg = graph.load_config(sys.argv[1], sys.argv[2], facts)
 t2 = time.perf_counter()
-grid = status.collect(cfg, wconfig.experiment_scoped_stages(sys.argv[2]))
+grid = status.collect(cfg, facts["funnels"])
 t3 = time.perf_counter()
 with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
     cli.render_status(grid)

@@ -1,27 +1,15 @@
 # Report: one per experiment, a table of BLEU and chrF per pair and model.
 
-def report_entries(experiment):
-    """(pair, model) of every evaluation in the experiment, in a fixed order."""
-    return [(pair, model) for pair in wp.pairs(experiment) for model in evaluated_models(experiment)]
-
-
 rule report:
     input:
-        unpack(wp.needs("report", metrics=("evaluate", lambda wc: [
-            wp.path("evaluate", "metrics.json", model, pair=pair).format(experiment=wc.experiment)
-            for pair, model in report_entries(wc.experiment)]))),
+        metrics=wp.each("evaluate", "metrics.json"),
     output:
-        markdown=wp.funnel_path("report", "report.md"),
-        html=wp.funnel_path("report", "report.html"),
-    resources:
-        **wp.resources("report", "cpu"),
+        markdown=wp.out("report.md", funnel=True),
+        html=wp.out("report.html"),
     params:
-        step=wp.step("report"),
+        # (pair, model) of each metrics file, in wp.each's order: pairs, then instances
         entries=lambda wc, input: " ".join(
-            f"--entry {pair} {model} {path}" for (pair, model), path in zip(report_entries(wc.experiment), input.metrics)),
+            f"--entry {path.split('/')[-5]} {path.split('/')[-2]} {path}" for path in input.metrics),
     shell:
-        wp.run + wp.script("report.py") +
-        " --experiment {wildcards.experiment} {params.entries}"
+        wp.script("../scripts/report.py") + " --experiment {wildcards.experiment} {params.entries}"
         " --output-md {output.markdown} --output-html {output.html}"
-
-wp.track(rules.report)

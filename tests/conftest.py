@@ -13,11 +13,25 @@ from pathlib import Path
 import pytest
 import yaml
 
+from waypost import config as wconfig
+
 REPO = Path(__file__).resolve().parent.parent
 SNAKEFILE = REPO / "workflow" / "Snakefile"
 LOCAL_PROFILE = REPO / "profiles" / "local"
 
 # Small enough that a whole run takes seconds, big enough that the models learn.
+# The reference pipeline's axis and stages, for unit tests that prepare its
+# config without reading its Snakefile (which is what waypost does).
+REFERENCE_AXIS = wconfig.Axis.of("pair")
+REFERENCE_STAGES = ["fetch_corpus", "clean_corpus", "train_vocab", "train_backward", "translate_mono",
+                    "train_teacher", "translate_corpus", "train_student", "evaluate", "export", "report"]
+
+
+def prepare_reference(raw: dict, source: str = "test.yaml") -> dict:
+    """The reference pipeline's config, validated and completed."""
+    return wconfig.prepare(raw, str(REPO / "workflow"), source, axis=REFERENCE_AXIS, stages=REFERENCE_STAGES)
+
+
 SMALL_CONFIG = {
     "root": "results",
     "experiments": {"exp1": {"pairs": ["en-xa", "en-xb"], "teachers": 2}},

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SMALL_CONFIG, snakemake, write_config
+from conftest import REFERENCE_AXIS, REFERENCE_STAGES, REPO, SMALL_CONFIG, prepare_reference, snakemake, write_config
 from waypost import config as wconfig
 
 WORKFLOW = str(REPO / "workflow")
 
 
 def check(raw: dict):
-    return wconfig.prepare(raw, WORKFLOW, "test.yaml")
+    return prepare_reference(raw)
 
 
 def with_change(change) -> dict:
@@ -60,7 +60,7 @@ BAD = {
     "unknown key": (lambda c: c["stages"]["train_student"].update(learning_rate=1),
                     "stages.train_student.learning_rate: unknown key 'learning_rate'"),
     "unknown top-level key": (lambda c: c.update(roots="x"), "roots: unknown key 'roots'"),
-    "unknown stage": (lambda c: c["stages"].update(train_giant={}), "stages.train_giant: unknown key"),
+    "unknown stage": (lambda c: c["stages"].update(train_giant={}), "stages.train_giant: unknown stage 'train_giant'"),
     "unknown pair": (lambda c: c["experiments"]["exp1"].update(per_pair={"en-zz": {}}),
                      "experiments.exp1.per_pair.en-zz: unknown pair 'en-zz'"),
     "slash in pair": (lambda c: c["experiments"]["exp1"].update(pairs=["en/xa"]),
@@ -96,7 +96,7 @@ def test_yaml_error_names_file_and_line(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("experiments:\n  a: {pairs: [en-xa]\n")
     with pytest.raises(wconfig.ConfigError, match=rf"{path}:3:1: invalid YAML"):
-        wconfig.load(str(path), WORKFLOW)
+        wconfig.load(str(path), WORKFLOW, REFERENCE_AXIS, REFERENCE_STAGES)
 
 
 @pytest.mark.parametrize("case", ["wrong type", "unknown stage", "slash in pair", "unknown pair"])

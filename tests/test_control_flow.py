@@ -33,7 +33,7 @@ def tree_state(root: Path) -> dict:
 
 
 def sim_dir(work: Path, instance: str) -> Path:
-    return work / "results" / "heat-rod" / "sweep" / "simulate" / instance
+    return work / "results" / "_all" / "sweep" / "simulate" / instance
 
 
 def test_param_study_restarts_reruns_and_funnels(tmp_path):
@@ -81,7 +81,7 @@ def test_param_study_max_attempts_then_funnel_then_next_run(tmp_path):
     assert big["state"] == "TIMEOUT"
     assert [(a["action"], a["state"]) for a in big["attempts"]] == [("cmd", "TIMEOUT"), ("restart", "TIMEOUT")]
     assert "max_attempts (2) reached" in big["attempts"][-1]["decision"]["reason"]
-    extract = json.loads((tmp_path / "results/heat-rod/sweep/data_extract/alpha1.0-cells600/extract.json").read_text())
+    extract = json.loads((tmp_path / "results/_all/sweep/data_extract/alpha1.0-cells600/extract.json").read_text())
     assert extract["state"] == "TIMEOUT" and extract["complete"] is False and extract["steps"] > 0
     summary = (tmp_path / "results/_all/sweep/summary_report/summary.md").read_text()
     assert "1/2 instances complete" in summary and "TIMEOUT" in summary

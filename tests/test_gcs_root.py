@@ -230,7 +230,7 @@ def test_param_study_restart_rerun_and_next_run_on_a_bucket(bucket, tmp_path):
     snakefile = EXAMPLE / "workflow" / "Snakefile"
     write_config(tmp_path, study_config(root, [40, 150]))
     snakemake(tmp_path, *flags(root), snakefile=snakefile)
-    sim = "heat-rod/sweep/simulate"
+    sim = "_all/sweep/simulate"
 
     # HWFAILURE after checkpoints → the check passes → restart in place from them.
     late = manifest(root, f"{sim}/alpha1.0-cells150")
@@ -251,7 +251,7 @@ def test_param_study_restart_rerun_and_next_run_on_a_bucket(bucket, tmp_path):
     write_config(tmp_path, study_config(root, [40, 150, 600], max_attempts=2, runtime=0.004, runtime_growth=1))
     snakemake(tmp_path, *flags(root), snakefile=snakefile)
     assert manifest(root, f"{sim}/alpha1.0-cells600")["state"] == "TIMEOUT"
-    assert manifest(root, "heat-rod/sweep/data_extract/alpha1.0-cells600")["provisional"] is True
+    assert manifest(root, "_all/sweep/data_extract/alpha1.0-cells600")["provisional"] is True
     assert planned(tmp_path, *flags(root), snakefile=snakefile) == {"simulate": 1, "data_extract": 1}
 
     # The next run's series begins as the policy says (restart in place, from

@@ -91,8 +91,15 @@ def test_full_run_produces_report_and_manifests(finished_run):
     assert 0 < metrics["bleu"] < 100 and 0 < metrics["chrf"] < 100
 
 
-def test_presence_nothing_to_do_after_full_run(run_copy):
+def test_a_finished_pipeline_has_nothing_to_do_in_both_modes(run_copy):
+    """`snakemake -n` says "Nothing to be done" (what users and scripts look
+    for), in presence and in mtime mode, and a real run starts no job."""
     assert planned(run_copy) == {}
+    assert planned(run_copy, "--config", "rerun_policy=mtime") == {}
+    for mode in ("presence", "mtime"):
+        real = snakemake(run_copy, "--config", f"rerun_policy={mode}")
+        assert "Nothing to be done (all requested files are present and up to date)" in real.stdout + real.stderr
+        assert "localrule" not in real.stdout + real.stderr
 
 
 def test_presence_ignores_newer_inputs(run_copy):

@@ -1,5 +1,6 @@
-"""Profiles work by bare name after set-up, and by path; a user's own profile
-of the same name is never overwritten."""
+"""Profiles work by bare name after set-up (copies of the package's, the same
+from any checkout), and by path; a user's own profile of the same name is
+never overwritten."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import sys
 from pathlib import Path
 
 from conftest import REPO, SMALL_CONFIG, write_config
+from waypost import cli
 
 
 def waypost_install(home: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "waypost.cli", "profiles", "install",
-                           "--source", str(REPO / "profiles"), "--target", str(home / ".config/snakemake")],
+                           "--target", str(home / ".config/snakemake")],
                           capture_output=True, text=True, check=True)
 
 
@@ -33,14 +35,15 @@ def test_bare_name_after_install(tmp_path):
     write_config(work, SMALL_CONFIG)
     assert dry_run(work, "local", home).returncode != 0  # not findable before set-up
     out = waypost_install(home)
-    assert "installed" in out.stdout
-    link = home / ".config/snakemake/local"
-    assert link.is_symlink() and link.resolve() == (REPO / "profiles/local").resolve()
+    installed = home / ".config/snakemake/local"
+    assert str(installed) in out.stdout
+    assert not installed.is_symlink()   # a copy: it doesn't follow whichever checkout ran last
+    assert (installed / "config.yaml").read_text() == Path(cli.PACKAGE_PROFILES, "local", "config.yaml").read_text()
     proc = dry_run(work, "local", home)
     assert proc.returncode == 0, proc.stderr
     assert "fetch_corpus" in proc.stdout
-    # Installing again is a no-op.
-    assert "already installed" in waypost_install(home).stdout
+    # Installing again refreshes waypost's own copy.
+    assert str(installed) in waypost_install(home).stdout
 
 
 def test_users_own_profile_is_left_alone(tmp_path):
@@ -66,5 +69,5 @@ def test_stale_link_from_another_checkout_is_replaced(tmp_path):
     links.mkdir(parents=True)
     (links / "local").symlink_to(tmp_path / "deleted-checkout/profiles/local")  # dangling
     out = waypost_install(home)
-    assert "installed" in out.stdout
-    assert (links / "local").resolve() == (REPO / "profiles/local").resolve()
+    assert str(links / "local") in out.stdout
+    assert not (links / "local").is_symlink() and (links / "local" / "config.yaml").exists()

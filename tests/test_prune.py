@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import waypost, write_config
+from conftest import prepare_reference, waypost, write_config
 from conftest import gcs_fs as fs
 from conftest import gcs_key as key
 from conftest import gcs_objects as objects
@@ -291,13 +291,13 @@ def test_keep_last_null_keeps_everything_and_keep_last_0_goes_by_age(local_tree)
 
 
 def test_retention_merges_like_policy_and_is_not_a_step_setting():
-    config = wconfig.prepare(copy.deepcopy(CONFIG), str(REPO / "workflow"), "test")
+    config = prepare_reference(copy.deepcopy(CONFIG), "test")
     assert config["retention"] == {"keep_last": 2}
     assert prune.retention(config, "exp1", "en-xa", "train_backward") == {"keep_last": 2, "keep_days": None}
     assert prune.retention(config, "exp1", "en-xb", "train_backward") == {"keep_last": 2, "keep_days": 10}
     assert prune.retention(config, "exp1", "en-xa", "train_teacher") == {"keep_last": 1, "keep_days": None}
     assert "retention" not in wconfig.step_settings(config, "exp1", "en-xb", "train_backward")
-    defaults = wconfig.prepare({"experiments": {"e": {"pairs": ["en-xa"]}}}, str(REPO / "workflow"), "test")
+    defaults = prepare_reference({"experiments": {"e": {"pairs": ["en-xa"]}}}, "test")
     assert defaults["retention"] == {"keep_last": 3, "keep_days": None}
     assert prune.retention(defaults, "e", "en-xa", "export") == prune.DEFAULT_RETENTION
 

@@ -180,42 +180,29 @@ def test_a_killed_progressive_writer_is_redone_even_without_snakemake_metadata(t
     (workflow / "Snakefile").write_text(f"""
 from waypost.snakemake import Pipeline
 wp = Pipeline(config, workflow, default_configfile="config.yaml")
-wildcard_constraints: **wp.wildcard_constraints
 
 rule write:
-    input: unpack(wp.needs("write"))
-    output: lines=wp.path("write", "lines.txt")
-    resources: **wp.resources("write", "cpu")
-    params: step=wp.step("write")
-    shell: wp.run + "{sys.executable} {workflow / 'writer.py'} {{output.lines}}"
-wp.track(rules.write)
+    output: lines=wp.out("lines.txt")
+    shell: "{sys.executable} {workflow / 'writer.py'} {{output.lines}}"
 
 rule count:
-    input: unpack(wp.needs("count", lines=("write", "lines.txt")))
-    output: n=wp.path("count", "n.txt")
-    resources: **wp.resources("count", "cpu")
-    params: step=wp.step("count")
-    shell: wp.run + "bash -c 'wc -l < {{input.lines}} > {{output.n}}'"
-wp.track(rules.count)
+    input: lines=wp.stage("write", "lines.txt")
+    output: n=wp.out("n.txt")
+    shell: "wc -l < {{input.lines}} > {{output.n}}"
+
+wp.finish()
 
 rule all:
     default_target: True
     input: wp.targets
 """)
-    (workflow / "schemas").mkdir()
-    (workflow / "schemas" / "config.schema.yaml").write_text(
-        (REPO / "tests" / "soak" / "workflow" / "schemas" / "config.schema.yaml").read_text()
-        .replace("work: {$ref: \"#/$defs/stage\", default: {}}", "write: {$ref: \"#/$defs/stage\", default: {}}")
-        .replace("check: {$ref: \"#/$defs/stage\", default: {}}", "count: {$ref: \"#/$defs/stage\", default: {}}")
-        .replace("      gather: {$ref: \"#/$defs/stage\", default: {}, x-scope: experiment}\n", "")
-        .replace("../../config/workers.yaml", str(REPO / "config" / "workers.yaml")))
-    write_config(tmp_path, {"root": "results", "experiments": {"e": {"pairs": ["p"], "instances": 1}}})
+    write_config(tmp_path, {"root": "results", "experiments": {"e": {}}})
     snakefile = workflow / "Snakefile"
     cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(tmp_path), "--profile",
            str(REPO / "profiles" / "local"), "--configfile", str(tmp_path / "config.yaml")]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    lines = tmp_path / "results/p/e/write/lines.txt"
+    lines = tmp_path / "results/_all/e/write/lines.txt"
     deadline = time.time() + 60
     while not (lines.exists() and lines.stat().st_size > 100_000) and time.time() < deadline:
         time.sleep(0.05)
@@ -235,7 +222,7 @@ rule all:
     assert done.returncode == 0 and records(tmp_path)[-1]["snakemake_exit"] == 0, done.stdout + done.stderr
     assert "set aside the partial outputs of interrupted" in done.stdout
     assert len(lines.read_text().splitlines()) == 3_000_000
-    assert (tmp_path / "results/p/e/count/n.txt").read_text().strip() == "3000000"
+    assert (tmp_path / "results/_all/e/count/n.txt").read_text().strip() == "3000000"
     data = read_manifest(lines.parent)
     assert data["state"] == "SUCCESS"
     assert [a["state"] for a in data["attempts"]] == ["CANCELLED", "SUCCESS"]

@@ -14,8 +14,7 @@ from pathlib import Path
 import yaml
 
 from conftest import REPO, waypost
-from waypost import config as wconfig
-from waypost import manifest, parallel, status, statuspage
+from waypost import graph, manifest, parallel, status, statuspage
 
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -176,9 +175,10 @@ def test_worker_processes_read_the_same_grid(run_copy, monkeypatch):
     """Many cells are read in worker processes: the grid is the same."""
     (run_copy / "results/en-xa/exp1/train_student/model.json").unlink()
     fail_teacher(run_copy, "en-xb", "1")
-    cfg = wconfig.load(str(run_copy / "config.yaml"), str(REPO / "workflow"))
-    funnels = wconfig.experiment_scoped_stages(str(REPO / "workflow"))
     monkeypatch.chdir(run_copy)
+    facts = graph.facts(str(run_copy / "config.yaml"), str(REPO / "workflow"))
+    cfg = graph.load_config(str(run_copy / "config.yaml"), str(REPO / "workflow"), facts)
+    funnels = facts["funnels"]
     alone = status.collect(cfg, funnels)
     started = []
     real = parallel.ProcessPoolExecutor

@@ -34,7 +34,7 @@ def test_overrides_and_growth_per_attempt():
 
 def test_unknown_pool_or_class_is_a_clear_error():
     data = workers.load(WORKERS)
-    with pytest.raises(wconfig.ConfigError, match="pool 'hpc' is not in workers.yaml"):
+    with pytest.raises(wconfig.ConfigError, match="pool 'hpc' is not in the workers file"):
         workers.worker_class(data, "hpc", "gpu")
     with pytest.raises(wconfig.ConfigError, match="worker class 'gpu-huge' is not in pool 'onprem'"):
         workers.worker_class(data, "onprem", "gpu-huge")

@@ -14,14 +14,22 @@ import sys
 
 from . import __version__
 from . import config as wconfig
-from . import layout
+from . import graph, layout
 from .remote_stage import snakemake_options
 
 DEFAULT_CONFIG = "config/config.yaml"
 
 
+def workflow_facts(args) -> dict:
+    """The workflow's stages, funnels and axis (see graph), once per command."""
+    if getattr(args, "_facts", None) is None:
+        wconfig.load_yaml(args.config)   # a missing or broken file: its own error first
+        args._facts = graph.facts(args.config, args.workflow)
+    return args._facts
+
+
 def load_config(args) -> dict:
-    return wconfig.load(args.config, args.workflow)
+    return graph.load_config(args.config, args.workflow, workflow_facts(args))
 
 
 def reach(root: str) -> None:
@@ -96,7 +104,7 @@ def cmd_status(args) -> int:
     reach(cfg["root"])
     if args.sizes:
         return render_sizes(cfg, args)
-    grid = status.collect(cfg, wconfig.experiment_scoped_stages(args.workflow), args.experiment, args.pair)
+    grid = status.collect(cfg, workflow_facts(args)["funnels"], args.experiment, args.pair)
     if args.attempts:   # the archives' manifests: read for these stages only
         _attach_archives(cfg, [cell for stage in args.attempts for *_, cell in _stage_cells(grid, stage)])
         if args.json:
@@ -139,8 +147,11 @@ def _label(cell: dict) -> tuple[str, str]:
     return text + (f" ×{attempts}" if attempts > 1 else ""), status.look(cell["state"])[1]
 
 
-def _pair_heading(pair: str) -> str:
-    return "all pairs" if pair == layout.ALL_PAIRS else pair
+def _pair_heading(pair: str, axis: dict | None = None) -> str:
+    """A column's heading: an axis value, or the funnels' (all of them)."""
+    if pair != layout.ALL_PAIRS:
+        return pair
+    return f"all {axis['key']}" if axis else "state"
 
 
 # A stage's summary names at most this many pairs in each state but done.
@@ -159,24 +170,26 @@ def render_status(grid: dict) -> None:
 
     console = Console()
     summarized = False
+    axis = grid.get("axis")
+    word, words = (axis["word"], axis["key"]) if axis else ("axis value", "axis values")
     for experiment, columns in grid["experiments"].items():
         labels = {pair: {stage: _label(cell) for stage, cell in cells.items()} for pair, cells in columns.items()}
         stages = [stage for stage in grid["stages"] if any(stage in cells for cells in columns.values())]
         # Each column's widest text, plus its padding and border.
-        width = 1 + sum(3 + max([len(_pair_heading(pair)), *(len(text) for text, _ in cells.values())])
+        width = 1 + sum(3 + max([len(_pair_heading(pair, axis)), *(len(text) for text, _ in cells.values())])
                         for pair, cells in labels.items()) + 3 + max(map(len, stages), default=0)
         table = Table(title=f"experiment [bold]{experiment}[/]  (root {grid['root']})", title_justify="left")
         table.add_column("stage", style="bold")
         if width <= console.width:
             for pair in columns:
-                table.add_column(_pair_heading(pair))
+                table.add_column(_pair_heading(pair, axis))
             for stage in stages:
                 table.add_row(stage, *(Text(*cells[stage]) if stage in cells else Text("")
                                        for cells in labels.values()))
         else:
             summarized = True
             pairs = sum(1 for pair in columns if pair != layout.ALL_PAIRS)
-            table.add_column(f"{pairs} pairs, by state")
+            table.add_column(f"{pairs} {words}, by state")
             for stage in stages:
                 funnel = labels.get(layout.ALL_PAIRS, {}).get(stage)
                 table.add_row(stage, Text(*funnel) if funnel else _stage_summary(columns, stage))
@@ -185,7 +198,8 @@ def render_status(grid: dict) -> None:
              for group in (status.LOOKS, status.FAILURES)]
     console.print(Text("legend: ") + Text("\n        ").join([*lines, Text(status.LEGEND_MARKS)]))
     if summarized:
-        console.print("one pair's cells: waypost status --pair PAIR; every cell: --json, or --html FILE")
+        console.print(f"one {word}'s cells: waypost status --{word} {word.upper()}; "
+                      "every cell: --json, or --html FILE")
 
 
 def _stage_summary(columns: dict, stage: str):
@@ -286,11 +300,12 @@ def render_sizes(cfg: dict, args) -> int:
         console.print(f"no archived workspaces (.attempts/) under {escape(cfg['root'])}")
         return 0
     table = Table(title=f"archived workspaces (.attempts/) under {escape(cfg['root'])}", title_justify="left")
-    for column in ("experiment", "pair", "stage", "archives", "size"):
+    for column in ("experiment", wconfig.axis_words(cfg)[0], "stage", "archives", "size"):
         table.add_column(column, justify="right" if column in ("archives", "size") else "left")
     for r in rows:
         stage = r["stage"] + (f"/{r['instance']}" if r["instance"] else "")
-        table.add_row(r["experiment"], _pair_heading(r["pair"]), stage, str(r["archives"]), prune.human(r["bytes"]))
+        table.add_row(r["experiment"], _pair_heading(r["pair"], cfg.get("_axis")), stage, str(r["archives"]),
+                      prune.human(r["bytes"]))
     table.add_row("total", "", "", str(sum(r["archives"] for r in rows)), prune.human(total), style="bold")
     console.print(table)
     console.print("`waypost prune -n` lists what the retention lets go")
@@ -300,35 +315,83 @@ def render_sizes(cfg: dict, args) -> int:
 PROFILE_MARK = ".waypost-profile"
 
 
-def _is_waypost_link(path: str) -> bool:
-    """A link this command made earlier: dangling, or into a waypost profile
-    (one holding the mark file), possibly of another checkout."""
-    if not os.path.islink(path):
-        return False
-    return not os.path.exists(path) or os.path.exists(os.path.join(path, PROFILE_MARK))
+#: waypost's Snakemake profiles (local, onprem, cloud), shipped in the package.
+PACKAGE_PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 
 
-def cmd_profiles_install(args) -> int:
-    """Link the repo's profiles where Snakemake looks for bare names."""
-    source_dir = os.path.abspath(args.source)
-    target_dir = os.path.expanduser(args.target)
+def _is_waypost_profile(path: str) -> bool:
+    """One this command installed: a copy holding the mark file, or a link
+    (how earlier versions installed them) dangling or into a waypost profile."""
+    if os.path.islink(path):
+        return not os.path.exists(path) or os.path.exists(os.path.join(path, PROFILE_MARK))
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, PROFILE_MARK))
+
+
+def install_profiles(target_dir: str) -> list[str]:
+    """Copy waypost's profiles where Snakemake looks for bare names
+    (``--profile local``), replacing earlier waypost copies or links (of any
+    checkout), never a profile of the user's; the lines to print."""
+    import shutil
+    lines = []
+    target_dir = os.path.expanduser(target_dir)
     os.makedirs(target_dir, exist_ok=True)
-    for name in sorted(os.listdir(source_dir)):
-        source = os.path.join(source_dir, name)
+    for name in sorted(os.listdir(PACKAGE_PROFILES)):
+        source = os.path.join(PACKAGE_PROFILES, name)
         if not os.path.isdir(source):
             continue
         target = os.path.join(target_dir, name)
-        if os.path.islink(target) and os.path.realpath(target) == os.path.realpath(source):
-            print(f"profile {name}: already installed ({target})")
+        if os.path.lexists(target) and not _is_waypost_profile(target):
+            lines.append(f"profile {name}: {target} exists and is not waypost's; left alone "
+                         f"(use --profile {source} instead)")
             continue
-        if _is_waypost_link(target):
-            os.unlink(target)  # ours, from another (or a deleted) checkout
-        elif os.path.lexists(target):
-            print(f"profile {name}: {target} exists and is not waypost's; left alone "
-                  f"(use --profile {os.path.relpath(source)} instead)", file=sys.stderr)
-            continue
-        os.symlink(source, target)
-        print(f"profile {name}: installed {target} -> {source}")
+        fresh = target + ".waypost-new"
+        shutil.rmtree(fresh, ignore_errors=True)
+        shutil.copytree(source, fresh)
+        if os.path.islink(target) or os.path.isfile(target):
+            os.unlink(target)
+        elif os.path.isdir(target):
+            shutil.rmtree(target)
+        os.rename(fresh, target)
+        lines.append(f"profile {name}: {target} (waypost {__version__}'s)")
+    return lines
+
+
+def cmd_profiles_install(args) -> int:
+    """waypost's profiles, usable by bare name."""
+    for line in install_profiles(args.target):
+        print(line, file=sys.stderr if "left alone" in line else sys.stdout)
+    return 0
+
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "template")
+
+
+def cmd_init(args) -> int:
+    """Write a runnable pipeline into a new directory (or an empty one)."""
+    import shutil
+    target = os.path.abspath(args.directory)
+    if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
+        raise wconfig.ConfigError(f"{args.directory}: exists and is not an empty directory (nothing was written)")
+    name = os.path.basename(target.rstrip(os.sep))
+    if not layout.is_valid_name(name):
+        raise wconfig.ConfigError(f"{args.directory}: {name!r} is not a valid pipeline name "
+                                  f"(expected {layout.NAME_RULE})")
+    shutil.copytree(TEMPLATE, target, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for folder, _, files in os.walk(target):
+        for file in files:
+            path = os.path.join(folder, file)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            if "__NAME__" in text:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text.replace("__NAME__", name))
+    print(f"wrote a waypost pipeline in {args.directory}: workflow/Snakefile (generate → fit per dataset, "
+          "a summarize funnel), config/, scripts/, tests/")
+    if not args.no_profiles:
+        for line in install_profiles(args.profiles_target):
+            print(line, file=sys.stderr if "left alone" in line else sys.stdout)
+    print(f"next: cd {args.directory} && snakemake --profile local && waypost status")
     return 0
 
 
@@ -376,7 +439,7 @@ def cmd_workers(args) -> int:
 
     cfg = load_config(args)
     pool = args.pool or (args.profile and _profile_pool(args.profile)) or cfg["pool"]
-    path = cfg["workers"]
+    path = workers.pools_file(cfg.get("workers"), wconfig.pipeline_dir(args.workflow))
     data = workers.load(path)
     if pool not in data["pools"]:
         raise wconfig.ConfigError(f"{path}: no pool {pool!r} (expected one of: {', '.join(data['pools'])})")
@@ -563,10 +626,10 @@ def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> Non
     """``find --html FILE``: the rows found, as one self-contained page (findpage)."""
     from datetime import datetime, timezone
 
-    from . import findpage, graph, storage
+    from . import findpage, storage
 
     # The stage graph as the last parse here recorded it (no parse of the workflow just for the page).
-    parents = graph.load(args.config, args.workflow, cfg["root"]) if os.path.exists(graph.GRAPH_FILE) else None
+    parents = graph.load(args.config, args.workflow) if os.path.exists(graph.GRAPH_FILE) else None
     filters = {k: getattr(args, k) for k in ("stage", "pair", "experiment", "state", "since", "until", "config_hash")}
     data = findpage.build(rows, root=storage.url_of(*storage.filesystem(cfg["root"])),
                           experiments={name: list(x["pairs"]) for name, x in cfg["experiments"].items()},
@@ -593,14 +656,14 @@ def _check_find_names(cfg: dict, cat, args) -> None:
 
 
 def cmd_reuse(args) -> int:
-    from . import graph, reuse
+    from . import reuse
 
     cfg = load_config(args)
     # NEW must be configured (add experiments.NEW with its pairs first); OLD
     # need not be: any experiment with stage directories under the root will do.
     wconfig.check_names(cfg, args.into, args.pairs, args.upstream_of)
     reach(args.from_root or cfg["root"])
-    parents = graph.load(args.config, args.workflow, cfg["root"])
+    parents = graph.load(args.config, args.workflow)
     entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
                                        args.from_root)
     if problems:
@@ -709,8 +772,8 @@ def cmd_plan(args) -> int:
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
     rows = plan.next_run(plan.parse_jobs(text), cfg)
-    from . import graph   # the dry run just recorded the stages' code versions
-    drifted, code_unknown = plan.drift(cfg, graph.code_versions(), wconfig.experiment_scoped_stages(args.workflow))
+
+    drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"])
     groups = plan.collapse(drifted, cfg)
     unknown_note = (f"code version unknown (recorded before per-stage code versions): {code_unknown} done "
                     f"stage(s)" if code_unknown else "")
@@ -723,11 +786,11 @@ def cmd_plan(args) -> int:
     console = Console(width=args.width)
     if rows:
         table = Table(title=f"next run: {sum(max(1, len(r['instances'])) for r in rows)} job(s)", title_justify="left")
-        for column in ("experiment", "pair", "stage", "why"):
+        for column in ("experiment", wconfig.axis_words(cfg)[0], "stage", "why"):
             table.add_column(column, overflow="fold")
         for r in rows:
             stage = r["stage"] + (f" [{', '.join(sorted(r['instances']))}]" if r["instances"] else "")
-            table.add_row(r["experiment"], "all pairs" if r["pair"] == "_all" else r["pair"], escape(stage),
+            table.add_row(r["experiment"], _pair_heading(r["pair"], cfg.get("_axis")), escape(stage),
                           escape(r["why"]))
         console.print(table)
     else:
@@ -735,12 +798,12 @@ def cmd_plan(args) -> int:
     if drifted:
         table = Table(title="done, but made with other settings, code or inputs than now "
                             "(kept in presence mode; `waypost rerun STAGE` redoes one)", title_justify="left")
-        for column in ("experiment", "pair", "stage", "made", "what differs"):
+        for column in ("experiment", wconfig.axis_words(cfg)[0], "stage", "made", "what differs"):
             table.add_column(column, overflow="fold")
         for g in groups:   # cells of a stage with the same differences: one row, with their count
             made = " … ".join(dict.fromkeys(m[:16].replace("T", " ") for m in g["made"]))
             table.add_row(", ".join(g["experiments"]),
-                          ", ".join("all pairs" if p == "_all" else p for p in g["pairs"]),
+                          ", ".join(_pair_heading(p, cfg.get("_axis")) for p in g["pairs"]),
                           escape(g["stage"] + (f" [{', '.join(sorted(g['instances']))}]" if g["instances"] else "")
                                  + (f" ×{g['count']}" if g["count"] > 1 else "")),
                           made + (f" (reused from {', '.join(g['reused_from'])})" if g["reused_from"] else ""),
@@ -786,7 +849,21 @@ Once Snakemake has started, `run` exits with Snakemake's code; `cron` exits
 non-zero only when the workflow could not run at all (README: Cron)."""
 
 
+def _recorded_axis() -> tuple[str, str]:
+    """The axis words of the workflow last read here (see graph): the
+    options follow them (``--pair``, or ``--point`` in a study of points)."""
+    try:
+        with open(graph.GRAPH_FILE) as f:
+            axis = json.load(f).get("axis") or {}
+    except (OSError, ValueError, AttributeError):
+        axis = {}
+    return axis.get("word") or "pair", axis.get("key") or "pairs"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    word, words = _recorded_axis()
+    one = ["--pair"] + ([f"--{word}"] if word != "pair" else [])     # --pair always works too
+    many = ["--pairs"] + ([f"--{words}"] if words != "pairs" else [])
     parser = argparse.ArgumentParser(prog="waypost",
                                      description="Look at and steer the file state of a waypost workflow.",
                                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -798,12 +875,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--workflow", default="workflow", help="workflow dir with schemas/ (default: %(default)s)")
         return p
 
-    p = with_config(sub.add_parser("status", help="experiments × pairs × stages, from the stage directories"))
+    p = with_config(sub.add_parser("status", help=f"experiments × {words} × stages, from the stage directories"))
     p.add_argument("--json", action="store_true", help="machine-readable output (indented on a terminal, one line when piped)")
     p.add_argument("--html", metavar="FILE", help="write the grid as one self-contained HTML page")
     p.add_argument("--attempts", nargs="+", metavar="STAGE", help="list the attempt history of these stages")
     p.add_argument("--experiment", help="only this experiment")
-    p.add_argument("--pair", help="only this pair (its stages, no funnels)")
+    p.add_argument(*one, dest="pair", help=f"only this {word} (its stages, no funnels)")
     p.add_argument("--sizes", action="store_true", help="the archived workspaces (.attempts/) of each stage: "
                    "how many, how big (walks them: only when asked)")
     p.set_defaults(func=cmd_status)
@@ -827,7 +904,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_config(sub.add_parser("find", help="stages that already exist, in every root of the catalog"))
     p.add_argument("--stage", help="a stage (shell patterns work: train_*)")
-    p.add_argument("--pair", help="a pair (shell patterns work: en-*)")
+    p.add_argument(*one, dest="pair", help=f"a {word} (shell patterns work)")
     p.add_argument("--experiment", help="an experiment (shell patterns work)")
     p.add_argument("--state", help="SUCCESS, FAILED, TIMEOUT, ...")
     p.add_argument("--since", help="made at or after this UTC date/time (2026-11-01 or 2026-11-01T12:00)")
@@ -853,17 +930,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--into", required=True, metavar="NEW", help="the experiment that reuses")
     p.add_argument("--from", dest="source", required=True, metavar="OLD", help="the experiment reused from")
     p.add_argument("--upstream-of", required=True, metavar="STAGE", help="reuse every stage this one depends on")
-    p.add_argument("--pairs", nargs="+", help="only these pairs (default: all of NEW's)")
+    p.add_argument(*many, dest="pairs", nargs="+", help=f"only these {words} (default: all of NEW's)")
     p.add_argument("--from-root", help="OLD lives under this root (path or gs:// URI), not the pipeline's")
     p.set_defaults(func=cmd_reuse)
 
     p = with_config(sub.add_parser("rerun", help="archive stages so the next run computes them again"))
     p.add_argument("stage")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
-    p.add_argument("--pair", action="append", help="only this pair (repeatable)")
+    p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable)")
     p.add_argument("--instance", help="only this instance of the stage")
     p.add_argument("--all", action="store_true", help="in every experiment (needed when the config has more "
-                   "than one and no --experiment, --pair or --instance narrows it)")
+                   f"than one and no --experiment, --{word} or --instance narrows it)")
     p.add_argument("--downstream", action="store_true", help="and every stage made from their outputs (also in "
                    "experiments that reuse them)")
     p.add_argument("-n", "--dry-run", action="store_true", help="say what would be archived")
@@ -873,7 +950,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "a series_backoff again at the next run, in place"))
     p.add_argument("stage")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
-    p.add_argument("--pair", action="append", help="only this pair (repeatable)")
+    p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable)")
     p.add_argument("--instance", help="only this instance of the stage")
     p.add_argument("-n", "--dry-run", action="store_true", help="say what would be tried again")
     p.set_defaults(func=cmd_retry)
@@ -881,7 +958,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_config(sub.add_parser("adopt", help="declare files placed by hand in a stage directory done"))
     p.add_argument("stage")
     p.add_argument("--experiment", required=True)
-    p.add_argument("--pair", default="_all", help="(default: the per-experiment slot, for funnels)")
+    p.add_argument(*one, dest="pair", default="_all", help="(default: the per-experiment slot, for funnels)")
     p.add_argument("--instance")
     p.add_argument("--note", help="why, for the record")
     p.add_argument("--force", action="store_true", help="even over a stage waypost finished itself")
@@ -891,7 +968,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "that nothing needs"))
     p.add_argument("-n", "--dry-run", action="store_true", help="list what would be removed, slimmed and kept, and why")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
-    p.add_argument("--pair", action="append", help="only this pair (repeatable; _all: the funnels)")
+    p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable; _all: the funnels)")
     p.add_argument("--stage", action="append", help="only this stage (repeatable)")
     p.set_defaults(func=cmd_prune)
 
@@ -903,17 +980,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
     p.set_defaults(func=cmd_plan)
 
-    p = with_config(sub.add_parser("run", help="run the pipeline, up to a stage, for some experiments and pairs"))
+    p = with_config(sub.add_parser("run", help=f"run the pipeline, up to a stage, for some experiments and {words}"))
     p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
     p.add_argument("--until", nargs="+", metavar="STAGE", help="stop after these stages")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
-    p.add_argument("--pair", action="append", help="only this pair (repeatable)")
+    p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable)")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
     p.set_defaults(func=cmd_run)
 
+    p = sub.add_parser("init", help="write a runnable pipeline into a new directory: three stages with a "
+                       "funnel, its config, a schema, scripts and a test")
+    p.add_argument("directory")
+    p.add_argument("--no-profiles", action="store_true", help="don't install waypost's profiles for bare names")
+    p.add_argument("--profiles-target", default="~/.config/snakemake", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_init)
+
     profiles = sub.add_parser("profiles", help="Snakemake profiles").add_subparsers(dest="action", required=True)
-    p = profiles.add_parser("install", help="make the repo's profiles usable by bare name (--profile local)")
-    p.add_argument("--source", default="profiles", help="the repo's profiles dir (default: %(default)s)")
+    p = profiles.add_parser("install", help="make waypost's profiles usable by bare name (--profile local): "
+                            "copies of the installed package's, the same from any directory")
     p.add_argument("--target", default="~/.config/snakemake", help="where Snakemake looks (default: %(default)s)")
     p.set_defaults(func=cmd_profiles_install)
     return parser

@@ -1,10 +1,19 @@
 """Loading, defaults, validation and merging of the pipeline config.
 
 Errors name the file, the key and what was expected, and are raised before
-anything runs. The schema lives with the workflow (``workflow/schemas/``), so
-the engine stays pipeline-agnostic; it is a plain JSON schema of the kind
-``snakemake.utils.validate`` takes, validated here with jsonschema so the
-messages can be precise.
+anything runs. waypost's own keys have their schema in the package
+(``schemas/config.schema.yaml``); a workflow's schema
+(``workflow/schemas/config.schema.yaml``, optional) declares only what the
+workflow adds: its stages' settings, its own experiment keys. The two are
+merged here (``schema_for``) into one plain JSON schema of the kind
+``snakemake.utils.validate`` takes, validated with jsonschema so the messages
+can be precise.
+
+The experiment's axis (``pairs`` in the reference pipeline) is the
+workflow's word: the Snakefile names it (``Pipeline(..., axis="pair")``).
+Inside the engine its values are always under ``pairs`` and its overrides
+under ``per_pair`` (``prepare`` moves them there), whatever the workflow
+calls them.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import copy
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -25,7 +35,27 @@ if TYPE_CHECKING:
 from .layout import ALL_PAIRS, NAME_RULE
 from .layout import join as layout_join
 
-SCHEMA_FILE = os.path.join("schemas", "config.schema.yaml")
+SCHEMA_FILE = os.path.join("schemas", "config.schema.yaml")   # below the workflow's directory
+ENGINE_SCHEMA = os.path.join(os.path.dirname(__file__), "schemas", "config.schema.yaml")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The per-experiment axis a workflow names: ``word`` for one value
+    (``pair``: the ``--pair`` option, the ``per_pair`` overrides, the
+    ``{pair}`` wildcard), ``key`` for an experiment's list of them."""
+    word: str
+    key: str
+
+    @property
+    def per(self) -> str:
+        return f"per_{self.word}"
+
+    @classmethod
+    def of(cls, word: str | None, key: str | None = None) -> Axis | None:
+        if not word:
+            return None
+        return cls(word, key or word + "s")
 
 
 class ConfigError(ValueError):
@@ -56,9 +86,87 @@ def load_yaml(path: str) -> dict:
     return data
 
 
+def pipeline_dir(workflow_dir: str) -> str:
+    """A pipeline's top directory: above ``workflow/`` (the usual layout), or
+    the Snakefile's own directory."""
+    base = os.path.abspath(str(workflow_dir))
+    return os.path.dirname(base) if os.path.basename(base) == "workflow" else base
+
+
+@lru_cache(maxsize=1)
+def engine_schema() -> dict:
+    return load_yaml(ENGINE_SCHEMA)
+
+
+def workflow_schema_path(workflow_dir: str) -> str:
+    return os.path.join(workflow_dir, SCHEMA_FILE)
+
+
 @lru_cache(maxsize=8)
-def load_schema(workflow_dir: str) -> dict:
-    return load_yaml(os.path.join(workflow_dir, SCHEMA_FILE))
+def schema_for(workflow_dir: str, axis: Axis | None) -> dict:
+    """waypost's schema with the workflow's merged in (see the module's
+    docstring): the workflow's stages get the engine's stage keys and their
+    own, strictly; a stage the workflow's schema does not declare takes the
+    engine's keys only, or anything when the workflow declares no stage
+    settings at all (no schema, or none under ``stages``)."""
+    schema = copy.deepcopy(engine_schema())
+    defs = schema["$defs"]
+    path = workflow_schema_path(workflow_dir)
+    own = load_yaml(path) if os.path.exists(path) else {}
+    for name, sub in (own.get("$defs") or {}).items():
+        if name in defs:
+            raise ConfigError(f"{path}: $defs.{name}: the name is waypost's own (in its schema); "
+                              "rename it in the workflow's schema")
+        defs[name] = sub
+    root = {**own, "$defs": defs}
+    stage_base = defs["stage"]
+    declared = {}
+    for key, sub in (own.get("properties") or {}).items():
+        if key == "stages":
+            declared = _mapping(_resolve(sub, root).get("properties"), path, "properties.stages.properties")
+        elif key == "experiments":
+            each = _resolve(_mapping(_resolve(sub, root).get("additionalProperties"), path,
+                                     "properties.experiments.additionalProperties"), root)
+            experiment = defs["experiment"]
+            for name, prop in _mapping(each.get("properties"), path,
+                                       "properties.experiments.additionalProperties.properties").items():
+                if name in experiment["properties"] or (axis and name in (axis.key, axis.per)):
+                    raise ConfigError(f"{path}: experiments.{name}: the key is waypost's own; "
+                                      "the workflow's schema can't declare it")
+                experiment["properties"][name] = prop
+            experiment.setdefault("required", []).extend(each.get("required", []))
+        elif key in schema["properties"]:
+            raise ConfigError(f"{path}: properties.{key}: the key is waypost's own (see waypost's "
+                              "schema); the workflow's schema declares only what the workflow adds")
+        else:
+            schema["properties"][key] = sub
+    schema["required"] = sorted(set(schema["required"]) | set(own.get("required", [])))
+    for name, sub in declared.items():
+        sub = _resolve(sub, root)
+        properties = {**stage_base["properties"], **_mapping(sub.get("properties"), path,
+                                                            f"properties.stages.properties.{name}.properties")}
+        defs["stages"].setdefault("properties", {})[name] = {
+            "type": "object", "additionalProperties": False, "properties": properties,
+            "default": sub.get("default", {}), **({"required": sub["required"]} if "required" in sub else {})}
+    stage_base["additionalProperties"] = not declared
+    if axis:
+        defs["experiment"]["properties"][axis.key] = {
+            "type": "array", "minItems": 1, "uniqueItems": True, "items": {"$ref": "#/$defs/name"},
+            "description": f"this experiment's {axis.key}"}
+        defs["experiment"]["properties"][axis.per] = {
+            "type": "object", "propertyNames": {"$ref": "#/$defs/name"},
+            "additionalProperties": {"$ref": "#/$defs/stages"},
+            "description": f"stage settings for single {axis.key} of this experiment"}
+        defs["experiment"].setdefault("required", []).append(axis.key)
+    return schema
+
+
+def _mapping(value, path: str, key: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: {key}: expected a mapping, got {type(value).__name__}")
+    return value
 
 
 def _key_path(parts) -> str:
@@ -153,85 +261,137 @@ def _fill_defaults(value: dict, schema: dict, root: dict, descend: bool) -> None
             _fill_defaults(value[key], sub, root, descend)
 
 
-def apply_defaults(config: dict, schema: dict) -> dict:
-    """Schema defaults for the top level, the global stage settings and each
-    experiment's own keys (not its overrides: those only hold what was set)."""
+def apply_defaults(config: dict, schema: dict, stages: list[str] | None = None) -> dict:
+    """Schema defaults for the top level, the global settings of each stage
+    (``stages``: the workflow's, in its order; else those the config names)
+    and each experiment's own keys (not its overrides: those only hold what
+    was set)."""
     config = copy.deepcopy(config)
     _fill_defaults(config, schema, schema, descend=False)
-    stages = config.setdefault("stages", {})
-    _fill_defaults(stages, schema["$defs"]["stages"], schema, descend=True)
-    # Pipeline order (the schema's), whatever order the file lists them in.
-    order = list(schema["$defs"]["stages"]["properties"])
-    config["stages"] = {name: stages[name] for name in order if name in stages}
+    given = config.setdefault("stages", {})
+    declared = schema["$defs"]["stages"].get("properties", {})
+    config["stages"] = {}
+    # (a stage the workflow doesn't have stays, for check_semantics to name)
+    for name in dict.fromkeys([*(stages if stages is not None else declared), *given]):
+        settings = given.get(name, {})
+        if name in declared:
+            sub = _resolve(declared[name], schema)
+            settings = {**copy.deepcopy(sub.get("default", {})), **settings}
+            _fill_defaults(settings, sub, schema, descend=True)
+        config["stages"][name] = settings
     for experiment in (config.get("experiments") or {}).values():
         if isinstance(experiment, dict):
             _fill_defaults(experiment, schema["$defs"]["experiment"], schema, descend=False)
     return config
 
 
-def check_semantics(config: dict, source: str) -> None:
+def _to_engine_axis(config: dict, axis: Axis | None) -> None:
+    """The axis values under ``pairs``, the overrides under ``per_pair``
+    (the engine's names), whatever the workflow calls them."""
+    for experiment in config["experiments"].values():
+        values = experiment.pop(axis.key) if axis else []
+        overrides = experiment.pop(axis.per, {}) if axis else {}
+        experiment["pairs"], experiment["per_pair"] = values, overrides
+    config[AXIS_KEY] = {"word": axis.word, "key": axis.key} if axis else None
+
+
+#: Where a prepared config keeps the workflow's words for its axis (None: it has none).
+AXIS_KEY = "_axis"
+
+
+def axis_words(config: dict) -> tuple[str, str]:
+    """(one, many) of a prepared config's axis, for messages and headings."""
+    axis = config.get(AXIS_KEY)
+    return (axis["word"], axis["key"]) if axis else ("axis value", "axis values")
+
+
+def check_semantics(config: dict, source: str, axis: Axis | None = None, stages: list[str] | None = None) -> None:
+    """What the schema can't say: names that must be the workflow's stages
+    (``stages``, when known) or an experiment's axis values, and policies
+    that parse. ``config`` is in the engine's axis names (see ``prepare``)."""
     from .policy import Policy, PolicyError
 
+    word, key, per = (axis.word, axis.key, axis.per) if axis else ("axis value", "axis values", "per_" + "axis")
     problems = []
+    known = stages if stages is not None else list(config["stages"])
+
+    def unknown_stage(where: str, stage: str) -> None:
+        if stage not in known:
+            problems.append(f"{source}: {where}: unknown stage {stage!r} "
+                            f"(expected one of the workflow's stages: {', '.join(known)})")
+    if stages is not None:
+        for stage in config.get("stages", {}):
+            unknown_stage(f"stages.{stage}", stage)
     checked: dict[str, str | None] = {}
     for name, experiment in config["experiments"].items():
         pairs = experiment["pairs"]
         per_pair = experiment.get("per_pair", {})
-        for pair in per_pair:
+        for stage in experiment.get("stages", {}):
+            unknown_stage(f"experiments.{name}.stages.{stage}", stage)
+        for pair, settings in per_pair.items():
             if pair not in pairs:
-                problems.append(f"{source}: experiments.{name}.per_pair.{pair}: unknown pair {pair!r} "
-                                f"(expected one of this experiment's pairs: {', '.join(pairs)})")
+                problems.append(f"{source}: experiments.{name}.{per}.{pair}: unknown {word} {pair!r} "
+                                f"(expected one of this experiment's {key}: {', '.join(pairs)})")
+            for stage in settings:
+                unknown_stage(f"experiments.{name}.{per}.{pair}.{stage}", stage)
         for stage, where in experiment.get("reuse", {}).items():
-            key = f"{source}: experiments.{name}.reuse.{stage}"
-            if stage not in config["stages"]:
-                problems.append(f"{key}: unknown stage {stage!r} (expected one of: {', '.join(config['stages'])})")
+            unknown_stage(f"experiments.{name}.reuse.{stage}", stage)
             for pair, origin in (where.items() if isinstance(where, dict) else [(None, where)]):
                 if pair is not None and pair not in pairs:
-                    problems.append(f"{key}.{pair}: unknown pair {pair!r} "
-                                    f"(expected one of this experiment's pairs: {', '.join(pairs)})")
+                    problems.append(f"{source}: experiments.{name}.reuse.{stage}.{pair}: unknown {word} {pair!r} "
+                                    f"(expected one of this experiment's {key}: {', '.join(pairs) or 'none'})")
                 if origin == name:
-                    problems.append(f"{key}: an experiment can't reuse its own stage")
-        # Pairs without per_pair entries share their settings: check the first.
-        first_shared = next((pair for pair in pairs if pair not in per_pair), None)
-        for pair in pairs:
-            if pair not in per_pair and pair != first_shared:
-                continue
-            for stage in config["stages"]:
+                    problems.append(f"{source}: experiments.{name}.reuse.{stage}: an experiment can't reuse its own stage")
+        # Axis values without overrides share their settings: check the first.
+        first_shared = next((pair for pair in pairs if pair not in per_pair), ALL_PAIRS)
+        for pair in [first_shared, *per_pair]:
+            for stage in known:
                 policy = stage_settings(config, name, pair, stage)["policy"]
-                key = json.dumps(policy, sort_keys=True)
-                if key not in checked:
+                text = json.dumps(policy, sort_keys=True)
+                if text not in checked:
                     try:
                         Policy.from_config(policy)
-                        checked[key] = None
+                        checked[text] = None
                     except PolicyError as exc:
-                        checked[key] = str(exc)
-                        problems.append(f"{source}: policy of stage {stage} (experiment {name}, pair {pair}): {exc}")
+                        checked[text] = str(exc)
+                        where = f"experiment {name}" + (f", {word} {pair}" if pair != ALL_PAIRS else "")
+                        problems.append(f"{source}: policy of stage {stage} ({where}): {exc}")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
 
-def prepare(config: dict, workflow_dir: str, source: str, check: bool = True) -> dict:
-    """Validate a loaded config and fill in its defaults. ``check=False``
-    skips the schema validation: for a cluster job's own Snakemake process,
-    whose main process validated the same files when it submitted the job."""
-    schema = load_schema(os.path.abspath(workflow_dir))
+def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, axis: Axis | None = None,
+            stages: list[str] | None = None) -> dict:
+    """Validate a loaded config and fill in its defaults, with the axis moved
+    to the engine's names. ``stages``: the workflow's stages, when known
+    (the Snakefile knows them once its rules are read: see
+    ``Pipeline.finish``, which calls ``complete``). ``check=False`` skips the
+    schema validation: for a cluster job's own Snakemake process, whose main
+    process validated the same files when it submitted the job."""
+    schema = schema_for(os.path.abspath(workflow_dir), axis)
     if check:
         validate(config, schema, source)
-    config = apply_defaults(config, schema)
-    check_semantics(config, source)
+    config = apply_defaults(config, schema, stages)
+    _to_engine_axis(config, axis)
+    if stages is not None:
+        check_semantics(config, source, axis, stages)
     return config
 
 
-def experiment_scoped_stages(workflow_dir: str) -> list[str]:
-    """Stages that run once per experiment over all its pairs (funnels),
-    marked ``x-scope: experiment`` in the workflow's schema."""
-    stages = load_schema(os.path.abspath(workflow_dir))["$defs"]["stages"]["properties"]
-    return [name for name, sub in stages.items() if sub.get("x-scope") == "experiment"]
+def complete(config: dict, workflow_dir: str, source: str, axis: Axis | None, stages: list[str]) -> dict:
+    """A prepared config (``prepare`` without ``stages``) once the workflow's
+    stages are known: each has its settings with their defaults, in the
+    workflow's order, and every stage name the config uses is checked."""
+    schema = schema_for(os.path.abspath(workflow_dir), axis)
+    filled = apply_defaults({"stages": config.get("stages", {})}, {**schema, "properties": {}}, stages)
+    config = {**config, "stages": filled["stages"]}
+    check_semantics(config, source, axis, stages)
+    return config
 
 
-def load(path: str, workflow_dir: str) -> dict:
+def load(path: str, workflow_dir: str, axis: Axis | None = None, stages: list[str] | None = None) -> dict:
     config, source = with_reuse_files(load_yaml(path), path)
-    return prepare(config, workflow_dir, source)
+    return prepare(config, workflow_dir, source, axis=axis, stages=stages)
 
 
 # `waypost reuse` writes its pointers here, next to the config file; they are
@@ -305,7 +465,8 @@ def check_names(config: dict, experiments=None, pairs=None, stages=None, allow_a
         if name not in pairs_known and not (allow_all_pairs and name == ALL_PAIRS):
             where = ("any experiment" if not chosen else
                      f"experiment {chosen[0]}" if len(chosen) == 1 else f"experiments {', '.join(chosen)}")
-            raise ConfigError(f"unknown pair {name!r}: not a pair of {where}")
+            word = axis_words(config)[0]
+            raise ConfigError(f"unknown {word} {name!r}: not a {word} of {where}")
     for name in _names(stages):
         if name not in config["stages"]:
             raise ConfigError(f"unknown stage {name!r} (expected one of: {', '.join(config['stages'])})")

@@ -29,7 +29,7 @@ import time
 from datetime import datetime, timezone
 
 from . import config as wconfig
-from . import layout, manifest, remote_stage, stagetree, verify
+from . import graph, layout, manifest, remote_stage, stagetree, verify
 from .layout import RUNNING
 
 STATE_DIR = ".waypost"
@@ -134,7 +134,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     lock.flush()
 
     try:
-        cfg = wconfig.load(config_path, workflow_dir)
+        cfg = graph.load_config(config_path, workflow_dir)
     except wconfig.ConfigError as exc:
         print(f"waypost cron: {exc}", file=sys.stderr)
         return 2

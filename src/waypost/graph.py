@@ -1,9 +1,10 @@
-"""The stage graph (which stages feed which), as the Snakefile declared it.
+"""The workflow's facts, as its Snakefile declared them: its stages in
+order, which feed which, its funnels, its axis, each stage's code version.
 
-The rules say it (``wp.needs``), so the Snakefile records it in
-``.waypost/stages.json`` each time it is parsed; when that file is missing
-(no run yet in this directory) it is made by letting Snakemake parse the
-workflow (``--list-rules``: nothing runs).
+The Snakefile records them in ``.waypost/stages.json`` each time it is read
+(``Pipeline.finish``); when that file is missing, or older than the workflow's
+files, or from another Snakefile, they are read again by letting Snakemake
+parse the workflow (``--list-rules``: nothing runs).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 GRAPH_FILE = os.path.join(".waypost", "stages.json")
 
@@ -20,20 +22,64 @@ class GraphError(RuntimeError):
     pass
 
 
-def load(config_path: str, workflow_dir: str, root: str = "") -> dict[str, set[str]]:
-    """stage → the stages it takes inputs from (``root``: the config's, for
-    the options a gs:// root needs)."""
-    from .remote_stage import snakemake_options
+def _current(snakefile: str) -> dict | None:
+    """The recorded facts, if they are this Snakefile's and newer than its files."""
+    try:
+        with open(GRAPH_FILE) as f:
+            data = json.load(f)
+        recorded = os.stat(GRAPH_FILE).st_mtime
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("snakefile") != os.path.abspath(snakefile):
+        return None
+    try:
+        if any(os.stat(path).st_mtime > recorded for path in data.get("sources", [])):
+            return None
+    except OSError:
+        return None
+    return data
 
-    if not os.path.exists(GRAPH_FILE):
-        cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile"),
-               "--configfile", config_path, *snakemake_options(root), "--list-rules", "--quiet", "all"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not os.path.exists(GRAPH_FILE):
-            raise GraphError(f"could not read the stage graph from the workflow ({' '.join(cmd)}):\n"
-                             f"{(proc.stderr or proc.stdout)[-2000:]}")
-    with open(GRAPH_FILE) as f:
-        data = json.load(f)
+
+def facts(config_path: str, workflow_dir: str) -> dict:
+    """The workflow's facts (see the module's docstring). Reading them
+    checks nothing of the config and touches no bucket: only the rules are
+    asked for (the config is checked by whoever loads it next)."""
+    from .snakemake import FACTS_ONLY_ENV
+
+    snakefile = os.path.join(workflow_dir, "Snakefile")
+    data = _current(snakefile)
+    if data is None:
+        if not os.path.exists(snakefile):
+            raise GraphError(f"{snakefile}: no Snakefile there (--workflow names the directory that holds it)")
+        # In a scratch directory: Snakemake leaves its .snakemake/ where it runs.
+        with tempfile.TemporaryDirectory(prefix="waypost-facts-") as scratch:
+            cmd = [sys.executable, "-m", "snakemake", "-s", os.path.abspath(snakefile), "-d", scratch,
+                   "--configfile", os.path.abspath(config_path), "--list-rules"]
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  env={**os.environ, FACTS_ONLY_ENV: os.path.abspath(GRAPH_FILE)})
+        data = _current(snakefile)
+        if proc.returncode != 0 or data is None:
+            output = (proc.stderr or proc.stdout).strip()
+            hint = "" if proc.returncode else "\n(does the Snakefile call wp.finish() after its rules?)"
+            raise GraphError(f"could not read the workflow ({snakefile}):\n{output[-2000:]}{hint}")
+    return data
+
+
+def load_config(config_path: str, workflow_dir: str, known: dict | None = None) -> dict:
+    """A config checked against its workflow: the schemas, the stage names,
+    the axis (``known``: the workflow's facts, when already read)."""
+    from . import config as wconfig
+    if known is None:
+        wconfig.load_yaml(config_path)   # a missing or broken file: its own error first
+        known = facts(config_path, workflow_dir)
+    axis = known.get("axis") or {}
+    return wconfig.load(config_path, workflow_dir, wconfig.Axis.of(axis.get("word"), axis.get("key")),
+                        known["stages"])
+
+
+def load(config_path: str, workflow_dir: str) -> dict[str, set[str]]:
+    """stage → the stages it takes inputs from."""
+    data = facts(config_path, workflow_dir)
     return {stage: set(data["parents"].get(stage, [])) for stage in data["stages"]}
 
 

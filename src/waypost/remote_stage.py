@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -40,6 +41,9 @@ from .layout import ATTEMPTS, MANIFEST, RUNNING
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
 SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
+
+# A gs:// URL in a command line: up to a space, a quote or the end.
+_URL = re.compile(r"gs://[^\s'\"]+")
 
 
 class RemoteStage:
@@ -61,13 +65,16 @@ class RemoteStage:
 
     def localize(self, command: list[str], urls: list[str]) -> list[str]:
         """The step's command with local paths for ``urls`` and for every URL
-        under the stage directory (also after ``--option=``)."""
-        def local(arg: str) -> str:
-            option, eq, value = arg.partition("=") if not arg.startswith(storage.GCS_PREFIX) else ("", "", arg)
-            if value in urls or value == self.url or value.startswith(self.url + "/"):
-                return option + eq + self.local_of(value)
-            return arg
-        return [local(arg) for arg in command]
+        under the stage directory, wherever they are in its words (after
+        ``--option=``, or inside the one ``bash -c`` script of a stage rule)."""
+        wanted = set(urls)
+
+        def local(match) -> str:
+            url = match.group(0)
+            if url in wanted or url == self.url or url.startswith(self.url + "/"):
+                return self.local_of(url)
+            return url
+        return [_URL.sub(local, arg) for arg in command]
 
     def url_of(self, local_path: str) -> str:
         """The gs:// URL of a file in the local copy of the bucket."""

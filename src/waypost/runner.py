@@ -610,6 +610,11 @@ class StageRun:
         })
         if self.remote:   # where gs://BUCKET/KEY is copied locally: $WAYPOST_MIRROR/BUCKET/KEY
             env["WAYPOST_MIRROR"] = self.remote.mirror
+        # `python` in a step is the interpreter waypost runs with (its venv's),
+        # activated or not.
+        bin_dir = os.path.dirname(sys.executable)
+        if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+            env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
         return env
 
     def run_checks(self, env: dict, log_path: str) -> dict:

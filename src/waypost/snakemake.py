@@ -1,9 +1,14 @@
-"""The small helper API the Snakefile and rules use.
+"""The helper API a Snakefile's rules use: a stage is said once, by its rule's name.
 
-Rules stay plain Snakemake; they ask this module for stage paths, for inputs
-(none for a job whose outputs are present, in presence mode: it is done
-whatever the timestamps upstream), for a stage's settings, and for the
-step-runner prefix of their shell command.
+A stage rule is a plain Snakemake rule whose outputs are ``wp.out(...)``: the
+rule's name is the stage, and its directory, the inputs it takes in presence
+mode, its worker class's resources, the step runner around its shell command
+and the default targets all derive from that name when ``wp.finish()`` reads
+the rules at the end of the Snakefile. In a rule's body the helpers know
+which rule they are in (``Pipeline`` notes each rule's name as Snakemake
+starts defining it), so a rule names other stages only where it reads them
+(``wp.stage(...)``): a rule copied under a new name writes into its own
+stage directory and no other.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import re
 import shlex
 import sys
 import time
+from dataclasses import dataclass, field
 
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 
@@ -22,8 +28,29 @@ from . import config as wconfig
 from . import layout, manifest, reuse, runner, storage
 from . import workers as wworkers
 
-INSTANCE = "{instance}"
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
+#: Set by ``waypost`` when it only reads the workflow's facts (see graph), to
+#: the file they go to: the rules are read, nothing of the config is checked,
+#: no bucket is touched.
+FACTS_ONLY_ENV = "WAYPOST_FACTS_ONLY"
+STEP_PARAM = "waypost"   # the param holding a stage job's step-runner command
+# The user's shell command reaches the step runner as one argument, untouched:
+# a quoted here-document (pipes, redirections and quotes stay the step's).
+_HEREDOC = "WAYPOST_STEP_COMMAND"
+
+
+class StageError(Exception):
+    """A stage rule written in a way waypost can't run; the message names the rule."""
+
+
+@dataclass
+class Stage:
+    """What a stage rule declared through the helpers."""
+    name: str
+    funnel: bool = False          # once per experiment, over all its axis values
+    instances: object = None      # experiment → instance names, for a stage with instances
+    parents: set = field(default_factory=set)
+    order: int = 0
 
 
 def _job_process(workflow) -> bool:
@@ -59,18 +86,36 @@ def run_identity(workflow) -> str:
 class Pipeline:
     """Loads and validates the config, then answers the rules' questions.
 
+    ``axis``: the word for the per-experiment axis, if the workflow has one
+    (``pair``: an experiment lists its ``pairs``, overrides go under
+    ``per_pair``, rules see ``{wildcards.pair}``, the CLI takes ``--pair``);
+    ``axis_key`` when the list's name is not the word plus "s".
+
     The default config file is read here rather than by a ``configfile:``
     directive so that a YAML error names the file, line and column; config
     files given with ``--configfile`` are loaded by Snakemake as usual, and
     ``--config KEY=VALUE`` overrides apply on top of either.
     """
 
-    def __init__(self, config: dict, workflow, default_configfile: str = "config/config.yaml"):
+    def __init__(self, config: dict, workflow, axis: str | None = None, axis_key: str | None = None,
+                 default_configfile: str = "config/config.yaml"):
+        self.workflow = workflow
         self.workflow_dir = workflow.basedir
+        self.axis = wconfig.Axis.of(axis, axis_key)
+        if self.axis and not layout.is_valid_name(self.axis.word) or self.axis and self.axis.word in (
+                "experiment", "instance", STEP_PARAM):
+            from snakemake.exceptions import WorkflowError
+            raise WorkflowError(f"Pipeline(axis={axis!r}): expected a word of letters, digits or '_' "
+                                "other than experiment, instance and waypost")
+        self.axis_wc = self.axis.word if self.axis else None   # the axis's wildcard name
         # A cluster job's own Snakemake process: its main process validated the
         # same files when it submitted the job (and jsonschema is slow to import).
         check = not getattr(workflow, "remote_exec", False)
-        self.repo_dir = os.path.dirname(os.path.abspath(self.workflow_dir))
+        self.facts_only = os.environ.get(FACTS_ONLY_ENV)
+        # The pipeline's top directory (above workflow/, the usual layout, or the
+        # Snakefile's own): code versions name files relative to it, so a
+        # moved checkout has the same code.
+        self.repo_dir = wconfig.pipeline_dir(self.workflow_dir)
         try:
             # One precedence with or without --configfile: the config file,
             # then the reuse/ files beside it, then --config KEY=VALUE.
@@ -83,11 +128,15 @@ class Pipeline:
             # (``config_settings.config``: --config alone; ``overwrite_config``
             # also holds the --configfile contents.)
             loaded = wconfig.merge(loaded, dict(workflow.config_settings.config or {}))
-            prepared = wconfig.prepare(loaded, self.workflow_dir, source, check=check)
+            if self.facts_only:   # the rules are what is asked for: any config will do
+                loaded = {"experiments": {}}
+            prepared = wconfig.prepare(loaded, self.workflow_dir, source, check=check and not self.facts_only,
+                                       axis=self.axis)
         except wconfig.ConfigError as exc:
             # A clean one-paragraph error from Snakemake, before any job runs.
             from snakemake.exceptions import WorkflowError
             raise WorkflowError(str(exc)) from None
+        self.source = source
         config.clear()
         config.update(prepared)
         self.config = config
@@ -97,29 +146,32 @@ class Pipeline:
         # jobs get gs:// URLs, and the step runner works on a local copy of
         # the bucket, ``self.mirror`` (see remote_stage).
         self.mirror = None
-        if layout.is_gcs(self.root):
+        if layout.is_gcs(self.root) and not self.facts_only:
             from . import remote_stage
             self.mirror = remote_stage.planning_mirror(self.root, workflow)
-        self.base = "" if self.mirror else self.root
+        self.base = "" if self.mirror or layout.is_gcs(self.root) else self.root
         self.presence = config["rerun_policy"] == "presence"
         run_identity(workflow)   # the runner reads the run id itself
         self._code_versions: dict[str, str] = {}   # stage → its code version (see stage_code_version)
         self._file_digests: dict[str, bytes] = {}
+        self._commands: dict[str, str] = {}   # stage → its rule's shell command as written
         self.python = sys.executable
         self._runner = {site: shlex.join(runner.command(self.python, site)) for site in (False, True)}
-        self.scripts = os.path.join(self.repo_dir, "scripts")
         self.pool = config["pool"]
-        self.workers = self._load_workers(config["workers"], check)
-        self._tracked: list = []
+        self.workers = {"pools": {}} if self.facts_only else self._load_workers(
+            wworkers.pools_file(config.get("workers"), self.repo_dir), check)
+        self.stages: dict[str, Stage] = {}   # stage rules, as their helpers declared them
+        self._current: str | None = None     # the rule Snakemake is defining now
+        self._finished = False
         self._forced: set | None = None   # see _forced_stages
         self._marker_cache: dict[str, tuple[bool, bool]] = {}   # see _markers
         self._on_hold: list[str] = []       # see _held
-        self._parents: dict[str, set] = {}   # stage → the stages it takes inputs from
-        self._default_class: dict[str, str] = {}
+        self._default_class: dict[str, str] = {}   # stage → the worker class its rule names
+        self._rule_resources: dict[str, object] = {}   # stage rules whose resources are still to fill
         self._own: dict[str, tuple] = {}   # stage → patterns of its marker and outputs
-        # Per (experiment, scope, stage), where the scope is the pair when the
-        # experiment's per_pair or reuse names it, else None (all its other
-        # pairs and its funnels are alike): computed once each.
+        # Per (experiment, scope, stage), where the scope is the axis value when
+        # the experiment's overrides or reuse name it, else None (all its other
+        # values and its funnels are alike): computed once each.
         self._named_pairs = {name: set(spec.get("per_pair", {})).union(
             *(where for where in spec.get("reuse", {}).values() if isinstance(where, dict)))
             for name, spec in config["experiments"].items()}
@@ -129,15 +181,38 @@ class Pipeline:
         self._reusing = {name: set(spec.get("reuse", {})) for name, spec in config["experiments"].items()}
         self._step_options: dict[tuple, str] = {}
         self._resources: dict[tuple, dict] = {}   # (stage, experiment, scope, attempt) → resources
-        self.workflow = workflow
+        constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}
+        if self.axis_wc:
+            constraints[self.axis_wc] = layout.NAME_PATTERN
+        workflow.global_wildcard_constraints(**constraints)
+        self._note_rule_names(workflow)
+
+    def _note_rule_names(self, workflow) -> None:
+        """Know which rule the helpers are called in: Snakemake evaluates a
+        rule's ``@workflow.rule(name=...)`` decorator before its input,
+        output and params, and ``decorate`` after them."""
+        define = workflow.rule
+
+        def rule(*args, **kwargs):
+            name = kwargs.get("name", args[0] if args else None)
+            decorate = define(*args, **kwargs)
+            self._current = name
+
+            def defined(ruleinfo):
+                try:
+                    return decorate(ruleinfo)
+                finally:
+                    self._current = None
+            return defined
+        workflow.rule = rule
 
     def _load_workers(self, path: str, check: bool) -> dict:
-        if not os.path.isabs(path) and not os.path.exists(path):
-            path = os.path.join(self.repo_dir, path)
         try:
             workers = wworkers.load(path, check)
             if self.pool not in workers["pools"]:
-                raise wconfig.ConfigError(f"config: pool {self.pool!r} is not in {path} "
+                hint = (" (waypost's own pools file: add config/workers.yaml with that pool)"
+                        if path == wworkers.PACKAGE_FILE else "")
+                raise wconfig.ConfigError(f"config: pool {self.pool!r} is not in {path}{hint} "
                                           f"(expected one of: {', '.join(workers['pools'])})")
         except wconfig.ConfigError as exc:
             from snakemake.exceptions import WorkflowError
@@ -149,21 +224,130 @@ class Pipeline:
     def experiments(self) -> list[str]:
         return list(self.config["experiments"])
 
-    def pairs(self, experiment: str) -> list[str]:
+    def axis_values(self, experiment: str) -> list[str]:
+        """The experiment's values of the workflow's axis (its ``pairs``, say)."""
         return list(self.config["experiments"][experiment]["pairs"])
 
-    wildcard_constraints = {
-        "pair": layout.NAME_PATTERN,
-        "experiment": layout.NAME_PATTERN,
-        "instance": layout.NAME_PATTERN,
-    }
+    def instances(self, stage: str, experiment: str) -> list[str]:
+        """The instance names of a stage with instances, in an experiment."""
+        spec = self.stages[stage].instances
+        names = spec(experiment) if callable(spec) else spec
+        return [str(name) for name in names]
+
+    def _pair(self, wildcards) -> str:
+        """A job's axis value (the engine's ``pair``): ``_all`` for a funnel."""
+        return wildcards.get(self.axis_wc, layout.ALL_PAIRS) if self.axis_wc else layout.ALL_PAIRS
+
+    def _values(self, experiment: str, pair: str, instance: str | None = None) -> dict:
+        """Wildcard values of a job (for the patterns of its files)."""
+        values = {"experiment": experiment, "instance": instance}
+        if self.axis_wc:
+            values[self.axis_wc] = pair
+        return values
+
+    # --- declaring a stage, in its rule ----------------------------------
+    def _declaring(self, helper: str) -> Stage:
+        """The stage of the rule being defined (a helper that names no stage
+        is only used in a rule's body)."""
+        if self._current is None:
+            raise StageError(f"wp.{helper}() is used in a rule's input, output or params: it stands for that "
+                             "rule's stage (outside a rule, use wp.path_of(stage, ...))")
+        if self._current not in self.stages:
+            self.stages[self._current] = Stage(self._current, order=len(self.stages))
+        return self.stages[self._current]
+
+    def out(self, filename: str, instances=None, funnel: bool = False) -> str:
+        """An output of this rule's stage: ``filename`` in its stage directory,
+        ``{root}/{pair}/{experiment}/{stage}[/{instance}]/filename``.
+
+        ``instances``: the stage runs once per instance (a function of the
+        experiment giving their names, or a list): its directory has one
+        subdirectory each, and ``{wildcards.instance}`` names the job's.
+        ``funnel=True``: the stage runs once per experiment over all its axis
+        values (a report, a summary): its directory is under ``_all``.
+        Said on one output, either holds for the rule's others."""
+        if not isinstance(filename, str) or not filename or filename.startswith("/") or ".." in filename.split("/"):
+            raise StageError(f"rule {self._current}: wp.out({filename!r}): expected a file name inside the "
+                             "stage's directory")
+        stage = self._declaring("out")
+        if instances is not None:
+            if stage.instances is not None and stage.instances is not instances:
+                raise StageError(f"rule {stage.name}: its outputs name different instances")
+            stage.instances = instances
+        stage.funnel = stage.funnel or funnel
+        return self._path(stage.name, filename, stage.funnel, "{instance}" if stage.instances is not None else None)
+
+    def _path(self, stage: str, filename: str, funnel: bool, instance: str | None,
+              pair: str | None = None) -> str:
+        slot = layout.ALL_PAIRS if funnel or not self.axis_wc else (pair or "{" + self.axis_wc + "}")
+        return layout.join(self.base, slot, "{experiment}", stage, *([instance] if instance else []), filename)
+
+    def stage(self, stage: str | tuple, filename, instance: str | None = None):
+        """An input from another stage: its output ``filename`` for the same
+        experiment (and axis value, unless it is a funnel), of the instance
+        ``instance``, or of this job's own instance when both stages have
+        them; or ``filename`` a function of the wildcards returning paths
+        (see ``path_of``; ``stage`` may then be a tuple of the stages it
+        picks from). Only names the stage read from: a wrong name
+        reads the wrong files, it writes nothing there."""
+        consumer = self._declaring("stage")
+        named = [stage] if isinstance(stage, str) else list(stage)
+        for name in named:
+            consumer.parents.add(layout.check_name(name, "stage"))
+        if callable(filename):
+            return _presigned(filename)
+        if len(named) != 1:
+            raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): several stages go "
+                             "with a function that picks the path")
+
+        def path(wildcards):
+            upstream = self._known(stage, consumer.name)
+            own = instance if instance is not None else ("{instance}" if upstream.instances is not None else None)
+            if own == "{instance}" and "instance" not in wildcards.keys():
+                raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): stage {stage} has "
+                                 "instances and this one has none: name one (instance=...) or take each (wp.each)")
+            pattern = self._path(stage, filename, upstream.funnel, own)
+            return pattern.format(**dict(wildcards.items()))
+        return _presigned(path)
+
+    def each(self, stage: str, filename: str):
+        """An input from every job of another stage in this experiment: each
+        of its instances, for this job's axis value, or for all of them when
+        this stage is a funnel (a summary over the whole study)."""
+        consumer = self._declaring("each")
+        layout.check_name(stage, "stage")
+        consumer.parents.add(stage)
+
+        def paths(wildcards):
+            upstream = self._known(stage, consumer.name)
+            pairs = ([layout.ALL_PAIRS] if upstream.funnel or not self.axis_wc else
+                     self.axis_values(wildcards.experiment) if consumer.funnel else [self._pair(wildcards)])
+            names = self.instances(stage, wildcards.experiment) if upstream.instances is not None else [None]
+            return [self.path_of(stage, filename, wildcards.experiment, pair, name) for pair in pairs for name in names]
+        return _presigned(paths)
+
+    def path_of(self, stage: str, filename: str, experiment: str, pair: str | None = None,
+                instance: str | None = None) -> str:
+        """The path of one stage file (for functions that pick inputs)."""
+        spec = self._known(stage)
+        return self._path(stage, filename, spec.funnel, instance, pair or layout.ALL_PAIRS).format(experiment=experiment)
+
+    def _known(self, stage: str, consumer: str | None = None) -> Stage:
+        if stage not in self.stages:
+            where = f"rule {consumer}: " if consumer else ""
+            raise StageError(f"{where}no stage {stage!r}: a stage is a rule with wp.out() outputs "
+                             f"(the stages are: {', '.join(self.stages) or 'none yet'})")
+        return self.stages[stage]
+
+    def script(self, path: str) -> str:
+        """``python SCRIPT`` for a shell command, the script's path taken
+        relative to the file the rule is in (as Snakemake's ``script:`` does),
+        so the pipeline runs from any directory; its contents count in the
+        stage's code version."""
+        base = _local_path(self.workflow.current_basedir)
+        return "python " + shlex.quote(os.path.normpath(os.path.join(base, path)))
 
     # --- paths -----------------------------------------------------------
-    def path(self, stage: str, filename: str, instance: str | None = None, pair: str = "{pair}") -> str:
-        """Pattern of a stage output; ``instance=INSTANCE`` for per-instance stages."""
-        parts = [pair, "{experiment}", stage] + ([instance] if instance else []) + [filename]
-        return layout.join(self.base, *parts)
-
     def present(self, path: str) -> bool:
         """Does a stage file (a path as rules write it) exist? On a gs://
         root: is it in the one listing of the root this planning makes."""
@@ -179,18 +363,16 @@ class Pipeline:
             return path.storage_object.query[len(self.root.rstrip("/")) + 1:]
         return path
 
-    def needs(self, consumer: str, **inputs):
-        """The inputs of stage ``consumer``, for a rule's ``input: unpack(...)``
-        (every stage rule has one, even without inputs of its own).
+    def _inputs_of(self, stage: str, items: list):
+        """The one input function of a stage rule (``finish`` puts it in place
+        of the rule's inputs: ``items`` are (name, item) as the rule wrote
+        them, a path pattern or a function of the wildcards each).
 
-        Each value names the upstream stage: ``(stage, filename[, instance])``
-        for one of its outputs, or ``(stage, function)`` where the function of
-        the wildcards returns path(s) (``stage`` may be a tuple of the stages
-        the function picks from). In presence mode a job whose outputs are
-        all present is done: it gets no inputs at all, so nothing upstream of
-        it (being rerun, or missing in an experiment where its outputs were
-        placed by hand) can make it rerun; a job that does get inputs has an
-        output missing, so it runs whatever their timestamps.
+        In presence mode a job whose outputs are all present is done: it gets
+        no inputs at all, so nothing upstream of it (being rerun, or missing
+        in an experiment where its outputs were placed by hand) can make it
+        rerun; a job that does get inputs has an output missing, so it runs
+        whatever their timestamps.
 
         waypost's own markers count too, in both modes and whatever
         Snakemake's metadata says (see ``_markers``): a stage left unfinished
@@ -201,27 +383,27 @@ class Pipeline:
         One input function per rule (not one per input): Snakemake inspects
         every callable of every job, so fewer callables plan faster.
         """
-        for stage, *_ in inputs.values():
-            self._parents.setdefault(consumer, set()).update([stage] if isinstance(stage, str) else stage)
-        # name → a function of the wildcards, or the path pattern to format
-        sources = {name: rest[0] if callable(rest[0]) else self.path(stage, *rest)
-                   for name, (stage, *rest) in inputs.items()}
+        names = [name for name, _ in items]
 
         def job_inputs(wildcards):
-            if self.reused_from(consumer, wildcards):
-                return {name: [] for name in inputs}  # copied from elsewhere: nothing upstream is needed
+            if self.reused_from(stage, wildcards):
+                return {name: [] for name in names}  # copied from elsewhere: nothing upstream is needed
             values = dict(wildcards.items())
-            dir_pattern, output_patterns = self._own_files(consumer)
+            dir_pattern, output_patterns = self._own_files(stage)
             redo, recheck = self._markers(dir_pattern.format(**values))
             if redo:
-                self._force(consumer, values)
-            if self.presence and not (redo or recheck or consumer in self._forced_stages()) and all(
+                self._force(stage, values)
+            if self.presence and not (redo or recheck or stage in self._forced_stages()) and all(
                     self.present(p.format(**values) if plain else apply_wildcards(p, values))
                     for p, plain in output_patterns):
-                return {name: [] for name in inputs}
+                return {name: [] for name in names}
             resolved = {}
-            for name, source in sources.items():
-                found = source(wildcards) if callable(source) else source.format(**values)
+            for name, item in items:
+                if isinstance(item, list):
+                    found = [path for entry in item for path in _as_list(
+                        entry(wildcards) if callable(entry) else apply_wildcards(entry, values))]
+                else:
+                    found = item(wildcards) if callable(item) else apply_wildcards(item, values)
                 # One path stays a string: Snakemake makes a list of each named list.
                 resolved[name] = found if isinstance(found, str) else list(found)
             return resolved
@@ -283,7 +465,7 @@ class Pipeline:
             dag = getattr(self.workflow, "dag_settings", None)
             if dag is None:   # asked before the DAG settings are known: at parse time
                 return set()
-            stages = {rule.rule.name for rule, _ in self._tracked}
+            stages = set(self.stages)
             forced = set(stages) if dag.forceall else {name for name in dag.forcerun if name in stages}
             for stage in list(forced):
                 forced |= self._downstream(stage)
@@ -307,50 +489,148 @@ class Pipeline:
         return location if storage.is_remote(location) else os.path.abspath(location)
 
     def reused_from(self, stage: str, wildcards) -> str | None:
-        return self.reuse_location(wildcards.experiment, wildcards.get("pair", layout.ALL_PAIRS), stage,
-                                   wildcards.get("instance"))
+        return self.reuse_location(wildcards.experiment, self._pair(wildcards), stage, wildcards.get("instance"))
 
-    def check(self) -> None:
-        """After all rules are defined (end of the Snakefile): every reuse
-        source of a stage still to be done must be a SUCCESS stage, or the run
-        stops here with all the problems, before any job runs. Also records
-        the stage graph for the ``waypost`` command (``.waypost/stages.json``)."""
-        if getattr(self.workflow, "remote_exec", False):
-            return  # a cluster job: the main process checked already
+    # --- the end of the Snakefile ----------------------------------------
+    def finish(self) -> None:
+        """Read the stage rules, once they are all defined (call it at the end
+        of the Snakefile, before ``rule all``), and derive what each needs
+        from its name: its inputs (one function: see ``_inputs_of``), the
+        step runner around its shell command, its worker class's resources.
+        Then check the config's stage names and the reuse sources; a problem
+        stops the run here, before any job, naming the rule or the key."""
+        from snakemake.exceptions import WorkflowError
+        try:
+            for stage in self.stages.values():
+                self._wire(self.workflow.get_rule(stage.name), stage)
+            names = list(self.stages)
+            if self.facts_only:
+                self._finished = True
+                self._record_graph()
+                return
+            prepared = wconfig.complete(dict(self.config), self.workflow_dir, self.source, self.axis, names)
+        except (StageError, wconfig.ConfigError) as exc:
+            raise WorkflowError(str(exc)) from None
+        self.config.clear()
+        self.config.update(prepared)
+        for stage in names:
+            self._fill_resources(stage)
+        self._finished = True
+        if _job_process(self.workflow):
+            return  # a cluster job: the main process checked the rest already
+        self._check_reuse()
+        self._record_graph()
+
+    def _wire(self, rule, stage: Stage) -> None:
+        name = rule.name
+        own_dir = self._path(name, "", stage.funnel, "{instance}" if stage.instances is not None else None)
+        plain = [str(f) for f in rule.output if not strip_wildcard_constraints(self._pattern(f)).startswith(own_dir)]
+        if plain:
+            raise StageError(f"rule {name}: every output of a stage rule is wp.out(...) (in its stage's "
+                             f"directory); not: {', '.join(plain)}")
+        if rule.shellcmd is None:
+            raise StageError(f"rule {name}: a stage rule runs a shell: command (waypost's step runner runs it, "
+                             "attempt by attempt); script:, run: and wrapper: are not supported")
+        if STEP_PARAM in rule.params._names:
+            raise StageError(f"rule {name}: the param name {STEP_PARAM!r} is waypost's own")
+        wildcards = set(rule.wildcard_names) - {"experiment", "instance", self.axis_wc}
+        if wildcards:
+            raise StageError(f"rule {name}: wildcards other than waypost's ({', '.join(sorted(wildcards))}): "
+                             "a stage job is one experiment" + (f", {self.axis.word}" if self.axis else "")
+                             + " and instance")
+        # The inputs as written, in their order: one function gives them (or none).
+        items, ranges = [], {start: (label, end) for label, (start, end) in rule.input._names.items()}
+        index = 0
+        while index < len(rule.input):
+            label, end = ranges.get(index, (None, None))
+            end = index + 1 if end is None else end
+            group = [self._pattern(item) for item in rule.input[index:end]]
+            for item in group:
+                if callable(item) and is_flagged(item, "unpack"):
+                    raise StageError(f"rule {name}: unpack() in a stage rule's input: name its inputs instead")
+            items.append((label or f"_{index}", group[0] if label and end - index == 1 else group))
+            index = end
+        for _, item in items:
+            for entry in (item if isinstance(item, list) else [item]):
+                if isinstance(entry, str):
+                    stage.parents.update(self._stage_of_path(entry))
+        for dependency in rule.dependencies.values():
+            if dependency in self.stages:
+                stage.parents.add(dependency)
+        unknown = sorted(p for p in stage.parents if p not in self.stages)
+        if unknown:
+            raise StageError(f"rule {name}: no stage {', '.join(map(repr, unknown))} (the stages are: "
+                             f"{', '.join(self.stages)})")
+        from snakemake.io import unpack
+        from snakemake.iocontainers import InputFiles
+        rule._input = InputFiles()
+        rule.dependencies = {}
+        if getattr(rule, "input_modifier", None) is None:   # a rule that had no input: of its own
+            rule.input_modifier = rule.output_modifier
+        rule.set_input(unpack(self._inputs_of(name, items)))
+        self._commands[name] = rule.shellcmd
+        rule.shellcmd = (f"{{params.{STEP_PARAM}}} -- bash -c \"$(cat <<'{_HEREDOC}'\n"
+                         f"{rule.shellcmd.strip()}\n{_HEREDOC}\n)\"")
+        rule.run_func = _shell_run_func(rule.run_func, rule.shellcmd)
+        rule.set_params(**{STEP_PARAM: self.step(name)})
+        worker = rule.resources._data.pop("worker", None)
+        self._default_class[name] = worker.value if worker is not None else wworkers.DEFAULT_CLASS
+        self._rule_resources[name] = rule
+
+    def _stage_of_path(self, pattern: str) -> list[str]:
+        """The stage a path pattern is in, if it is under the root."""
+        base = self.base.rstrip("/") + "/" if self.base else ""
+        if not pattern.startswith(base):
+            return []
+        parts = pattern[len(base):].split("/")
+        return [parts[2]] if len(parts) > 3 and parts[2] in self.stages else []
+
+    def _fill_resources(self, stage: str) -> None:
+        """Put the worker class's resources into the stage rule."""
+        rule = self._rule_resources.pop(stage)
+        from snakemake.resources import Resources
+        rule.resources.update(Resources.from_mapping(self.resources(stage, self._default_class[stage])))
+        # --set-resources still has the last word
+        rule.resources.update(self.workflow.resource_settings._parsed_overwrite_resources.get(stage, {}))
+
+    def _check_reuse(self) -> None:
+        """Every reuse source of a stage still to be done must be a SUCCESS
+        stage, or the run stops here with all the problems, before any job runs."""
         problems = []
-        for rule, instances in self._tracked:
-            stage = rule.rule.name
-            per_experiment = "pair" not in rule.rule.wildcard_names
-            for experiment in self.experiments:
-                for pair in [layout.ALL_PAIRS] if per_experiment else self.pairs(experiment):
-                    for instance in (instances(experiment) if instances else [None]):
-                        location = self.reuse_location(experiment, pair, stage, instance)
-                        values = {"pair": pair, "experiment": experiment, "instance": instance}
-                        if location and not all(self.present(apply_wildcards(self._pattern(p), values))
-                                                for p in rule.output):
-                            problem = reuse.source_problem(location)
-                            if problem:
-                                problems.append(f"{experiment}/{pair}/{stage}"
-                                                f"{'/' + instance if instance else ''}: {problem}")
+        for stage, values, path in self._stage_outputs(everything=True):
+            experiment, pair, instance = values["experiment"], values["pair"], values["instance"]
+            location = self.reuse_location(experiment, pair, stage, instance)
+            if location and not self.present(path):
+                problem = reuse.source_problem(location)
+                if problem:
+                    problems.append(f"{layout.stage_name(pair, experiment, stage, instance)}: {problem}")
         if problems:
             from snakemake.exceptions import WorkflowError
             raise WorkflowError(f"reuse sources in {self.configfile} can't be used (nothing was run):\n  "
-                                + "\n  ".join(problems))
-        self._record_graph()
+                                + "\n  ".join(dict.fromkeys(problems)))
 
     def _record_graph(self) -> None:
-        stages = [rule.rule.name for rule, _ in self._tracked]
-        # the code versions too: `waypost plan` compares done stages' with them
-        graph = {"parents": {stage: sorted(parents) for stage, parents in sorted(self._parents.items())},
-                 "stages": stages, "code": {stage: self.stage_code_version(stage) for stage in stages}}
-        path = os.path.join(".waypost", "stages.json")
+        """The workflow's facts for the ``waypost`` command (``.waypost/stages.json``,
+        see ``graph``): its stages in order, which feed which, the funnels,
+        the axis, each stage's code version, and the files they came from."""
+        stages = list(self.stages)
+        graph = {"parents": {stage: sorted(spec.parents) for stage, spec in self.stages.items() if spec.parents},
+                 "stages": stages, "funnels": [s for s, spec in self.stages.items() if spec.funnel],
+                 "instanced": [s for s, spec in self.stages.items() if spec.instances is not None],
+                 "axis": {"word": self.axis.word, "key": self.axis.key} if self.axis else None,
+                 "snakefile": os.path.abspath(self.workflow.main_snakefile),
+                 "sources": sorted({os.path.abspath(str(self.workflow.get_rule(s).snakefile)) for s in stages}
+                                   | {os.path.abspath(self.workflow.main_snakefile)}),
+                 "code": {stage: self.stage_code_version(stage) for stage in stages}}
+        path = self.facts_only or os.path.join(".waypost", "stages.json")
         try:
             with open(path) as f:
                 if json.load(f) == graph:
+                    os.utime(path)   # current: newer than the files it was read from (see graph)
                     return
         except (OSError, ValueError):
             pass
-        os.makedirs(".waypost", exist_ok=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         manifest.write_json_atomic(path, graph, durable=False)
 
     def _own_files(self, stage: str) -> tuple[str, list[tuple[str, bool]]]:
@@ -358,12 +638,11 @@ class Pipeline:
         (asked at every job: made once)."""
         if stage not in self._own:
             rule = self.workflow.get_rule(stage)
-            names = rule.wildcard_names
-            stage_dir = layout.join(self.base, "{pair}" if "pair" in names else layout.ALL_PAIRS, "{experiment}",
-                                    stage, *(["{instance}"] if "instance" in names else []))
+            spec = self.stages[stage]
+            stage_dir = self._path(stage, "", spec.funnel, "{instance}" if spec.instances is not None else None)
             # (pattern, whether str.format fills it: no {name,constraint}, no braces of its own)
             outputs = [strip_wildcard_constraints(self._pattern(p)) for p in rule.output]
-            self._own[stage] = (stage_dir, [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in outputs])
+            self._own[stage] = (stage_dir.rstrip("/"), [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in outputs])
         return self._own[stage]
 
     def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
@@ -379,8 +658,8 @@ class Pipeline:
         seen, todo = set(), [stage]
         while todo:
             current = todo.pop()
-            for child, parents in self._parents.items():
-                if current in parents and child not in seen:
+            for child, spec in self.stages.items():
+                if current in spec.parents and child not in seen:
                     seen.add(child)
                     todo.append(child)
         return seen
@@ -415,18 +694,18 @@ class Pipeline:
         """A stage's merged settings for one experiment and pair (a copy)."""
         return dict(self._stage_settings(experiment, pair, stage))
 
-    def setting(self, stage: str, key: str, default=None):
-        """A rule's param: one setting of the stage. A plain value when it is
-        the same for every experiment and pair, else a function of the job's
-        wildcards (Snakemake calls every function of every job: fewer plan
-        faster)."""
+    def setting(self, key: str, default=None):
+        """A param of this rule: one setting of its stage. A plain value when
+        it is the same for every experiment and axis value, else a function
+        of the job's wildcards (Snakemake calls every function of every job:
+        fewer plan faster)."""
+        stage = self._declaring("setting").name
         values = [self._stage_settings(e, p, stage).get(key, default) for e, p in self._scopes()]
-        if all(v == values[0] for v in values) and _literal(values[0]):
+        if values and all(v == values[0] for v in values) and _literal(values[0]):
             return values[0]
 
         def value(wildcards):
-            return self._stage_settings(wildcards.experiment, wildcards.get("pair", layout.ALL_PAIRS),
-                                        stage).get(key, default)
+            return self._stage_settings(wildcards.experiment, self._pair(wildcards), stage).get(key, default)
         return _presigned(value)
 
     # --- workers and resources -------------------------------------------
@@ -485,19 +764,17 @@ class Pipeline:
 
     def _resource_function(self, stage: str, default_class: str, name: str):
         def value(wildcards, attempt):
-            return self._job_resources(stage, default_class, wildcards.experiment,
-                                       wildcards.get("pair", layout.ALL_PAIRS), attempt).get(name)
+            return self._job_resources(stage, default_class, wildcards.experiment, self._pair(wildcards),
+                                       attempt).get(name)
         return _presigned(value)
 
     # --- the step runner ------------------------------------------------
-    #: The start of every stage rule's shell command; the step's own command follows.
-    run = "{params.step} -- "
-
     def step(self, stage: str):
-        """A params function giving the step-runner options of a job (see ``run``)."""
+        """A params function giving the step-runner command of a job: its
+        rule's shell command follows it (see ``_wire``)."""
         def prefix(wildcards, input, output):
             experiment = wildcards.experiment
-            pair = wildcards.get("pair", layout.ALL_PAIRS)
+            pair = self._pair(wildcards)
             instance = wildcards.get("instance")
             stage_dir = layout.stage_dir(self.root, pair, experiment, stage, instance)
             args = ["--stage-dir", stage_dir, "--pair", pair]
@@ -540,9 +817,6 @@ class Pipeline:
                 "--worker-env", json.dumps(spec.get("env") or {}, sort_keys=True, separators=(",", ":"))])
         return self._step_options[key]
 
-    def script(self, name: str) -> str:
-        return shlex.join([self.python, os.path.join(self.scripts, name)])
-
     # --- code versions ---------------------------------------------------
     def stage_code_version(self, stage: str) -> str:
         """The code a stage's step runs, as a short hash: its manifest's
@@ -560,11 +834,11 @@ class Pipeline:
         """
         if stage not in self._code_versions:
             rule = self.workflow.get_rule(stage)
-            if rule.shellcmd is not None:
-                command, paths = self._command_files(rule.shellcmd)
+            if stage in self._commands or rule.shellcmd is not None:
+                command, paths = self._command_files(self._commands.get(stage, rule.shellcmd))
             elif rule.script or rule.notebook:
                 name = str(rule.script or rule.notebook)
-                basedir = getattr(rule.basedir, "get_path_or_uri", lambda: str(rule.basedir))()
+                basedir = _local_path(rule.basedir)
                 path = name if os.path.isabs(name) else os.path.join(str(basedir), name)
                 paths = [path] if "{" not in name and os.path.isfile(path) else []
                 command = "script: " + (self._repo_relative(path) if paths else name)
@@ -607,12 +881,6 @@ class Pipeline:
         return self._file_digests[path]
 
     # --- targets ---------------------------------------------------------
-    def track(self, rule, instances=None) -> None:  # rule: rules.<name>
-        """Make the outputs of a stage rule, for every experiment and pair (and
-        instance: ``instances(experiment)`` lists them), targets of the default
-        run (``rule all``)."""
-        self._tracked.append((rule, instances))
-
     def targets(self, wildcards=None) -> list[str]:
         """The default run's targets: ``rule all``'s ``input: wp.targets`` at
         the end of the Snakefile.
@@ -626,17 +894,22 @@ class Pipeline:
         A job's own Snakemake process (on a cluster node, or a subprocess)
         runs the one job it was given: no targets, nothing to look at.
         """
+        if not self._finished:
+            # (one line, not an input function's traceback: nothing has run)
+            print("waypost: the Snakefile never called wp.finish() after its rules: add it at the end, "
+                  "before `rule all` (nothing was run)", file=sys.stderr)
+            raise SystemExit(1)
         if _job_process(self.workflow):
             return []
         forced = self._forced_stages()
         held = self._held()
         wanted, skipped, done = [], set(), None
-        for stage, values, path in self._tracked_outputs():
+        for stage, values, path in self._stage_outputs():
             if stage in held.get((values["experiment"], values["pair"]), ()) and not self.present(path):
                 skipped.add(stage)
                 continue
             if not self.presence or stage in forced or not self.present(path) \
-                    or any(self._markers(self._own_files(stage)[0].format(**values))):
+                    or any(self._markers(self._own_files(stage)[0].format(**values["wildcards"]))):
                 wanted.append(path)
             elif done is None:
                 done = path
@@ -681,31 +954,29 @@ class Pipeline:
             held.setdefault((experiment, layout.ALL_PAIRS), set()).update(below)
         return held
 
-    def _tracked_outputs(self):
-        """(stage, wildcard values, output) of every tracked stage, for the
-        selected experiments and pairs."""
-        select = self.config.get("select") or {}
+    def _stage_outputs(self, everything: bool = False):
+        """(stage, values, output) of every stage job of the selected
+        experiments and axis values (``everything``: of all of them), where
+        values holds the job's experiment, pair (the engine's name for its
+        axis value), instance, and its wildcards."""
+        select = {} if everything else (self.config.get("select") or {})
         experiments = [e for e in self.experiments if e in select.get("experiments", [e])]
-        for rule, instances in self._tracked:
-            patterns = [self._pattern(p) for p in rule.output]
-            per_experiment = "pair" not in rule.rule.wildcard_names
+        for stage, spec in self.stages.items():
+            patterns = [self._pattern(p) for p in self.workflow.get_rule(stage).output]
             for experiment in experiments:
-                if per_experiment:  # a funnel is over all pairs: not when only some are selected
-                    pairs = [] if select.get("pairs") else [layout.ALL_PAIRS]
+                if spec.funnel or not self.axis_wc:  # a funnel is over all values: not when only some are selected
+                    pairs = [] if spec.funnel and select.get("pairs") else [layout.ALL_PAIRS]
                 else:
-                    pairs = [p for p in self.pairs(experiment) if p in select.get("pairs", [p])]
+                    pairs = [p for p in self.axis_values(experiment) if p in select.get("pairs", [p])]
                 for pair in pairs:
-                    for instance in (instances(experiment) if instances else [None]):
-                        values = {"pair": pair, "experiment": experiment, "instance": instance}
+                    for instance in (self.instances(stage, experiment) if spec.instances is not None else [None]):
+                        wildcards = self._values(experiment, pair, instance)
+                        values = {"experiment": experiment, "pair": pair, "instance": instance, "wildcards": wildcards}
                         for p in patterns:
-                            yield rule.rule.name, values, apply_wildcards(p, values)
+                            yield stage, values, apply_wildcards(p, wildcards)
 
     def all_outputs(self) -> list[str]:
-        return [path for _, _, path in self._tracked_outputs()]
-
-    def funnel_path(self, stage: str, filename: str) -> str:
-        """Pattern of an output of a stage that runs once per experiment."""
-        return self.path(stage, filename, pair=layout.ALL_PAIRS)
+        return [path for _, _, path in self._stage_outputs()]
 
 
 def _presigned(function):
@@ -726,6 +997,29 @@ def _quoted(args: list[str]) -> str:
     if all(args) and _UNSAFE.search("".join(args)) is None:
         return " ".join(args)
     return shlex.join(args)
+
+
+def _shell_run_func(original, command: str):
+    """A rule's run function that runs ``command`` instead of the shell
+    command it was written with (Snakemake compiles a ``shell:`` into a
+    function calling ``shell(...)``, which fills the command's placeholders
+    from that function's own arguments: the new one takes the same)."""
+    parameters = inspect.signature(original).parameters
+    source = (f"def run({', '.join(str(p) for p in parameters.values())}):\n"
+              "    shell(command, bench_record=bench_record, bench_iteration=bench_iteration)\n")
+    from snakemake.shell import shell
+    namespace = {"shell": shell, "command": command}
+    exec(compile(source, f"<waypost step of {original.__name__}>", "exec"), namespace)   # noqa: S102
+    return namespace["run"]
+
+
+def _local_path(source) -> str:
+    """The path of a Snakemake source file or directory (a LocalSourceFile)."""
+    return getattr(source, "path", None) or str(source)
+
+
+def _as_list(found) -> list:
+    return [found] if isinstance(found, str) else list(found)
 
 
 def _literal(value) -> bool:

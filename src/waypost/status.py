@@ -228,4 +228,4 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     grid: dict[str, dict] = {name: {} for name in experiments}
     for (name, p, _), row in zip(tasks, rows):
         grid[name][p] = row
-    return {"root": root, "stages": stages, "experiments": grid}
+    return {"root": root, "stages": stages, "axis": config.get("_axis"), "experiments": grid}

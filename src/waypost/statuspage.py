@@ -121,8 +121,9 @@ def _legend() -> str:
     return f'<div class="legend" id="legend">{swatches}<span class="marks">{_e(status.LEGEND_MARKS)}</span></div>'
 
 
-def _table(experiment: str, columns: dict, stages: list[str]) -> str:
-    head = "".join(f"<th>{'all pairs' if pair == layout.ALL_PAIRS else _e(pair)}</th>" for pair in columns)
+def _table(experiment: str, columns: dict, stages: list[str], axis: dict | None = None) -> str:
+    funnels = f"all {axis['key']}" if axis else "state"
+    head = "".join(f"<th>{_e(funnels) if pair == layout.ALL_PAIRS else _e(pair)}</th>" for pair in columns)
     rows = []
     for stage in stages:
         cells = "".join(_cell(experiment, pair, stage, col[stage]) if stage in col else '<td class="empty"></td>'
@@ -141,7 +142,7 @@ def render(grid: dict) -> str:
     # Failure states, and any state the palette does not know, take the failure colour.
     css = CSS + "".join([f".cell, .swatch, .instance {{ --c: {status.FAILURE_LOOK[1]}; }}\n",
                          *(f".state-{state} {{ --c: {status.look(state)[2]}; }}\n" for state in status.LOOKS)])
-    tables = "\n".join(_table(experiment, columns, grid["stages"])
+    tables = "\n".join(_table(experiment, columns, grid["stages"], grid.get("axis"))
                        for experiment, columns in grid["experiments"].items())
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>waypost status</title>\n'
             f'<style>{css}</style></head>\n<body>\n<h1>waypost status</h1>\n'

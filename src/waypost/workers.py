@@ -36,6 +36,26 @@ RESOURCE_NAMES = {
     "extra": "slurm_extra",
 }
 WORKSPACE_FRACTION = 0.75
+#: Where a pipeline's pools are unless its config's ``workers`` names a file.
+DEFAULT_FILE = os.path.join("config", "workers.yaml")
+#: waypost's own pools (one ``local`` pool), for a pipeline without that file.
+PACKAGE_FILE = os.path.join(os.path.dirname(__file__), "defaults", "workers.yaml")
+#: The class of a stage whose rule names none (``resources: worker=...``).
+DEFAULT_CLASS = "cpu"
+
+
+def pools_file(named: str | None, pipeline_dir: str | None = None) -> str:
+    """The pools file of a config: the one its ``workers`` names, else
+    ``config/workers.yaml`` where the pipeline has one, else waypost's own.
+    A relative path is looked for where Snakemake runs, then in the
+    pipeline's directory (a run with ``-d`` elsewhere, or the CLI's)."""
+    candidates = [named or DEFAULT_FILE]
+    if pipeline_dir and not os.path.isabs(candidates[0]):
+        candidates.append(os.path.join(pipeline_dir, candidates[0]))
+    found = next((path for path in candidates if os.path.exists(path)), None)
+    if found or named:
+        return found or named   # a named file that is missing: loading it says so
+    return PACKAGE_FILE
 
 
 def load(path: str, check: bool = True) -> dict:
@@ -52,7 +72,7 @@ def worker_class(workers: dict, pool: str, name: str, source: str = "config") ->
     from . import config as wconfig
     pools = workers["pools"]
     if pool not in pools:
-        raise wconfig.ConfigError(f"{source}: pool {pool!r} is not in workers.yaml "
+        raise wconfig.ConfigError(f"{source}: pool {pool!r} is not in the workers file "
                                   f"(expected one of: {', '.join(pools)})")
     classes = pools[pool]["classes"]
     if name not in classes:

@@ -1,0 +1,247 @@
+"""A team's own pipeline on waypost: `waypost init` from the installed
+package, a stage said once (a copied rule can't touch another stage's
+directory), and every missing piece one clear error, never a traceback."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+
+def run(cmd, cwd, env=None, check=True):
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def planned_jobs(out: str) -> set[str]:
+    """The rules a dry run would run (its job stats table)."""
+    stats = out.split("Job stats:")[1].split("total")[0]
+    return {line.split()[0] for line in stats.splitlines()[3:] if line.strip()}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A fresh venv outside the repo with waypost installed from a wheel
+    built from this checkout (not editable). Its other dependencies are this
+    test environment's (a .pth file), so the test needs no network."""
+    base = tmp_path_factory.mktemp("installed")
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "-w", str(base / "dist"), str(REPO)], cwd=base)
+    wheel = next((base / "dist").glob("waypost-*.whl"))
+    run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], cwd=base)
+    python = base / "venv" / "bin" / "python"
+    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=base).stdout.strip()
+    Path(site, "deps-of-the-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", site, str(wheel)], cwd=base)
+    where = run([str(python), "-c", "import waypost; print(waypost.__file__)"], cwd=base).stdout.strip()
+    assert where.startswith(site) and not where.startswith(str(REPO)), where
+    return python
+
+
+def test_init_from_the_installed_package_runs_reruns_one_stage_and_is_then_done(installed, tmp_path):
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "PATH": f"{installed.parent}:{os.environ['PATH']}"}
+    env_without = {k: v for k, v in os.environ.items() if k not in ("XDG_CONFIG_HOME", "SNAKEMAKE_PROFILE")}
+    env = {**env_without, **env}
+    out = run([str(installed), "-m", "waypost.cli", "init", "fits"], cwd=tmp_path, env=env)
+    assert "next: cd fits" in out.stdout
+    pipeline = tmp_path / "fits"
+    snakemake = [str(installed), "-m", "snakemake", "--profile", "local"]
+
+    first = run(snakemake, cwd=pipeline, env=env)
+    assert "6 of 6 steps (100%) done" in first.stderr
+    summary = pipeline / "results/_all/first/summarize/summary.md"
+    assert "| small |" in summary.read_text() and "| large |" in summary.read_text()
+
+    # Delete one stage's output: exactly that stage reruns.
+    (pipeline / "results/large/first/generate/data.csv").unlink()
+    fit_before = (pipeline / "results/large/first/fit/model.json").stat().st_mtime_ns
+    assert planned_jobs(run([*snakemake, "-n"], cwd=pipeline, env=env).stdout) == {"generate", "all"}
+    run(snakemake, cwd=pipeline, env=env)
+    assert (pipeline / "results/large/first/generate/data.csv").exists()
+    assert (pipeline / "results/large/first/fit/model.json").stat().st_mtime_ns == fit_before
+
+    done = run([*snakemake, "-n"], cwd=pipeline, env=env)
+    assert "Nothing to be done (all requested files are present and up to date)" in done.stdout
+    status = run([str(installed), "-m", "waypost.cli", "status"], cwd=pipeline, env=env)
+    assert "all datasets" in status.stdout and "missing" not in status.stdout.split("legend")[0]
+    # The generic axis: the CLI speaks the workflow's word.
+    one = run([str(installed), "-m", "waypost.cli", "status", "--dataset", "small", "--json"], cwd=pipeline, env=env)
+    assert '"small"' in one.stdout and '"large"' not in one.stdout
+    # The pipeline's own test passes too.
+    own = run([str(installed), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=pipeline, env=env)
+    assert "1 passed" in own.stdout
+
+
+def test_init_refuses_a_directory_with_files(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    proc = run([sys.executable, "-m", "waypost.cli", "init", "taken", "--no-profiles"], cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "exists and is not an empty directory" in proc.stderr
+    assert os.listdir(tmp_path / "taken") == ["notes.txt"]
+
+
+# --- a small pipeline of one's own -------------------------------------------
+
+SNAKEFILE = """
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+rule make_data:
+    output: data=wp.out("data.txt")
+    params: n=wp.setting("n", 5)
+    shell: "seq {params.n} > {output.data}"
+
+rule square:
+    input: data=wp.stage("make_data", "data.txt")
+    output: squares=wp.out("squares.txt")
+    shell: "awk '{{print $1 * $1}}' {input.data} > {output.squares}"
+__MORE__
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+"""
+
+
+def own_pipeline(tmp_path: Path, more: str = "", config: str = "experiments:\n  e1: {}\n") -> Path:
+    (tmp_path / "workflow").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "workflow" / "Snakefile").write_text(SNAKEFILE.replace("__MORE__", more))
+    (tmp_path / "config").mkdir(exist_ok=True)
+    (tmp_path / "config" / "config.yaml").write_text(config)
+    return tmp_path
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                str(REPO / "profiles" / "local"), *args], cwd=workdir, check=check)
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_small_pipeline_without_schema_or_workers(tmp_path):
+    own_pipeline(tmp_path)
+    snakemake(tmp_path)
+    assert (tmp_path / "results/_all/e1/square/squares.txt").read_text().split() == ["1", "4", "9", "16", "25"]
+    assert "Nothing to be done" in snakemake(tmp_path, "-n").stdout
+
+
+def test_a_copied_rule_with_a_stale_stage_name_cannot_touch_the_other_stage(tmp_path):
+    """The slip of the issue: rule make_data copied into a new rule, its
+    names left as they were. The copy writes into its own stage directory;
+    make_data's directory and manifest are untouched."""
+    own_pipeline(tmp_path)
+    snakemake(tmp_path)
+    before = digest(tmp_path / "results/_all/e1/make_data")
+    copied = '''
+rule cube:
+    input: data=wp.stage("make_data", "data.txt")
+    output: data=wp.out("data.txt")
+    params: n=wp.setting("n", 5)
+    shell: "seq {params.n} > {output.data}"
+'''
+    own_pipeline(tmp_path, copied)
+    snakemake(tmp_path)
+    assert digest(tmp_path / "results/_all/e1/make_data") == before
+    assert (tmp_path / "results/_all/e1/cube/data.txt").exists()
+    assert (tmp_path / "results/_all/e1/cube/_manifest.json").exists()
+
+
+@pytest.mark.parametrize("more, expected", [
+    ('''
+rule sneaky:
+    input: data=wp.stage("make_data", "data.txt")
+    output: data=wp.out("data.txt"), other="results/_all/{experiment}/make_data/data.txt"
+    shell: "true"
+''', "rule sneaky: every output of a stage rule is wp.out(...)"),
+    ('''
+rule typo:
+    input: data=wp.stage("make_dat", "data.txt")
+    output: data=wp.out("x.txt")
+    shell: "cp {input.data} {output.data}"
+''', "rule typo: no stage 'make_dat'"),
+    ('''
+rule python_block:
+    output: data=wp.out("x.txt")
+    run:
+        open(output.data, "w").close()
+''', "rule python_block: a stage rule runs a shell: command"),
+    ('''
+bad = wp.setting("n")
+''', "wp.setting() is used in a rule's input, output or params"),
+])
+def test_a_stage_rule_written_wrong_stops_before_any_job(tmp_path, more, expected):
+    own_pipeline(tmp_path, more)
+    proc = snakemake(tmp_path, check=False)
+    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("piece, expected", [
+    ("config file", "config/config.yaml: config file not found"),
+    ("experiments", "'experiments' is required but missing"),
+    ("finish", "never called wp.finish()"),
+    ("workers for a cluster pool", "pool 'onprem' is not in"),
+    ("axis values", "'points' is required but missing"),
+    ("unknown stage", "stages.sqaure: unknown stage 'sqaure' (expected one of the workflow's stages: make_data, square)"),
+])
+def test_each_missing_piece_is_one_clear_error(tmp_path, piece, expected):
+    own_pipeline(tmp_path)
+    snakefile = tmp_path / "workflow" / "Snakefile"
+    extra = []
+    if piece == "config file":
+        (tmp_path / "config" / "config.yaml").unlink()
+    elif piece == "experiments":
+        (tmp_path / "config" / "config.yaml").write_text("root: results\n")
+    elif piece == "finish":
+        snakefile.write_text(snakefile.read_text().replace("wp.finish()", ""))
+    elif piece == "workers for a cluster pool":
+        extra = ["--config", "pool=onprem"]
+    elif piece == "axis values":
+        snakefile.write_text(snakefile.read_text().replace("Pipeline(config, workflow)",
+                                                           'Pipeline(config, workflow, axis="point")'))
+    elif piece == "unknown stage":
+        (tmp_path / "config" / "config.yaml").write_text("experiments:\n  e1: {}\nstages:\n  sqaure: {}\n")
+    proc = snakemake(tmp_path, *extra, check=False)
+    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
+    assert not (tmp_path / "results").exists()
+    if piece == "workers for a cluster pool":
+        assert "add config/workers.yaml" in proc.stderr
+
+
+def test_the_workflow_schema_declares_only_its_own_settings(tmp_path):
+    own_pipeline(tmp_path, config="experiments:\n  e1: {}\nstages:\n  make_data: {n: many}\n")
+    schemas = tmp_path / "workflow" / "schemas"
+    schemas.mkdir()
+    (schemas / "config.schema.yaml").write_text(
+        "properties:\n  stages:\n    properties:\n      make_data:\n        properties:\n"
+        "          n: {type: integer, minimum: 1, default: 5}\n")
+    proc = snakemake(tmp_path, check=False)
+    assert "config/config.yaml: stages.make_data.n: expected integer" in proc.stderr, proc.stderr
+    # Engine keys still work on a stage the schema declares, and its default fills in.
+    (tmp_path / "config" / "config.yaml").write_text(
+        "experiments:\n  e1: {}\nstages:\n  make_data: {policy: {max_attempts: 2}}\n")
+    snakemake(tmp_path)
+    assert (tmp_path / "results/_all/e1/make_data/data.txt").read_text().split()[-1] == "5"
+    # A workflow schema that redefines an engine key is refused, by name.
+    (schemas / "config.schema.yaml").write_text("properties:\n  root: {type: integer}\n")
+    proc = snakemake(tmp_path, check=False)
+    assert "properties.root: the key is waypost's own" in proc.stderr
+    shutil.rmtree(tmp_path / "results")
