@@ -147,11 +147,9 @@ def _label(cell: dict) -> tuple[str, str]:
     return text + (f" ×{attempts}" if attempts > 1 else ""), status.look(cell["state"])[1]
 
 
-def _pair_heading(pair: str, axis: dict | None = None) -> str:
-    """A column's heading: an axis value, or the funnels' (all of them)."""
-    if pair != layout.ALL_PAIRS:
-        return pair
-    return f"all {axis['key']}" if axis else "state"
+def _pair_heading(pair: str, axis: dict | None) -> str:
+    from . import status
+    return status.column_heading(pair, axis)
 
 
 # A stage's summary names at most this many pairs in each state but done.
@@ -192,7 +190,7 @@ def render_status(grid: dict) -> None:
             table.add_column(f"{pairs} {words}, by state")
             for stage in stages:
                 funnel = labels.get(layout.ALL_PAIRS, {}).get(stage)
-                table.add_row(stage, Text(*funnel) if funnel else _stage_summary(columns, stage))
+                table.add_row(stage, Text(*funnel) if funnel else _stage_summary(columns, stage, axis))
         console.print(table)
     lines = [Text("  ").join(Text(*status.look(state)[:2]) for state in group)
              for group in (status.LOOKS, status.FAILURES)]
@@ -202,7 +200,7 @@ def render_status(grid: dict) -> None:
                       "every cell: --json, or --html FILE")
 
 
-def _stage_summary(columns: dict, stage: str):
+def _stage_summary(columns: dict, stage: str, axis: dict | None):
     """How many pairs are in each state at one stage (done first, then
     worst first), naming the pairs not done: ``done 198  failed 2: a b``."""
     from rich.text import Text
@@ -212,7 +210,7 @@ def _stage_summary(columns: dict, stage: str):
     by_state: dict[str, list[str]] = {}
     for pair, cells in columns.items():
         if stage in cells:
-            by_state.setdefault(cells[stage]["state"], []).append(_pair_heading(pair))
+            by_state.setdefault(cells[stage]["state"], []).append(_pair_heading(pair, axis))
     not_done = sorted((s for s in by_state if s not in status.DONE), key=status.severity)
     parts = []
     for state in [s for s in status.DONE if s in by_state] + not_done:
@@ -246,7 +244,7 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
     console = Console()
     for stage in stages:
         for exp, p, instance, cell in _stage_cells(grid, stage):
-            where = "/".join(x for x in (_pair_heading(p), exp, stage, instance) if x)
+            where = "/".join(x for x in (_pair_heading(p, grid.get("axis")), exp, stage, instance) if x)
             title = f"{where}: {_label(cell)[0]}" + (f" — {cell['reason']}" if cell.get("reason") else "")
             if cell.get("next_series_after") and not cell.get("given_up"):
                 title += f" — next series not before {cell['next_series_after'][:19].replace('T', ' ')} UTC"

@@ -275,12 +275,17 @@ class Pipeline:
                 raise StageError(f"rule {stage.name}: its outputs name different instances")
             stage.instances = instances
         stage.funnel = stage.funnel or funnel
-        return self._path(stage.name, filename, stage.funnel, "{instance}" if stage.instances is not None else None)
+        return self._own_path(stage, filename)
 
     def _path(self, stage: str, filename: str, funnel: bool, instance: str | None,
               pair: str | None = None) -> str:
         slot = layout.ALL_PAIRS if funnel or not self.axis_wc else (pair or "{" + self.axis_wc + "}")
         return layout.join(self.base, slot, "{experiment}", stage, *([instance] if instance else []), filename)
+
+    def _own_path(self, stage: Stage, filename: str) -> str:
+        """Pattern of a file in a stage's own directory (with ``{instance}``
+        when it has instances)."""
+        return self._path(stage.name, filename, stage.funnel, "{instance}" if stage.instances is not None else None)
 
     def stage(self, stage: str | tuple, filename, instance: str | None = None):
         """An input from another stage: its output ``filename`` for the same
@@ -523,7 +528,7 @@ class Pipeline:
 
     def _wire(self, rule, stage: Stage) -> None:
         name = rule.name
-        own_dir = self._path(name, "", stage.funnel, "{instance}" if stage.instances is not None else None)
+        own_dir = self._own_path(stage, "")
         plain = [str(f) for f in rule.output if not strip_wildcard_constraints(self._pattern(f)).startswith(own_dir)]
         if plain:
             raise StageError(f"rule {name}: every output of a stage rule is wp.out(...) (in its stage's "
@@ -639,7 +644,7 @@ class Pipeline:
         if stage not in self._own:
             rule = self.workflow.get_rule(stage)
             spec = self.stages[stage]
-            stage_dir = self._path(stage, "", spec.funnel, "{instance}" if spec.instances is not None else None)
+            stage_dir = self._own_path(spec, "")
             # (pattern, whether str.format fills it: no {name,constraint}, no braces of its own)
             outputs = [strip_wildcard_constraints(self._pattern(p)) for p in rule.output]
             self._own[stage] = (stage_dir.rstrip("/"), [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in outputs])

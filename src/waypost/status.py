@@ -229,3 +229,11 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     for (name, p, _), row in zip(tasks, rows):
         grid[name][p] = row
     return {"root": root, "stages": stages, "axis": config.get("_axis"), "experiments": grid}
+
+
+def column_heading(pair: str, axis: dict | None) -> str:
+    """A grid column's heading: an axis value, or the funnels' column (all
+    of the experiment's values; "state" in a workflow without an axis)."""
+    if pair != layout.ALL_PAIRS:
+        return pair
+    return f"all {axis['key']}" if axis else "state"

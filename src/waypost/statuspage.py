@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from . import layout, status
+from . import status
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #222; }
@@ -122,8 +122,7 @@ def _legend() -> str:
 
 
 def _table(experiment: str, columns: dict, stages: list[str], axis: dict | None = None) -> str:
-    funnels = f"all {axis['key']}" if axis else "state"
-    head = "".join(f"<th>{_e(funnels) if pair == layout.ALL_PAIRS else _e(pair)}</th>" for pair in columns)
+    head = "".join(f"<th>{_e(status.column_heading(pair, axis))}</th>" for pair in columns)
     rows = []
     for stage in stages:
         cells = "".join(_cell(experiment, pair, stage, col[stage]) if stage in col else '<td class="empty"></td>'
