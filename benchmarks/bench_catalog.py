@@ -35,9 +35,24 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
-import fake_gcs  # noqa: E402  (the tests' emulator starter)
-from common import (BIN, PYTHON, REPO, Row, Section, check, interleaved, log, median, reference_config,  # noqa: E402
-                    run_parts, show, stage_outputs, timed, write_config)
+import fake_gcs
+from common import (
+    BIN,
+    PYTHON,
+    REPO,
+    Row,
+    Section,
+    check,
+    interleaved,
+    log,
+    median,
+    reference_config,
+    run_parts,
+    show,
+    stage_outputs,
+    timed,
+    write_config,
+)
 
 LOCAL_MANIFESTS = int(os.environ.get("BENCH_CATALOG_LOCAL", "100000"))
 GCS_MANIFESTS = int(os.environ.get("BENCH_CATALOG_GCS", "10000"))

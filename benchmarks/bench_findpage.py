@@ -37,7 +37,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Row, Section, log, median, reference_config, show, stage_outputs  # noqa: E402
+from common import Row, Section, log, median, reference_config, show, stage_outputs
 
 ROWS = int(os.environ.get("BENCH_FINDPAGE_ROWS", "100000"))
 CHROMIUM = os.environ.get("BENCH_CHROMIUM", "/usr/bin/chromium")

@@ -24,9 +24,28 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (LOCAL_PROFILE, PLAIN_SNAKEFILE, PYTHON, SNAKEFILE, Row, Section, build_done_tree,  # noqa: E402
-                    check, expected_jobs, interleaved, job_counts, log, median, own_time_table, paired_ratio,
-                    profile_table, reference_config, show, timed, write_config)
+from common import (
+    LOCAL_PROFILE,
+    PLAIN_SNAKEFILE,
+    PYTHON,
+    SNAKEFILE,
+    Row,
+    Section,
+    build_done_tree,
+    check,
+    expected_jobs,
+    interleaved,
+    job_counts,
+    log,
+    median,
+    own_time_table,
+    paired_ratio,
+    profile_table,
+    reference_config,
+    show,
+    timed,
+    write_config,
+)
 
 TARGET = 1.10
 # (pairs per experiment, repetitions). 2 experiments each: 2,003 and 8,003 jobs.

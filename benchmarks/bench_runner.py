@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PYTHON, Row, Section, check, importtime_table, interleaved, log, median, run_parts,  # noqa: E402
-                    show, timed)
+from common import PYTHON, Row, Section, check, importtime_table, interleaved, log, median, run_parts, show, timed
 
 OVERHEAD_TARGET_MS = 50
 NOOP_REPETITIONS = 20

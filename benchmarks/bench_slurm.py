@@ -35,8 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BENCH, ONPREM_PROFILE, PYTHON, REPO, Row, Section, check, interleaved, log, median,  # noqa: E402
-                    show, timed)
+from common import BENCH, ONPREM_PROFILE, PYTHON, REPO, Row, Section, check, interleaved, log, median, show, timed
 
 TARGET = 1.05
 JOBS = int(os.environ.get("BENCH_SLURM_JOBS", "200"))
@@ -117,7 +116,7 @@ def run(ctx: dict) -> Section:
                                  capture_output=True, text=True, timeout=60).stdout
             cpu = [_seconds(total) for job, workdir_, total in (line.split("|") for line in out.splitlines())
                    if "." not in job and workdir_ == str(d)]
-            if len(cpu) >= JOBS and all(cpu) or time.time() > deadline:
+            if (len(cpu) >= JOBS and all(cpu)) or time.time() > deadline:
                 return sum(cpu) / max(1, len(cpu))
             time.sleep(2)
 

@@ -20,8 +20,25 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BIN, PYTHON, REPO, Row, Section, build_done_tree, check, expected_jobs, interleaved,  # noqa: E402
-                    log, median, own_time_table, profile_table, reference_config, show, timed, write_config)
+from common import (
+    BIN,
+    PYTHON,
+    REPO,
+    Row,
+    Section,
+    build_done_tree,
+    check,
+    expected_jobs,
+    interleaved,
+    log,
+    median,
+    own_time_table,
+    profile_table,
+    reference_config,
+    show,
+    timed,
+    write_config,
+)
 
 TARGET_S = 1.0
 REPETITIONS = 7

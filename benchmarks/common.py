@@ -460,7 +460,7 @@ def profile_table(prof_path: str | Path, top: int = 12, ours=WAYPOST_CODE) -> tu
         return func[0].startswith(ours)
 
     rows, entry_total = [], 0.0
-    for func, (cc, nc, tt, ct, callers) in stats.stats.items():
+    for func, (_cc, nc, tt, ct, callers) in stats.stats.items():
         if not is_ours(func):
             continue
         entry = any(not is_ours(caller) for caller in callers) or not callers

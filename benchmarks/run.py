@@ -29,18 +29,30 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_catalog  # noqa: E402
-import bench_findpage  # noqa: E402
-import bench_planning  # noqa: E402
-import bench_runner  # noqa: E402
-import bench_slurm  # noqa: E402
-import bench_status  # noqa: E402
-from common import (REPO, Interference, Row, Section, code_fingerprint, fmt, git_revision, log, machine,  # noqa: E402
-                    machine_speed_ms, median, spread)
+import bench_catalog
+import bench_findpage
+import bench_planning
+import bench_runner
+import bench_slurm
+import bench_status
+from common import (
+    REPO,
+    Interference,
+    Row,
+    Section,
+    code_fingerprint,
+    fmt,
+    git_revision,
+    log,
+    machine,
+    machine_speed_ms,
+    median,
+    spread,
+)
 
 BENCHMARKS = {                      # the order
     "planning": bench_planning.run,
@@ -155,7 +167,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
 
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     t0 = time.perf_counter()
     info = {"machine": machine(), "revision": git_revision(), "fingerprint": code_fingerprint()}
     log(f"machine: {info['machine']}")

@@ -113,10 +113,10 @@ def main():
     members.update(files)
 
     buffer = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=FIXED_MTIME, compresslevel=9) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-            for name in sorted(members):
-                tar.addfile(tar_member(name, members[name]), io.BytesIO(members[name]))
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=FIXED_MTIME, compresslevel=9) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in sorted(members):
+            tar.addfile(tar_member(name, members[name]), io.BytesIO(members[name]))
     archive = buffer.getvalue()
     mtlib.atomic_write_bytes(args.output, archive)
     mtlib.log(

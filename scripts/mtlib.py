@@ -89,7 +89,7 @@ def direction_sides(direction):
 def read_lines(path):
     """Return the lines of a UTF-8 text file without their line endings."""
     try:
-        with open(path, "r", encoding="utf-8", newline="") as handle:
+        with open(path, encoding="utf-8", newline="") as handle:
             text = handle.read()
     except FileNotFoundError:
         raise MTError(f"input file not found: {path}") from None
@@ -157,7 +157,7 @@ def atomic_write_bytes(path, data):
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed by the with below; kept to rename or remove)
         mode="wb", dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp", delete=False
     )
     try:
@@ -201,7 +201,7 @@ def atomic_write_json(path, obj):
 
 def read_json(path, what="JSON file"):
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             return json.load(handle)
     except FileNotFoundError:
         raise MTError(f"{what} not found: {path}") from None

@@ -15,8 +15,8 @@ Both outputs are deterministic: no dates or absolute paths are embedded.
 import argparse
 import html
 import json
-import os
 import numbers
+import os
 
 import mtlib
 
@@ -76,7 +76,7 @@ def load_row(pair, model, path):
         row.update(state=f"failed: {failure}", reason=failure)
         return row
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             metrics = json.load(handle)
     except FileNotFoundError:
         row["reason"] = "file not found"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
+
 from waypost import catalog, parallel, storage
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, read_manifest, snakemake, waypost, write_config
 
 UPSTREAM_OF_STUDENT = ["fetch_corpus", "clean_corpus", "train_vocab", "train_backward", "translate_mono",

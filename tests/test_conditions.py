@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from waypost.conditions import (COUNTERS, STATES, Call, Compare, ConditionError, State, atoms, evaluate, parse,
-                                validate)
+from waypost.conditions import COUNTERS, STATES, Call, Compare, ConditionError, State, atoms, evaluate, parse, validate
 
 OPS = ("==", "!=", "<", "<=", ">", ">=")
 
@@ -246,7 +245,10 @@ SUBJECT = st.one_of(NAME, st.lists(NAME, min_size=2, max_size=3).map(".".join)) 
 SMALL_SUBJECTS = st.sampled_from(["cmd", "ok", "has_checkpoint", "parent"])   # so random facts hit them
 
 
-def trees(subjects=SUBJECT, values=st.integers(-10**6, 10**6)):
+INTEGERS = st.integers(-10**6, 10**6)
+
+
+def trees(subjects=SUBJECT, values=INTEGERS):
     leaves = st.one_of(
         st.builds(State, subjects, st.sampled_from(STATES + ("*",))),
         st.builds(Compare, st.sampled_from(COUNTERS), st.sampled_from(OPS), values),

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REFERENCE_AXIS, REFERENCE_STAGES, REPO, SMALL_CONFIG, prepare_reference, snakemake, write_config
+
 from waypost import config as wconfig
 
 WORKFLOW = str(REPO / "workflow")
@@ -113,7 +113,8 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path: Path, case):
 def test_snakemake_default_config_yaml_error_names_file(tmp_path: Path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text("experiments: [\n")
-    import subprocess, sys
+    import subprocess
+    import sys
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"),
                            "-n", "-c1"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode != 0
@@ -128,7 +129,7 @@ def test_a_config_that_passed_is_remembered_and_one_that_failed_never(tmp_path, 
     check(copy.deepcopy(SMALL_CONFIG))
     assert len(list(marks.iterdir())) == 1
     for change in (BAD["wrong type"][0], lambda c: c["stages"]["train_student"].update(epochs="2")):
-        with pytest.raises(wconfig.ConfigError, match="train_student.epochs: expected integer"):
+        with pytest.raises(wconfig.ConfigError, match=r"train_student\.epochs: expected integer"):
             check(with_change(change))                    # "2" is not 2, though both print alike
     assert len(list(marks.iterdir())) == 1
 

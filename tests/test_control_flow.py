@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import yaml
-
 from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 
 EXAMPLE = REPO / "examples" / "param-study"

@@ -3,6 +3,7 @@ untrustworthy manifests set aside, bad input refused, and a soak test."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -13,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, SNAKEFILE, planned, read_manifest, snakemake, write_config
+
 from waypost import manifest, stagetree
 
 SOAK = REPO / "tests" / "soak"
@@ -90,7 +91,7 @@ def test_cron_recovers_after_snakemake_is_sigkilled(tmp_path):
     record = read_manifest(stage)
     assert record["state"] == "SUCCESS"
     spans = sorted((a["start"], a["end"]) for a in record["attempts"])
-    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), "attempts overlapped"
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans)), "attempts overlapped"
     assert planned(tmp_path) == {}
 
 
@@ -210,7 +211,7 @@ def test_soak_random_failures_converge_with_invariants(tmp_path):
             if a.get("start") and a.get("end"):
                 spans.append((_parse(a["start"]), _parse(a["end"])))
         spans.sort()
-        for (s1, e1), (s2, _) in zip(spans, spans[1:]):
+        for (_, e1), (s2, _) in itertools.pairwise(spans):
             assert s2 >= e1, f"{d}: two attempts overlapped"
     stages = sum(1 for p in root.rglob("_manifest.json") if ".attempts" not in p.parts)
     assert stages == 201  # 100 work + 100 check + 1 gather

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, snakemake, write_config
 
 PARTS = ("workflow", "rules", "scripts", "config")

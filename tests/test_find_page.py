@@ -11,8 +11,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import yaml
-
 from conftest import read_manifest, waypost, write_config
+
 from waypost import findpage
 
 TITLE = "waypost find"
@@ -145,11 +145,11 @@ def hostile_manifest(stage_dir: Path, template: dict) -> None:
     (stage_dir / "_manifest.json").write_text(json.dumps(data))
 
 
-def dump(chromium, url: str) -> Dom:  # noqa: F811
+def dump(chromium, url: str) -> Dom:
     return Dom(chromium("--dump-dom", "--virtual-time-budget=5000", url))
 
 
-def test_find_page_over_a_local_and_a_bucket_root(chromium, run_copy, gcs_copy):  # noqa: F811
+def test_find_page_over_a_local_and_a_bucket_root(chromium, run_copy, gcs_copy):
     bucket_root = gcs_copy.root
     config = yaml.safe_load((run_copy / "config.yaml").read_text())
     config["catalog"] = [bucket_root]

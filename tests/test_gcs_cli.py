@@ -9,7 +9,6 @@ import socket
 import subprocess
 
 import yaml
-
 from conftest import LOCAL_PROFILE, SNAKEFILE, planned, snakemake, waypost, write_config
 from conftest import gcs_config as config_for
 from conftest import gcs_flags as flags

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from conftest import LOCAL_PROFILE, REPO, SNAKEFILE, planned, snakemake, waypost, write_config
 from conftest import gcs_config as config_for
 from conftest import gcs_flags as flags

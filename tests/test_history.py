@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from conftest import SMALL_CONFIG, read_manifest, snakemake, waypost, write_config
+
 from waypost import catalog, reuse, storage
 
 TEACHERS = Path("results/en-xa/exp1/train_teacher")

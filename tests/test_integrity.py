@@ -13,8 +13,6 @@ import subprocess
 import sys
 
 import google_crc32c
-
-from conftest import snakemake, waypost, write_config
 from conftest import gcs_config as config_for
 from conftest import gcs_flags as flags
 from conftest import gcs_fs as fs
@@ -23,6 +21,7 @@ from conftest import gcs_manifest as manifest
 from conftest import gcs_manifests as manifests
 from conftest import gcs_objects as objects
 from conftest import media_downloads as downloads
+from conftest import snakemake, waypost, write_config
 
 
 def crc32c(data: bytes) -> str:

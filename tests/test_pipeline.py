@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from snakemake.exceptions import WorkflowError
 
-from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from waypost.manifest import RUN_ID_ENV
 from waypost.snakemake import run_identity
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from conftest import REPO
+
 from waypost.conditions import STATES, Compare, State, parse
 from waypost.policy import DEFAULTS, Cue, Policy, PolicyError, counters, decide
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from conftest import REPO, SMALL_CONFIG, write_config
+
 from waypost import cli
 
 

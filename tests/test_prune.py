@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import prepare_reference, waypost, write_config
 from conftest import gcs_fs as fs
 from conftest import gcs_key as key
 from conftest import gcs_objects as objects
+from conftest import prepare_reference, waypost, write_config
+
 from waypost import config as wconfig
 from waypost import manifest, prune
 

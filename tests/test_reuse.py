@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import yaml
-
 from conftest import LOCAL_PROFILE, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 
 PAIRS = ("en-xa", "en-xb")

@@ -5,6 +5,7 @@ repeat failures behave like the first, and waypost's own markers count."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import signal
@@ -15,7 +16,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from test_cron import SOAK, cron, records, soak_crons
 
@@ -256,7 +256,7 @@ def test_soak_with_stages_that_always_fail_gives_them_up_and_the_rest_converges(
         data = json.loads(path.read_text())
         attempts += len(data["attempts"])
         spans = sorted((_parse(a["start"]), _parse(a["end"])) for a in data["attempts"] if a.get("end"))
-        if any(s2 < e1 for (_, e1), (s2, _) in zip(spans, spans[1:])):
+        if any(s2 < e1 for (_, e1), (s2, _) in itertools.pairwise(spans)):
             violations.append(f"{d}: attempts overlapped")
         for a in data["attempts"]:
             if a.get("workspace") not in (None, ".") and not (d / a["workspace"]).is_dir():

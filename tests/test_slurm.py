@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, SMALL_CONFIG, SNAKEFILE, read_manifest, write_config
 
 CLUSTER = REPO / "scripts" / "slurm-dev-cluster.sh"
@@ -57,7 +56,7 @@ def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"snakemake hung for {timeout}s:\n{out[-5000:]}")
+        raise AssertionError(f"snakemake hung for {timeout}s:\n{out[-5000:]}") from None
     return proc.returncode, out
 
 

@@ -12,8 +12,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import yaml
-
 from conftest import REPO, waypost
+
 from waypost import graph, manifest, parallel, status, statuspage
 
 ARTIFACTS = REPO / "test-artifacts"
@@ -152,6 +152,7 @@ def test_many_pairs_are_summarized_per_stage_and_one_pair_shown_alone(run_copy):
     text = waypost(run_copy, "status").stdout
     assert "30 pairs, by state" in text and "en-y00" in text
     rows: dict[str, str] = {}
+    key = ""
     for line in text.splitlines():
         if line.startswith("│"):                         # a row, or a wrapped row's next line
             stage, pairs = (part.strip() for part in line.split("│")[1:3])

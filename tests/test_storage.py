@@ -23,7 +23,7 @@ class FlakyProxy(http.server.ThreadingHTTPServer):
 
 
 class ProxyHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         server: FlakyProxy = self.server  # type: ignore[assignment]
         server.seen += 1
         if server.seen <= server.failures:

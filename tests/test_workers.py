@@ -6,8 +6,8 @@ import os
 import stat
 
 import pytest
-
 from conftest import REPO
+
 from waypost import config as wconfig
 from waypost import workers
 

@@ -21,7 +21,7 @@ for its mtime.
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from collections.abc import Iterable
 
 from snakemake_interface_storage_plugins.io import IOCacheStorageInterface, Mtime, get_constant_prefix
 from snakemake_interface_storage_plugins.storage_object import (
@@ -52,7 +52,7 @@ class StorageProvider(StorageProviderBase):
         pass
 
     @classmethod
-    def example_queries(cls) -> List[ExampleQuery]:
+    def example_queries(cls) -> list[ExampleQuery]:
         return [ExampleQuery(query="gs://my-bucket/results/en-de/exp1/train_student/model.json",
                              type=QueryType.ANY, description="a stage file under a gs:// root")]
 
@@ -86,7 +86,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
     def cleanup(self):
         pass
 
-    def get_inventory_parent(self) -> Optional[str]:
+    def get_inventory_parent(self) -> str | None:
         root = storage.root_of(self.query)
         return self.cache_key(storage.filesystem(root)[1]) if root else None
 

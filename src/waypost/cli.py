@@ -11,10 +11,10 @@ import json
 import os
 import shlex
 import sys
+from datetime import UTC
 
-from . import __version__
+from . import __version__, graph, layout
 from . import config as wconfig
-from . import graph, layout
 from .remote_stage import snakemake_options
 
 DEFAULT_CONFIG = "config/config.yaml"
@@ -507,7 +507,7 @@ def cmd_find(args) -> int:
             try:
                 reach(root)
                 done = cat.refresh(root)
-            except Exception as exc:  # noqa: BLE001 — one root down doesn't hide the others
+            except Exception as exc:
                 print(f"waypost: catalog: {exc}", file=sys.stderr)
                 unread += 1
                 continue
@@ -622,7 +622,7 @@ def render_lineage(tree: dict, as_json: bool) -> int:
 
 def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> None:
     """``find --html FILE``: the rows found, as one self-contained page (findpage)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from . import findpage, storage
 
@@ -632,7 +632,7 @@ def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> Non
     data = findpage.build(rows, root=storage.url_of(*storage.filesystem(cfg["root"])),
                           experiments={name: list(x["pairs"]) for name, x in cfg["experiments"].items()},
                           parents=parents, roots=[storage.url_of(*storage.filesystem(r)) for r in roots],
-                          filters=filters, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+                          filters=filters, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     with open(args.html, "w", encoding="utf-8") as f:
         f.write(findpage.render(data))
     print(f"wrote {args.html}: {len(rows)} stage(s) from {len(roots)} root(s)")
@@ -752,9 +752,8 @@ def cmd_prune(args) -> int:
 
 def cmd_plan(args) -> int:
     from rich.console import Console
-    from rich.table import Table
-
     from rich.markup import escape
+    from rich.table import Table
 
     from . import plan
 

@@ -231,7 +231,7 @@ def validate(config: dict, schema: dict, source: str) -> None:
     mark = _passed_mark(config, schema)
     if os.path.exists(mark):
         return
-    import jsonschema   # here, as it is slow to import; and cluster jobs don't validate (see prepare)
+    import jsonschema  # here, as it is slow to import; and cluster jobs don't validate (see prepare)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

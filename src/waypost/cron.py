@@ -21,12 +21,13 @@ Snakemake): failed jobs are the run record's business.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from . import config as wconfig
 from . import graph, layout, manifest, remote_stage, stagetree, verify
@@ -105,7 +106,7 @@ def _snakemake_alive_here(workdir: str) -> list[int]:
             continue
         args = [a.decode(errors="replace") for a in argv if a]
         main = any(os.path.basename(a) == "snakemake" for a in args[:2]) or \
-            any(a == "-m" and b == "snakemake" for a, b in zip(args, args[1:]))
+            any(a == "-m" and b == "snakemake" for a, b in itertools.pairwise(args))
         if main and "--mode" not in args and "--unlock" not in args \
                 and os.path.realpath(cwd) == os.path.realpath(workdir):
             pids.append(int(entry))
@@ -120,7 +121,7 @@ def _has_snakemake_lock(workdir: str) -> bool:
 def run(profile: str | None, snakemake_args: list[str], config_path: str, workflow_dir: str,
         checksums: bool = True) -> int:
     os.makedirs(RUNS, exist_ok=True)
-    lock = open(LOCK, "a+")
+    lock = open(LOCK, "a+")  # noqa: SIM115 (held for the whole run, closed below)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -139,7 +140,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         print(f"waypost cron: {exc}", file=sys.stderr)
         return 2
     root = cfg["root"]
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     output = os.path.join(RUNS, f"{stamp}.log")
     command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile")] \
@@ -185,7 +186,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         and "did not complete successfully" not in text
     record = {
         "start": started_at.isoformat(timespec="seconds"),
-        "end": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "end": datetime.now(UTC).isoformat(timespec="seconds"),
         "duration_s": round(time.monotonic() - start, 1),
         "command": command,
         "snakemake_exit": proc.returncode,

@@ -91,7 +91,7 @@ def _crc32c():
 
 def crc32c_text(crc: int) -> str:
     """A CRC32C as GCS lists it: base64 of its 4 big-endian bytes."""
-    import binascii   # (base64 is binascii with more imports)
+    import binascii  # (base64 is binascii with more imports)
     return binascii.b2a_base64(crc.to_bytes(4, "big"), newline=False).decode()
 
 

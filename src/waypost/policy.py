@@ -72,7 +72,7 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
     __slots__ = ()
 
     @classmethod
-    def from_config(cls, raw: dict | None) -> "Policy":
+    def from_config(cls, raw: dict | None) -> Policy:
         """Build and validate; PolicyError names the key and the text."""
         try:
             return cls._from_config({**DEFAULTS, **(raw or {})})
@@ -82,7 +82,7 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
             raise PolicyError(f"malformed policy ({exc.__class__.__name__}: {exc})") from None
 
     @classmethod
-    def _from_config(cls, data: dict) -> "Policy":
+    def _from_config(cls, data: dict) -> Policy:
         if int(data["max_attempts"]) < 1:
             raise PolicyError(f"max_attempts: {data['max_attempts']!r} (expected at least 1)")
         if int(data["max_series"]) < 1:

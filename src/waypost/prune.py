@@ -328,7 +328,7 @@ def remove(config: dict, archives: list[Archive], tree=None) -> list[tuple[Archi
                 tree.remove_tree(archive.path)
             else:
                 tree.remove_files(archive.path, archive.drop)
-        except Exception as exc:  # noqa: BLE001 - an OSError or a bucket error, as one line
+        except Exception as exc:
             problems.append((archive, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
     return problems
 

@@ -218,7 +218,7 @@ class RemoteStage:
             while not stop.wait(SYNC_SECONDS):
                 try:
                     self.push(outputs)
-                except Exception as exc:  # noqa: BLE001 - the next sync tries again
+                except Exception as exc:
                     print(f"waypost: syncing {self.url} failed ({exc}); trying again later", file=sys.stderr)
 
         thread = threading.Thread(target=loop, daemon=True)
@@ -373,7 +373,7 @@ def check_bucket(root: str) -> None:
     except FileNotFoundError:
         raise storage.StorageError(f"{root}: bucket {bucket!r} does not exist (waypost never creates "
                                    "buckets; check the name and the project)") from None
-    except Exception as exc:  # noqa: BLE001 - whatever gcsfs raised, as one line
+    except Exception as exc:
         raise storage.explain(exc, root) from None
 
 

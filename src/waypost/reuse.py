@@ -32,7 +32,7 @@ def read_source(location: str) -> dict:
         text = storage.read_bytes(path)
     except FileNotFoundError:
         raise manifest.ManifestError(f"{path}: no manifest (not a finished waypost stage)") from None
-    except Exception as exc:  # noqa: BLE001 — a bucket error becomes one line
+    except Exception as exc:
         raise manifest.ManifestError(str(storage.explain(exc, path))) from None
     return manifest.parse(text, path)
 

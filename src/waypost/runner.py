@@ -43,7 +43,8 @@ import signal
 import sys
 import time
 
-from . import manifest, policy as wpolicy, slurm, workers
+from . import manifest, slurm, workers
+from . import policy as wpolicy
 from .layout import LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_name, stage_root
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -440,7 +441,7 @@ class StageRun:
                 continue
             path = self._path(entry)
             if os.path.isdir(path) and not os.path.islink(path):
-                import shutil   # here: the runner starts at every step, most never need it
+                import shutil  # here: the runner starts at every step, most never need it
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
@@ -620,7 +621,7 @@ class StageRun:
     def run_checks(self, env: dict, log_path: str) -> dict:
         if not self.policy.checks:
             return {}
-        import subprocess   # here: most steps have no checks
+        import subprocess  # here: most steps have no checks
         results = {}
         for name, command in self.policy.checks.items():
             with open(log_path, "ab") as log:

@@ -24,7 +24,7 @@ def normalize(raw: str) -> str:
 
 def sacct_states(job_ids: list[str]) -> dict[str, str]:
     """Raw job id → normalized sacct State of the whole job (no steps)."""
-    import shutil   # not at the top: the step runner imports this module at every step
+    import shutil  # not at the top: the step runner imports this module at every step
     import subprocess
     if not job_ids or not shutil.which("sacct"):
         return {}

@@ -102,8 +102,8 @@ class Pipeline:
         self.workflow = workflow
         self.workflow_dir = workflow.basedir
         self.axis = wconfig.Axis.of(axis, axis_key)
-        if self.axis and not layout.is_valid_name(self.axis.word) or self.axis and self.axis.word in (
-                "experiment", "instance", STEP_PARAM):
+        if (self.axis and not layout.is_valid_name(self.axis.word)) or (self.axis and self.axis.word in (
+                "experiment", "instance", STEP_PARAM)):
             from snakemake.exceptions import WorkflowError
             raise WorkflowError(f"Pipeline(axis={axis!r}): expected a word of letters, digits or '_' "
                                 "other than experiment, instance and waypost")
@@ -308,7 +308,7 @@ class Pipeline:
         def path(wildcards):
             upstream = self._known(stage, consumer.name)
             own = instance if instance is not None else ("{instance}" if upstream.instances is not None else None)
-            if own == "{instance}" and "instance" not in wildcards.keys():
+            if own == "{instance}" and "instance" not in wildcards:
                 raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): stage {stage} has "
                                  "instances and this one has none: name one (instance=...) or take each (wp.each)")
             pattern = self._path(stage, filename, upstream.funnel, own)
@@ -1014,7 +1014,7 @@ def _shell_run_func(original, command: str):
               "    shell(command, bench_record=bench_record, bench_iteration=bench_iteration)\n")
     from snakemake.shell import shell
     namespace = {"shell": shell, "command": command}
-    exec(compile(source, f"<waypost step of {original.__name__}>", "exec"), namespace)   # noqa: S102
+    exec(compile(source, f"<waypost step of {original.__name__}>", "exec"), namespace)
     return namespace["run"]
 
 

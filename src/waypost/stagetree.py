@@ -14,7 +14,7 @@ after it was listed is not in it (what it archives or writes itself is).
 
 from __future__ import annotations
 
-import io
+import builtins
 import json
 import os
 from bisect import bisect_left
@@ -23,7 +23,7 @@ from . import layout, manifest, storage
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
 
 
-def open(root: str, snapshot: bool = False) -> "Tree":  # noqa: A001 - stagetree.open(root) reads well
+def open(root: str, snapshot: bool = False) -> Tree:
     """A tree over ``root``; with ``snapshot``, a local one lists each
     directory once (for commands that only look, like a bucket tree)."""
     if storage.is_remote(root):
@@ -141,7 +141,7 @@ class LocalTree(Tree):
 
     def write_marker(self, path: str, text: str) -> None:
         """A small engine file (a planner's marker), dated now."""
-        with io.open(path, "w") as f:   # this module's open() is a tree's
+        with builtins.open(path, "w") as f:   # this module's open() is a tree's
             f.write(text)
 
     def remove_tree(self, path: str) -> None:
@@ -237,7 +237,7 @@ class LocalTree(Tree):
     def running(self, directory: str) -> dict | None:
         """What a stage dir's ``_running.json`` says; None without one (or unreadable)."""
         try:
-            with io.open(os.path.join(directory, RUNNING), "rb") as f:   # this module's open() is a tree's
+            with builtins.open(os.path.join(directory, RUNNING), "rb") as f:   # this module's open() is a tree's
                 data = json.loads(f.read())
         except (OSError, ValueError):
             return None
@@ -401,7 +401,7 @@ class BucketTree(Tree):
                 return None
             except manifest.ManifestError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a bucket error, as one line
+            except Exception as exc:
                 raise manifest.ManifestError(str(storage.explain(exc, url))) from None
         name = self._in(rel, MANIFEST)
         if name not in self.objects:
@@ -409,7 +409,7 @@ class BucketTree(Tree):
         if any(part.startswith(".") for part in name.split("/")):   # in an archive: not in the batch
             try:
                 text = self.fs.cat_file(f"{self.base}/{name}")
-            except Exception as exc:  # noqa: BLE001 - gone since the listing, or a bucket error
+            except Exception as exc:
                 text = exc
         else:
             text = self._contents(MANIFEST).get(name, FileNotFoundError(url))
@@ -425,8 +425,9 @@ class BucketTree(Tree):
         text = self._contents(RUNNING).get(name)
         if not isinstance(text, bytes):
             return False, "gone"
-        from snakemake_storage_plugin_waypost import mtime_of   # the heartbeat's time (waypost-mtime)
         import time
+
+        from snakemake_storage_plugin_waypost import mtime_of  # the heartbeat's time (waypost-mtime)
         return manifest.marker_in_flight(text, me, time.time() - mtime_of(self.objects[name]))
 
     def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:

@@ -11,7 +11,7 @@ transient errors (429, 5xx, connection resets) with exponential backoff.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 
 GCS_PREFIX = "gs://"
 
@@ -24,7 +24,7 @@ def is_remote(url: str) -> bool:
     return url.startswith(GCS_PREFIX)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gcs():
     # gcsfs ≥ 2026.10 swaps in a class that probes every bucket over gRPC;
     # against the HTTP emulator (and behind proxies) that makes each call take

@@ -105,7 +105,7 @@ def _nvidia_smi() -> list[list[str]] | None:
     memory in MB] each; None without nvidia-smi (or when it fails)."""
     if not _on_path("nvidia-smi"):
         return None
-    import subprocess   # here: the step runner imports this module at every step
+    import subprocess  # here: the step runner imports this module at every step
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20)
