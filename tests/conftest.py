@@ -275,3 +275,18 @@ def chromium(tmp_path_factory):
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout
     return run
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The single-node Slurm cluster of scripts/slurm-dev-cluster.sh, started
+    (a no-op when it runs); needs root, which CI has."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the Slurm tests need root in CI")
+        pytest.skip("starting a Slurm cluster needs root")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "slurm-dev-cluster.sh"), "start"],
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"could not start the Slurm dev cluster:\n{proc.stdout}\n{proc.stderr}")
+    return True

@@ -17,21 +17,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SMALL_CONFIG, SNAKEFILE, read_manifest, write_config
 
-CLUSTER = REPO / "scripts" / "slurm-dev-cluster.sh"
 ONPREM = REPO / "profiles" / "onprem"
 FAST = ["--waypost-init-seconds-before-status-checks", "2", "--latency-wait", "5", "--waypost-no-account"]
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the Slurm tests need root in CI")
-        pytest.skip("starting a Slurm cluster needs root")
-    proc = subprocess.run(["bash", str(CLUSTER), "start"], capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"could not start the Slurm dev cluster:\n{proc.stdout}\n{proc.stderr}")
-    return True
+def cluster(slurm_cluster):
+    return slurm_cluster
 
 
 def sacct(*job_ids: str) -> dict[str, dict]:

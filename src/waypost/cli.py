@@ -768,7 +768,7 @@ def cmd_plan(args) -> int:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
-    rows = plan.next_run(plan.parse_jobs(text), cfg)
+    rows = plan.next_run(plan.parse_jobs(text, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
 
     drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"])
     groups = plan.collapse(drifted, cfg)

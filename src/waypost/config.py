@@ -156,7 +156,7 @@ def schema_for(workflow_dir: str, axis: Axis | None) -> dict:
         defs["experiment"]["properties"][axis.per] = {
             "type": "object", "propertyNames": {"$ref": "#/$defs/name"},
             "additionalProperties": {"$ref": "#/$defs/stages"},
-            "description": f"stage settings for single {axis.key} of this experiment"}
+            "description": f"stage settings for one {axis.word} of this experiment (over its own)"}
         defs["experiment"].setdefault("required", []).append(axis.key)
     return schema
 

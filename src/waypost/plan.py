@@ -30,8 +30,9 @@ def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: lis
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def parse_jobs(text: str) -> list[dict]:
-    """The jobs of a dry run's output: rule, wildcards and reason."""
+def parse_jobs(text: str, axis_word: str = "pair") -> list[dict]:
+    """The jobs of a dry run's output: rule, wildcards and reason (the
+    workflow's axis wildcard under the engine's name, ``pair``)."""
     jobs, job = [], None
     for line in text.splitlines():
         header = JOB_HEADER.match(line.strip()) if not line.startswith(" ") else None
@@ -41,7 +42,10 @@ def parse_jobs(text: str) -> list[dict]:
             continue
         field = FIELD.match(line) if job else None
         if field and field.group(1) == "wildcards":
-            job["wildcards"] = dict(item.split("=", 1) for item in field.group(2).split(", ") if "=" in item)
+            wildcards = dict(item.split("=", 1) for item in field.group(2).split(", ") if "=" in item)
+            if axis_word in wildcards:
+                wildcards["pair"] = wildcards.pop(axis_word)
+            job["wildcards"] = wildcards
         elif field and field.group(1) == "reason":
             job["reason"] = field.group(2)
         elif job and not line.startswith(" "):
@@ -151,11 +155,23 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str]) -> tu
                                    os.path.basename(i["path"])) not in (None, i["sha256"])]
                     if changed:
                         what.append("inputs redone since: " + ", ".join(changed))
+                    if pair == layout.ALL_PAIRS:
+                        what += _funnel_missing_values(tree, data, exp["pairs"])
                     if what:
                         rows.append({"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
                                      "created": data.get("created"), "reused_from": data.get("reused_from"),
                                      "what": what})
     return rows, unknown
+
+
+def _funnel_missing_values(tree, data: dict, values: list[str]) -> list[str]:
+    """A funnel made before axis values joined its experiment read none of
+    their stages: say which (presence mode keeps it; `waypost rerun` redoes it)."""
+    read = {tree.relative(i["path"]).split(os.sep, 1)[0] for i in data.get("inputs") or []}
+    if not read & set(values):       # it reads no per-value stage (or recorded no inputs)
+        return []
+    added = [value for value in values if value not in read]
+    return [f"inputs: none from {', '.join(added)} (added since)"] if added else []
 
 
 def collapse(rows: list[dict], config: dict) -> list[dict]:
