@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv profiles param-study bench
+.PHONY: demo test lint docs-build docs venv profiles param-study bench
 
 $(BIN)/waypost: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,21 @@ test: profiles
 	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || exit 1; \
 	    bash scripts/slurm-dev-cluster.sh start; \
 	else echo "not root: the Slurm tests will be skipped"; fi
+	$(MAKE) --no-print-directory lint docs-build
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+
+# The manual (mkdocs.yml, docs/): built strictly, so a broken link, a missing
+# page or anchor, or a schema key without a description fails.
+export NO_MKDOCS_2_WARNING := 1
+docs-build: venv
+	$(BIN)/mkdocs build --strict --site-dir site 2>&1 | grep -v "^INFO" ; test $${PIPESTATUS[0]} = 0
+
+# Serve it at http://127.0.0.1:8000 while you edit it.
+docs: venv
+	$(BIN)/mkdocs serve
 
 # The parameter-study example (restarts, reruns, a funnel over failures).
 param-study: venv

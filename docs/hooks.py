@@ -23,7 +23,7 @@ import os
 import re
 import tempfile
 
-from waypost import cli
+from waypost import cli, policy
 from waypost import config as wconfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +36,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         kind, arg = match.group(1), match.group(2)
         if kind == "config":
             with tempfile.TemporaryDirectory() as empty:   # a workflow without a schema of its own
-                return schema_reference(wconfig.schema_for(empty, AXIS), "config")
+                schema = wconfig.schema_for(empty, AXIS)
+            # defaults the engine applies itself (a stage's policy merges over the global one, key by key)
+            implied = {"policy": policy.DEFAULTS, "retention": schema["properties"]["retention"]["default"]}
+            return schema_reference(schema, "config", implied)
         if kind == "workers":
             return schema_reference(wconfig.load_yaml(os.path.join(
                 REPO, "src", "waypost", "schemas", "workers.schema.yaml")), "workers")
@@ -50,7 +53,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 # -- schemas ----------------------------------------------------------------
 
-def schema_reference(schema: dict, anchor: str, defs_heading: bool = True) -> str:
+def schema_reference(schema: dict, anchor: str, implied: dict | None = None, defs_heading: bool = True) -> str:
     """A table of the top-level keys, then one table per definition a key
     refers to (policy, resources, ...), each under its own anchor."""
     defs = schema.get("$defs", {})
@@ -59,7 +62,7 @@ def schema_reference(schema: dict, anchor: str, defs_heading: bool = True) -> st
     for name in (n for n in used if defs[n].get("properties")):
         node = defs[name]
         out += ["", f"### `{name}` {{#{anchor}-{name}}}", "", _describe(node, required=True, where=name), "",
-                _table(list(_rows(node, "", anchor)))]
+                _table(list(_rows(node, "", anchor, (implied or {}).get(name, {}))))]
     simple = [n for n in used if not defs[n].get("properties")]
     if simple and defs_heading:
         out += ["", "### Value types", ""]
@@ -90,11 +93,14 @@ def _used_defs(schema: dict, defs: dict) -> list[str]:
     return seen
 
 
-def _rows(node: dict, prefix: str, anchor: str):
+def _rows(node: dict, prefix: str, anchor: str, implied: dict | None = None):
     required = set(node.get("required", []))
     for key, sub in (node.get("properties") or {}).items():
         path = f"{prefix}{key}"
-        yield path, _type(sub, anchor), _default(sub, key in required), _describe(sub, required=True, where=path)
+        container = bool(sub.get("properties")) or isinstance(sub.get("additionalProperties"), dict)
+        if implied and key in implied and "default" not in sub:
+            sub = {**sub, "default": implied[key]}
+        yield path, _type(sub, anchor), _default(sub, key in required), _describe(sub, not container, path)
         if "$ref" not in sub:
             if sub.get("properties"):
                 yield from _rows(sub, path + ".", anchor)
@@ -207,6 +213,6 @@ def _fenced(text: str) -> str:
 
 
 if __name__ == "__main__":   # print the generated tables, to look at them without a build
-    print(schema_reference(wconfig.schema_for(tempfile.mkdtemp(), AXIS), "config"))
+    print(schema_reference(wconfig.schema_for(tempfile.mkdtemp(), AXIS), "config", {"policy": policy.DEFAULTS}))
     print(schema_reference(wconfig.load_yaml(os.path.join(REPO, "src/waypost/schemas/workers.schema.yaml")), "workers"))
     print(cli_reference())
