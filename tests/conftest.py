@@ -181,7 +181,7 @@ def bucket(gcs_emulator, request):
 # --- gs:// roots --------------------------------------------------------------
 
 def gcs_flags(root: str) -> tuple[str, ...]:
-    """The two Snakemake settings a gs:// root needs (README: Running with a bucket)."""
+    """The two Snakemake settings a gs:// root needs (docs/buckets.md)."""
     return ("--default-storage-provider", "waypost", "--default-storage-prefix", root)
 
 

@@ -1,7 +1,7 @@
 """waypost's Snakemake storage plugin: stage files on a ``gs://`` root, through gcsfs.
 
 Selected with ``default-storage-provider: waypost`` and
-``default-storage-prefix: <the root>`` (README: "Running with a bucket").
+``default-storage-prefix: <the root>`` (docs/buckets.md).
 Snakemake then looks for stage files in the bucket (existence, mtimes) and
 hands jobs their gs:// URLs; it neither fetches inputs nor stores outputs.
 The step runner does (``waypost.remote_stage``): it fetches the inputs, runs

@@ -843,7 +843,7 @@ EXIT_CODES = """exit codes (every command):
   2  usage or config error: a bad option, an invalid config, an unknown
      experiment, pair or stage name (checked the same way by every command)
 Once Snakemake has started, `run` exits with Snakemake's code; `cron` exits
-non-zero only when the workflow could not run at all (README: Cron)."""
+non-zero only when the workflow could not run at all (docs/operations.md)."""
 
 
 def _recorded_axis() -> tuple[str, str]:

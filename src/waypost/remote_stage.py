@@ -395,7 +395,7 @@ def planning_mirror(root: str, workflow) -> str:
     if getattr(settings, "default_storage_provider", None) != PROVIDER or prefix != root.rstrip("/"):
         raise WorkflowError(f"root {root} is a bucket: run Snakemake with {' '.join(snakemake_options(root))} "
                             "(or those two keys in the profile; "
-                            "see 'Running with a bucket' in README.md)")
+                            "see docs/buckets.md in waypost's manual)")
     try:
         check_bucket(root)
     except storage.StorageError as exc:

@@ -84,7 +84,12 @@ def run_identity(workflow) -> str:
 
 
 class Pipeline:
-    """Loads and validates the config, then answers the rules' questions.
+    """A waypost pipeline: ``wp = Pipeline(config, workflow, axis="dataset")``
+    at the top of the Snakefile, ``wp.finish()`` after the stage rules.
+
+    It loads the config (``config/config.yaml`` unless Snakemake was given
+    ``--configfile``), validates it against waypost's schema merged with the
+    workflow's own, and answers the rules' helpers.
 
     ``axis``: the word for the per-experiment axis, if the workflow has one
     (``pair``: an experiment lists its ``pairs``, overrides go under
