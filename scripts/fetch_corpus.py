@@ -37,14 +37,29 @@ import mtlib
 # The English side: word lists by category, most frequent first.
 # --------------------------------------------------------------------------
 
-DETERMINERS = ["the", "a", "this", "that", "some", "every", "my", "your", "our", "their"]
-ADJECTIVES = ["old", "big", "small", "young", "good", "little", "new", "long", "dark", "red", "happy", "quiet", "strange", "green", "cold", "bright", "tall", "heavy", "warm", "blue", "brave", "clever", "gentle", "lazy", "loud", "quick", "slow", "sad", "short", "proud", "wild", "rich", "poor", "wise", "kind", "angry", "tired", "hungry", "empty", "golden", "silver"]
-NOUNS = ["man", "woman", "child", "dog", "house", "city", "king", "friend", "river", "tree", "book", "road", "cat", "teacher", "village", "garden", "letter", "door", "horse", "water", "mother", "father", "table", "ship", "bird", "song", "story", "school", "market", "farmer", "queen", "mountain", "forest", "window", "boat", "bread", "fire", "stone", "car", "train", "field", "lake", "sea", "island", "castle", "bridge", "tower", "doctor", "soldier", "sailor", "baker", "painter", "student", "brother", "sister", "apple", "cheese", "wine", "chair", "flower", "sword", "coin", "lamp", "key", "box", "basket", "hat", "coat", "shoe", "ring", "map", "clock", "candle", "mirror", "wolf", "fox", "bear", "fish", "church"]
-TRANSITIVE_VERBS = ["saw", "found", "took", "liked", "carried", "built", "opened", "visited", "followed", "helped", "called", "watched", "bought", "sold", "painted", "closed", "cooked", "washed", "read", "wrote", "lost", "kept", "broke", "fixed", "pushed", "pulled", "loved", "met", "caught", "chased", "heard", "remembered", "forgot", "needed", "hid"]
-INTRANSITIVE_VERBS = ["slept", "laughed", "waited", "walked", "ran", "sang", "smiled", "arrived", "left", "danced", "cried", "fell", "rested", "jumped", "worked"]
-PREPOSITIONS = ["in", "on", "near", "with", "from", "to", "under", "behind", "over", "beside", "across", "without"]
-ADVERBS = ["today", "again", "yesterday", "often", "soon", "later", "always", "never", "early", "late", "quickly", "slowly", "quietly", "suddenly", "twice"]
-CONJUNCTIONS = ["and", "but"]
+DETERMINERS = "the a this that some every my your our their".split()
+ADJECTIVES = (
+    "old big small young good little new long dark red happy quiet strange green cold "
+    "bright tall heavy warm blue brave clever gentle lazy loud quick slow sad short proud "
+    "wild rich poor wise kind angry tired hungry empty golden silver"
+).split()
+NOUNS = (
+    "man woman child dog house city king friend river tree book road cat teacher "
+    "village garden letter door horse water mother father table ship bird song story "
+    "school market farmer queen mountain forest window boat bread fire stone car train "
+    "field lake sea island castle bridge tower doctor soldier sailor baker painter "
+    "student brother sister apple cheese wine chair flower sword coin lamp key box "
+    "basket hat coat shoe ring map clock candle mirror wolf fox bear fish church"
+).split()
+TRANSITIVE_VERBS = (
+    "saw found took liked carried built opened visited followed helped called watched "
+    "bought sold painted closed cooked washed read wrote lost kept broke fixed pushed "
+    "pulled loved met caught chased heard remembered forgot needed hid"
+).split()
+INTRANSITIVE_VERBS = "slept laughed waited walked ran sang smiled arrived left danced cried fell rested jumped worked".split()
+PREPOSITIONS = "in on near with from to under behind over beside across without".split()
+ADVERBS = "today again yesterday often soon later always never early late quickly slowly quietly suddenly twice".split()
+CONJUNCTIONS = "and but".split()
 
 # Zipf exponent per category: weight of the word of rank r is 1 / r**s.
 CATEGORIES = {
@@ -74,11 +89,11 @@ NAME_COUNT = 600
 NAME_ZIPF = 0.8
 NAME_RATE = 0.4              # fraction of noun phrases that are a name
 
-CONSONANT_POOL = ["p", "t", "k", "b", "d", "g", "m", "n", "l", "r", "s", "f", "v", "z", "h", "j", "w", "ch", "sh", "th"]
-VOWEL_POOL = ["a", "e", "i", "o", "u", "y", "aa", "ei", "ou", "ai"]
-NAME_ONSETS = ["b", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "br", "dr", "fr", "gr", "kr", "st", "tr"]
-NAME_VOWELS = ["a", "e", "i", "o", "u", "a", "e"]
-NAME_CODAS = ["n", "l", "r", "s", "m", "d", "k"]
+CONSONANT_POOL = "p t k b d g m n l r s f v z h j w ch sh th".split()
+VOWEL_POOL = "a e i o u y aa ei ou ai".split()
+NAME_ONSETS = "b d f g h j k l m n p r s t v w br dr fr gr kr st tr".split()
+NAME_VOWELS = "a e i o u a e".split()
+NAME_CODAS = "n l r s m d k".split()
 
 PAIR_PATTERN = re.compile(r"^[A-Za-z0-9_]+-[A-Za-z0-9_]+$")
 

@@ -313,7 +313,7 @@ class Pipeline:
         def path(wildcards):
             upstream = self._known(stage, consumer.name)
             own = instance if instance is not None else ("{instance}" if upstream.instances is not None else None)
-            if own == "{instance}" and "instance" not in wildcards:
+            if own == "{instance}" and "instance" not in wildcards.keys():  # noqa: SIM118 (a Namedlist: `in` looks at its values)
                 raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): stage {stage} has "
                                  "instances and this one has none: name one (instance=...) or take each (wp.each)")
             pattern = self._path(stage, filename, upstream.funnel, own)
