@@ -1,49 +1,75 @@
-"""Slurm throughput: BENCH_SLURM_JOBS (default 200) trivial jobs on the local
-Slurm cluster, waypost vs plain Snakemake with the same plugin settings.
+"""Slurm: thousands of short stages on the local Slurm cluster
+(``scripts/slurm-dev-cluster.sh``), from Snakemake's start to its exit.
 
-- waypost: ``benchmarks/slurm/waypost/Snakefile`` (one stage per pair, written
-  like the reference rules: stage paths, presence-aware inputs, worker-class
-  resources, the step runner) with ``--profile profiles/onprem
-  --waypost-init-seconds-before-status-checks 2 --latency-wait 5
-  --waypost-no-account``;
-- plain: ``benchmarks/slurm/plain/Snakefile`` (same paths and jobs, the
-  onprem ``cpu`` class written out, ``touch`` as the command) with
-  ``--profile benchmarks/slurm/plain-profile`` (profiles/onprem's settings on
-  ``executor: slurm``) ``--slurm-init-seconds-before-status-checks 2
-  --latency-wait 5 --slurm-no-account``.
+1. **Trivial stages**, BENCH_SLURM_JOBS (default 300): waypost
+   (``benchmarks/slurm/waypost/Snakefile``, one stage per pair, one Slurm job
+   each, ``--profile profiles/onprem``) against plain Snakemake
+   (``benchmarks/slurm/plain/Snakefile``: the same paths and jobs, ``touch``,
+   ``--profile benchmarks/slurm/plain-profile``, Snakemake's Slurm plugin),
+   both with ``--<plugin>-init-seconds-before-status-checks 2 --latency-wait 5
+   --<plugin>-no-account``; then waypost with the class packed (``pack: 50``).
+   Each job's CPU time on the node is sacct's ``TotalCPU``.
+2. **At scale**: waypost alone, BENCH_SLURM_BIG (default 2,000) stages, packed.
+3. **Dependent hops**: the reference pipeline (one pair, one teacher: 12 jobs
+   in a chain of 10) on the onprem profile, against the same with
+   Snakemake's Slurm plugin (a Snakemake in every job, the status checks
+   starting at 10 s: how the onprem profile ran before), and locally. The
+   hops come from sacct: a job's start after the end of the job before it.
+4. **A parameter study**: ``examples/param-study`` on a grid of
+   BENCH_SLURM_POINTS (default 1,000) points, packed, with a few expensive
+   points that run out of their 1-minute Slurm limit and restart from their
+   checkpoints, and the funnel over all of them.
 
-Each run starts from an empty root and is timed until Snakemake exits; every
-output (and for waypost every SUCCESS manifest) is checked afterwards. Runs
-take minutes, so BENCH_SLURM_REPS defaults to 1 per side (alternated when
-more). Skipped with BENCH_SLURM=0, or when ``sinfo`` shows no idle node
-(start one as root: ``scripts/slurm-dev-cluster.sh start``). Target: ratio
-≤ 1.05.
-
-Run alone: ``.venv/bin/python benchmarks/bench_slurm.py``.
+Skipped with BENCH_SLURM=0, or when ``sinfo`` shows no idle node (start one
+as root: ``scripts/slurm-dev-cluster.sh start``). Run alone:
+``.venv/bin/python benchmarks/bench_slurm.py``, or ``benchmarks/run.py --only
+slurm`` to update the report's Slurm rows.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BENCH, ONPREM_PROFILE, PYTHON, REPO, Row, Section, check, interleaved, log, median, show, timed
+import yaml
 
-TARGET = 1.05
-JOBS = int(os.environ.get("BENCH_SLURM_JOBS", "200"))
-REPETITIONS = int(os.environ.get("BENCH_SLURM_REPS", "1"))
-TIMEOUT_S = 1200
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (
+    BENCH,
+    ONPREM_PROFILE,
+    PYTHON,
+    REPO,
+    Row,
+    Section,
+    check,
+    interleaved,
+    log,
+    median,
+    reference_config,
+    run_parts,
+    show,
+    timed,
+    write_config,
+)
+
+JOBS = int(os.environ.get("BENCH_SLURM_JOBS", "300"))
+BIG = int(os.environ.get("BENCH_SLURM_BIG", "2000"))
+POINTS = int(os.environ.get("BENCH_SLURM_POINTS", "1000"))
+PACK = 50
+SPEEDUP_TARGET = 5.0
+CPU_TARGET_S = 0.3
+TIMEOUT_S = 1800
 WAYPOST_SNAKEFILE = BENCH / "slurm" / "waypost" / "Snakefile"
 PLAIN_SNAKEFILE = BENCH / "slurm" / "plain" / "Snakefile"
 PLAIN_PROFILE = BENCH / "slurm" / "plain-profile"
+PARAM_STUDY = REPO / "examples" / "param-study"
+FAST = ["--latency-wait", "5"]
 
 
 def unavailable() -> str | None:
@@ -72,95 +98,243 @@ def _seconds(text: str) -> float:
     return seconds + 86400 * int(days or 0)
 
 
-def config(jobs: int) -> dict:
-    return {"root": "results", "experiments": {"slurm": {"pairs": [f"p{i:04d}" for i in range(jobs)]}},
-            "workers": str(REPO / "config" / "workers.yaml")}
+def jobs_of(workdir: Path, expected: int = 0) -> list[dict]:
+    """The Slurm jobs (array tasks one by one) a run in ``workdir`` made, as
+    sacct accounts them, once it has them all (accounting lags a moment)."""
+    fields = ("JobIDRaw", "JobID", "WorkDir", "State", "Submit", "Start", "End", "TotalCPU", "Comment")
+    deadline = time.time() + 90
+    while True:
+        # Not -X: with it, sacct leaves the steps' CPU out of the job's line.
+        out = subprocess.run(["sacct", "-a", "-n", "-P", "-S", "now-3hours", "-o", ",".join(fields)],
+                             capture_output=True, text=True, timeout=120).stdout
+        rows = [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
+        jobs = [r for r in rows if "." not in r["JobIDRaw"] and r.get("WorkDir") == str(workdir)]
+        settled = all(r["End"] not in ("Unknown", "") and _seconds_or_none(r["TotalCPU"]) for r in jobs)
+        if (len(jobs) >= expected and settled) or time.time() > deadline:
+            return jobs
+        time.sleep(2)
+
+
+def _seconds_or_none(text: str) -> float | None:
+    try:
+        return _seconds(text)
+    except ValueError:
+        return None
+
+
+def cpu_per_job(jobs: list[dict]) -> float:
+    return sum(_seconds(j["TotalCPU"]) for j in jobs) / max(1, len(jobs))
+
+
+def workers_file(directory: Path, pack: int, **classes) -> Path:
+    """The repo's pools with the onprem classes changed (``pack`` on each)."""
+    pools = yaml.safe_load((REPO / "config" / "workers.yaml").read_text())
+    onprem = pools["pools"]["onprem"]["classes"]
+    for name, spec in classes.items():
+        onprem[name] = {**onprem.get(name, {}), **spec}
+    for spec in onprem.values():
+        if pack > 1:
+            spec["pack"] = pack
+    path = directory / "workers.yaml"
+    path.write_text(yaml.safe_dump(pools))
+    return path
+
+
+def snakemake(snakefile: Path, workdir: Path, profile: Path, plugin: str, *extra: str) -> list[str]:
+    return [PYTHON, "-m", "snakemake", "-s", str(snakefile), "-d", str(workdir), "--profile", str(profile),
+            "--configfile", str(workdir / "config.yaml"), f"--{plugin}-init-seconds-before-status-checks", "2",
+            f"--{plugin}-no-account", *FAST, *extra]
+
+
+# --- 1 and 2: trivial stages --------------------------------------------------
+
+def trivial(tmp: Path) -> tuple[list[Row], list[str]]:
+    runs = iter(range(10**6))
+    cpu: dict[str, list[float]] = {}
+    submissions: dict[str, int] = {}
+
+    def run(name: str, stages: int, pack: int = 1):
+        def once() -> float:
+            d = tmp / f"{name}-{next(runs)}"
+            d.mkdir()
+            plain = name == "plain"
+            cfg = {"root": "results", "experiments": {"slurm": {"pairs": [f"p{i:05d}" for i in range(stages)]}}}
+            if not plain:
+                cfg["workers"] = str(workers_file(d, pack))
+            (d / "config.yaml").write_text(json.dumps(cfg))
+            cmd = snakemake(PLAIN_SNAKEFILE, d, PLAIN_PROFILE, "slurm") if plain else \
+                snakemake(WAYPOST_SNAKEFILE, d, ONPREM_PROFILE, "waypost")
+            seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), f"{name} on Slurm").seconds
+            for pair in cfg["experiments"]["slurm"]["pairs"]:
+                stage = d / "results" / pair / "slurm" / "noop"
+                if not (stage / "done.txt").exists():
+                    raise RuntimeError(f"{stage}/done.txt missing after the run")
+                if not plain and json.loads((stage / "_manifest.json").read_text())["state"] != "SUCCESS":
+                    raise RuntimeError(f"{stage}: manifest not SUCCESS")
+            jobs = jobs_of(d, stages)
+            cpu.setdefault(name, []).append(cpu_per_job(jobs))
+            submissions[name] = len({j["JobID"].split("_")[0] for j in jobs})
+            log(f"slurm {name}: {stages} stages in {seconds:.1f}s, {cpu[name][-1]:.3f} CPU-s per job, "
+                f"{submissions[name]} submissions")
+            shutil.rmtree(d, ignore_errors=True)
+            return seconds
+        return once
+
+    samples = interleaved({"waypost": run("waypost", JOBS), "plain": run("plain", JOBS)}, 1, warmup=0)
+    packed = run("packed", JOBS, PACK)()
+    big = run("big", BIG, PACK)()
+    wp, base = median(samples["waypost"]), median(samples["plain"])
+    rows = [
+        Row(measure=f"Slurm: {JOBS} trivial stages, one job each, start to finish", value=wp, unit="s",
+            baseline=base, baseline_label="plain Snakemake, same plugin settings",
+            target=f"≥ {SPEEDUP_TARGET:g}× faster (ratio ≤ {1 / SPEEDUP_TARGET:.2f})",
+            met=base / wp >= SPEEDUP_TARGET, samples=samples,
+            note=f"{base / wp:.1f}× faster; {JOBS / wp:.2f} vs {JOBS / base:.2f} jobs/s; 1 run each"),
+        Row(measure=f"Slurm: {JOBS} trivial stages, the class packed (`pack: {PACK}`)", value=packed, unit="s",
+            baseline=base, baseline_label="plain Snakemake, one job each", target="(informational)",
+            samples={"packed": [packed]},
+            note=f"{base / packed:.1f}× faster; {submissions['packed']} sbatch submissions (job arrays) "
+                 f"for {JOBS} stages"),
+        Row(measure=f"Slurm: {BIG:,} trivial stages, packed (`pack: {PACK}`), waypost alone", value=big, unit="s",
+            target="(informational)", samples={"waypost": [big]},
+            note=f"{BIG / big:.1f} stages/s; {submissions['big']} submissions; every manifest SUCCESS"),
+        Row(measure="Slurm: CPU time per job on the node (sacct `TotalCPU`)", value=median(cpu["waypost"]),
+            unit="s", baseline=median(cpu["plain"]), baseline_label="plain Snakemake (Snakemake in each job)",
+            target=f"≤ {CPU_TARGET_S} s", met=median(cpu["waypost"]) <= CPU_TARGET_S,
+            samples={f"{k} (CPU-s per job)": v for k, v in cpu.items()},
+            note=f"packed: {median(cpu['packed']):.3f} s, {BIG:,} stages: {median(cpu['big']):.3f} s; "
+                 "the step runner and its step, no Snakemake in the job"),
+    ]
+    notes = [
+        "Slurm: the local single-node cluster (`scripts/slurm-dev-cluster.sh`: 8 CPUs declared on this "
+        "2-core machine), partition `cpu`, 1 CPU and 1000 MB per job (the onprem pool's `cpu` class), "
+        "`jobs: 100`. Every output (and for waypost every SUCCESS manifest) was checked after each run."]
+    return rows, notes
+
+
+# --- 3: dependent hops in the reference pipeline ---------------------------------
+
+def hops(jobs: list[dict]) -> tuple[list[float], list[float]]:
+    """For each job after the first: seconds from the end of the last job
+    that ended before it was submitted to its start; and each job's run."""
+    def at(text: str) -> float:
+        return datetime.fromisoformat(text).timestamp()
+    ordered = sorted(jobs, key=lambda j: at(j["Submit"]))
+    gaps = []
+    for job in ordered:
+        before = [at(j["End"]) for j in ordered if at(j["End"]) <= at(job["Submit"])]
+        if before:
+            gaps.append(at(job["Start"]) - max(before))
+    return gaps, [at(j["End"]) - at(j["Start"]) for j in ordered]
+
+
+def reference(tmp: Path) -> tuple[list[Row], list[str]]:
+    cfg = reference_config(1, experiments=1, teachers=1)
+    runs = iter(range(100))
+    found: dict[str, dict] = {}
+
+    def run(name: str):
+        def once() -> float:
+            d = tmp / f"ref-{name}-{next(runs)}"
+            write_config(d, cfg)
+            if name == "local":
+                cmd = [PYTHON, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(d),
+                       "--profile", str(REPO / "profiles" / "local"), "--configfile", str(d / "config.yaml")]
+            elif name == "waypost":
+                cmd = snakemake(REPO / "workflow" / "Snakefile", d, ONPREM_PROFILE, "waypost")
+            else:      # as before: Snakemake's Slurm plugin, a Snakemake in each job, checks from 10 s
+                cmd = [PYTHON, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(d),
+                       "--profile", str(ONPREM_PROFILE), "--configfile", str(d / "config.yaml"),
+                       "--executor", "slurm", "--slurm-init-seconds-before-status-checks", "10",
+                       "--slurm-no-account", *FAST]
+            seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), f"reference pipeline, {name}").seconds
+            if name != "local":
+                jobs = jobs_of(d, 12)
+                gaps, inside = hops(jobs)
+                found[name] = {"jobs": len(jobs), "hop": median(gaps), "inside": median(inside),
+                               "cpu": cpu_per_job(jobs)}
+                log(f"reference {name}: {seconds:.1f}s, {len(jobs)} jobs, hop {found[name]['hop']:.1f}s, "
+                    f"in the job {found[name]['inside']:.1f}s, {found[name]['cpu']:.2f} CPU-s per job")
+            else:
+                log(f"reference local: {seconds:.1f}s")
+            shutil.rmtree(d, ignore_errors=True)
+            return seconds
+        return once
+
+    samples = interleaved({"waypost": run("waypost"), "before": run("before"), "local": run("local")}, 1,
+                          warmup=0)
+    wp, before, local = (median(samples[k]) for k in ("waypost", "before", "local"))
+    w, b = found["waypost"], found["before"]
+    rows = [
+        Row(measure="Slurm: the reference pipeline, one pair and one teacher (12 jobs), onprem profile",
+            value=wp, unit="s", baseline=before,
+            baseline_label="Snakemake's Slurm plugin: a Snakemake in each job, checks from 10 s (as before)",
+            target="at least halved (ratio ≤ 0.50)", met=wp / before <= 0.5, samples=samples,
+            note=f"the local profile: {local:.1f} s"),
+        Row(measure="Slurm: a dependent hop (a job's end to the next job's start, median; sacct)",
+            value=w["hop"], unit="s", baseline=b["hop"], baseline_label="as before",
+            target="(informational)",
+            note=f"in the job (start to end, median): {w['inside']:.0f} s vs {b['inside']:.0f} s; "
+                 f"CPU per job {w['cpu']:.2f} s vs {b['cpu']:.2f} s; sacct times are whole seconds"),
+    ]
+    return rows, []
+
+
+# --- 4: a parameter study at scale ---------------------------------------------
+
+def param_study(tmp: Path) -> tuple[list[Row], list[str]]:
+    d = tmp / "param-study"
+    shutil.copytree(PARAM_STUDY / "workflow", d / "workflow")
+    shutil.copytree(PARAM_STUDY / "scripts", d / "scripts")
+    heavy = 5                                    # one expensive mesh per alpha: those run out of time
+    cells = list(range(5, 5 + POINTS // heavy - 1)) + [1500]
+    workers = workers_file(d, PACK, **{"cpu-large": {"cpus": 1, "mem_mb": 500, "runtime": 1},
+                                       "cpu": {"cpus": 1, "mem_mb": 500, "runtime": 5}})
+    cfg = {"root": "results", "workers": str(workers),
+           "experiments": {"sweep": {"grid": {"alpha": {"from": 0.5, "to": 1.0, "count": heavy}, "cells": cells}}},
+           "stages": {"simulate": {"t_end": 0.02, "checkpoint_every": 5000, "policy": {
+               "max_attempts": 5, "runtime": 1, "runtime_growth": 1.5,
+               "cues": [{"action": "restart", "when": "any(cmd.TIMEOUT, cmd.PREEMPTED)"}]}},
+               "data_extract": {"policy": {"depends": "all_done"}},
+               "summary_report": {"policy": {"depends": "all_done"}}}}
+    (d / "config.yaml").write_text(json.dumps(cfg))
+    cmd = snakemake(d / "workflow" / "Snakefile", d, ONPREM_PROFILE, "waypost")
+    seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), "the parameter study on Slurm").seconds
+    sweep = d / "results" / "_all" / "sweep"
+    points = sorted(p.name for p in (sweep / "simulate").iterdir() if p.is_dir())
+    records = {p: json.loads((sweep / "simulate" / p / "_manifest.json").read_text()) for p in points}
+    restarted = {p: [a["state"] for a in r["attempts"]] for p, r in records.items() if len(r["attempts"]) > 1}
+    extracts = sum((sweep / "data_extract" / p / "_manifest.json").exists() for p in points)
+    if len(points) != POINTS or extracts != POINTS or not (sweep / "summary_report" / "summary.md").exists():
+        raise RuntimeError(f"{len(points)} points, {extracts} extracts, summary: "
+                           f"{(sweep / 'summary_report' / 'summary.md').exists()}")
+    success = sum(r["state"] == "SUCCESS" for r in records.values())
+    jobs = jobs_of(d, 2 * POINTS)
+    arrays = len({j["JobID"].split("_")[0] for j in jobs})
+    log(f"param study: {POINTS} points in {seconds:.1f}s, {success} SUCCESS, restarted {restarted}, "
+        f"{len(jobs)} Slurm jobs in {arrays} submissions")
+    timeouts = sum(states.count("TIMEOUT") for states in restarted.values())
+    row = Row(measure=f"Slurm: examples/param-study, {POINTS:,} points (simulate, data_extract, a summary), "
+                      f"packed (`pack: {PACK}`)", value=seconds, unit="s", target="(informational)",
+              samples={"waypost": [seconds]},
+              note=f"{success:,} of {POINTS:,} simulations SUCCESS; {len(restarted)} expensive points ran out of "
+                   f"their Slurm time limit ({timeouts} TIMEOUTs) and restarted from their checkpoints; "
+                   f"{len(jobs):,} Slurm jobs in {arrays} submissions; {cpu_per_job(jobs):.2f} CPU-s per job "
+                   "(the simulation included)")
+    shutil.rmtree(d, ignore_errors=True)
+    return [row], []
 
 
 def run(ctx: dict) -> Section:
-    section = Section("Slurm throughput")
     reason = unavailable()
     if reason:
-        section.skipped = reason
         log(f"slurm: {reason}")
-        return section
-    tmp = Path(tempfile.mkdtemp(prefix="bench-slurm-", dir=ctx.get("tmp")))
-    fresh = itertools.count()
-    cfg = config(JOBS)
-
-    def workdir() -> Path:
-        d = tmp / f"run-{next(fresh)}"
-        d.mkdir()
-        (d / "config.yaml").write_text(json.dumps(cfg))      # JSON is YAML
-        return d
-
-    def outputs_ok(d: Path, manifests: bool) -> None:
-        for pair in cfg["experiments"]["slurm"]["pairs"]:
-            stage = d / "results" / pair / "slurm" / "noop"
-            if not (stage / "done.txt").exists():
-                raise RuntimeError(f"{stage}/done.txt missing after the run")
-            if manifests and json.loads((stage / "_manifest.json").read_text())["state"] != "SUCCESS":
-                raise RuntimeError(f"{stage}: manifest not SUCCESS")
-
-    job_cpu: dict[str, list[float]] = {"waypost": [], "plain": []}   # CPU seconds per job, per run
-
-    def jobs_cpu(d: Path) -> float:
-        """CPU seconds per job that Slurm accounted to the run's jobs (their
-        ``TotalCPU``: user + system of every step, the inner Snakemake and the
-        step runner included). Unlike wall time, other work on the machine
-        hardly changes it."""
-        deadline = time.time() + 60
-        while True:   # accounting lags the job's end by a moment
-            # Not -X: with it, sacct leaves the steps' CPU out of the job's line.
-            out = subprocess.run(["sacct", "-a", "-n", "-P", "-S", "now-2hours", "-o", "JobIDRaw,WorkDir,TotalCPU"],
-                                 capture_output=True, text=True, timeout=60).stdout
-            cpu = [_seconds(total) for job, workdir_, total in (line.split("|") for line in out.splitlines())
-                   if "." not in job and workdir_ == str(d)]
-            if (len(cpu) >= JOBS and all(cpu)) or time.time() > deadline:
-                return sum(cpu) / max(1, len(cpu))
-            time.sleep(2)
-
-    def one_run(name: str, snakefile: Path, profile: Path, plugin: str):
-        """A whole run of one workflow on Slurm; its wall time (the CPU per job kept aside)."""
-        def run_it() -> float:
-            d = workdir()
-            cmd = [PYTHON, "-m", "snakemake", "-s", str(snakefile), "-d", str(d), "--profile", str(profile),
-                   "--configfile", str(d / "config.yaml"), f"--{plugin}-init-seconds-before-status-checks", "2",
-                   "--latency-wait", "5", f"--{plugin}-no-account"]
-            seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), f"{name} on Slurm").seconds
-            outputs_ok(d, manifests=name == "waypost")
-            job_cpu[name].append(jobs_cpu(d))
-            log(f"slurm {name}: {seconds:.1f}s, {job_cpu[name][-1]:.2f} CPU-s per job")
-            return seconds
-        return run_it
-
-    try:
-        samples = interleaved({"waypost": one_run("waypost", WAYPOST_SNAKEFILE, ONPREM_PROFILE, "waypost"),
-                               "plain": one_run("plain", PLAIN_SNAKEFILE, PLAIN_PROFILE, "slurm")},
-                              REPETITIONS, warmup=0)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    wp, base = median(samples["waypost"]), median(samples["plain"])
-    section.rows.append(Row(
-        measure=f"Slurm: {JOBS} trivial jobs, onprem profile, start to finish", value=wp, unit="s",
-        baseline=base, baseline_label="plain Snakemake, same plugin settings", target=f"ratio ≤ {TARGET:.2f}",
-        met=wp / base <= TARGET, samples=samples,
-        note=f"{REPETITIONS} run{'s' if REPETITIONS > 1 else ''} each"
-             + (" (each takes minutes)" if REPETITIONS == 1 else "")
-             + f"; {JOBS / wp:.2f} vs {JOBS / base:.2f} jobs/s"))
-    cpu_wp, cpu_base = median(job_cpu["waypost"]), median(job_cpu["plain"])
-    section.rows.append(Row(
-        measure="Slurm: CPU time per job (sacct `TotalCPU`)", value=cpu_wp, unit="s", baseline=cpu_base,
-        baseline_label="plain Snakemake", target="(informational)",
-        samples={"waypost (CPU-s per job)": job_cpu["waypost"], "plain (CPU-s per job)": job_cpu["plain"]},
-        note=f"{1000 * (cpu_wp - cpu_base):+.0f} ms per job: what the node spends on waypost; "
-             "hardly changed by other work on the machine"))
-    section.notes.append(
-        "Both on the local single-node cluster (`scripts/slurm-dev-cluster.sh`), partition `cpu`, "
-        "1 CPU and 1000 MB per job (the onprem pool's `cpu` class), `jobs: 100`; Slurm runs as many at once "
-        "as the node's CPUs and memory allow. Every job's output (and for waypost its SUCCESS manifest) "
-        "was checked after each run.")
-    return section
+        return Section("Slurm throughput", skipped=reason)
+    parts = [trivial, reference, param_study]
+    only = os.environ.get("BENCH_SLURM_PARTS")        # e.g. "reference,param_study" for a spot check
+    if only:
+        parts = [p for p in parts if p.__name__ in only.split(",")]
+    return run_parts("Slurm throughput", ctx, parts)
 
 
 if __name__ == "__main__":

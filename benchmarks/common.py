@@ -271,6 +271,7 @@ class Section:
     others_cpu_s: float | None = None                    # CPU other processes used meanwhile
     wall_s: float | None = None
     speed_ms: list[float] | None = None                  # machine_speed_ms() before and after
+    earlier_run: str = ""                                # kept from an earlier run (``--only`` ran others)
 
 
 def fmt(value: float | None, unit: str) -> str:

@@ -85,6 +85,7 @@ def render(sections: list[Section], info: dict, started: datetime, wall_s: float
         "",
         f"- **Run**: {started:%Y-%m-%d %H:%M} UTC, commit `{info['revision']}`, "
         f"`make bench` wall time {wall_s / 60:.1f} min."
+        + "".join(f" {s.title}: from an earlier run ({s.earlier_run})." for s in sections if s.earlier_run)
         + (" **The code changed during the run**: some results belong to one state of it, some to "
            "another — rerun." if info.get("changed") else ""),
         f"- **Machine**: {m['cores']} cores ({m['cpu_model']}), {m['memory_gib']} GiB memory, {m['os']}; "
@@ -197,6 +198,17 @@ def main() -> int:
     info["changed"] = code_fingerprint() != info["fingerprint"]
 
     # The raw results, so the document can be re-rendered (--render).
+    if args.only and results.exists():
+        # A partial run keeps the other parts of the last report, each marked
+        # with the run it comes from.
+        saved = json.loads(results.read_text())
+        label = (f"{datetime.fromisoformat(saved['started']):%Y-%m-%d %H:%M} UTC, "
+                 f"commit `{saved['info']['revision']}`")
+        fresh = {s.title: s for s in sections}
+        kept = [fresh.pop(s["title"], None) or Section(**{**s, "rows": [Row(**r) for r in s["rows"]],
+                                                          "earlier_run": s.get("earlier_run") or label})
+                for s in saved["sections"]]
+        sections = kept + list(fresh.values())
     results.write_text(json.dumps({"info": info, "started": started.isoformat(), "wall_s": wall,
                                    "sections": [asdict(s) for s in sections]}, indent=1) + "\n")
     output.write_text(render(sections, info, started, wall))

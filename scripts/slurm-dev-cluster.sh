@@ -9,7 +9,7 @@
 # Daemons: munged -> mariadbd (unix socket only) -> slurmdbd -> slurmctld -> slurmd.
 # One node ($(hostname -s), 127.0.0.1) with CPUs=8, ~80% of RAM and 8 fake GPUs
 # (gpu:v100:4 + gpu:a100:4 on character devices made with mknod).
-# Partitions: cpu (default), gpu-v100, gpu-a100 at PriorityTier=1; urgent at
+# Partitions: cpu (default), gpu-v100, gpu-a100, short (MaxTime 10 min) at PriorityTier=1; urgent at
 # PriorityTier=10 preempts them (PreemptMode=CANCEL -> job state PREEMPTED).
 # Accounting: cluster "waypost", account "waypost" with root as a user.
 #
@@ -312,6 +312,8 @@ PartitionName=cpu Nodes=$NODE Default=YES PriorityTier=1 DefaultTime=60 MaxTime=
 PartitionName=gpu-v100 Nodes=$NODE PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
 PartitionName=gpu-a100 Nodes=$NODE PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
 PartitionName=urgent Nodes=$NODE PriorityTier=10 PreemptMode=OFF DefaultTime=60 MaxTime=INFINITE State=UP
+# a partition with a time limit (tests: a job over it can never start)
+PartitionName=short Nodes=$NODE PriorityTier=1 DefaultTime=5 MaxTime=10 State=UP
 EOF
 
     cat >"$ETC/gres.conf.tmp" <<EOF
@@ -587,7 +589,7 @@ cmd_start() {
     start_slurmctld
     start_slurmd
     wait_node
-    say "ready in $(elapsed): cluster $CLUSTER, node $NODE, partitions cpu (default), gpu-v100, gpu-a100, urgent"
+    say "ready in $(elapsed): cluster $CLUSTER, node $NODE, partitions cpu (default), gpu-v100, gpu-a100, short, urgent"
 }
 
 cmd_stop() {

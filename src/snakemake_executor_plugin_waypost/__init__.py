@@ -1,39 +1,234 @@
-"""waypost's Slurm executor for Snakemake: snakemake-executor-plugin-slurm,
-plus the two end states it otherwise waits on forever.
+"""waypost's Slurm executor for Snakemake: snakemake-executor-plugin-slurm's
+submission, with waypost's stage jobs run without a Snakemake in the job.
 
-With a real cluster, the Slurm plugin (2.8) never sees a job cancelled from
-outside as failed (sacct prints ``CANCELLED by 0``, not in its list) and
-leaves a ``PREEMPTED`` job "to Slurm to resume" even when the partition's
-PreemptMode cancels it: Snakemake then polls forever. This executor asks
-sacct about the active jobs first and reports those two as errors, so
-Snakemake fails them (and retries them if told to); everything else is the
-Slurm plugin's own logic. Select it with ``executor: waypost`` (the
-profiles do); its options are the Slurm plugin's, spelled ``--waypost-...``.
+- **The step runner straight in the job.** A stage job's command line is
+  complete in Snakemake's main process (``job.shellcmd``: the step runner
+  around the rule's command), so the job runs it directly
+  (``waypost/jobstep.py``) instead of a second Snakemake that re-parses the
+  workflow to run one command. Other jobs go the plugin's way.
+- **Packing.** A worker class with ``pack: N`` in workers.yaml submits up to
+  N ready jobs of one rule with the same request as one Slurm job array (the
+  plugin's arrays; each task its own allocation of the class's size, no
+  memory added). Each task is its own stage: its own manifest, attempts and
+  policy; a task Slurm ends is retried alone.
+- **One sacct query per status round**, with each job's pending reason:
+  ``COMPLETED`` succeeds, every other end fails (``CANCELLED by 0`` and a
+  ``PREEMPTED`` job included: the plugin would wait on those for ever), and
+  a job pending for a reason that cannot clear (a time limit over the
+  partition's, a feature or GRES no node has, an invalid partition, account
+  or QOS) is cancelled and fails with that reason.
+- **Every end reaches the manifest.** A stage job that ended without its
+  runner recording it (cancelled while pending, killed before or as it
+  started, never startable) is recorded by the runner in ``--lost-slurm-job``
+  mode, here, and the stage's policy decides as after any attempt.
+- **No futile resubmission.** A stage whose series the policy ended in this
+  run is not submitted again by Snakemake's retries: its job fails at once.
+
+Select it with ``executor: waypost`` (the profiles do); its options are the
+Slurm plugin's, spelled ``--waypost-...``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import shlex
+import sys
+
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401  (re-exported)
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
+from waypost import jobstep, layout, manifest
 from waypost import slurm as wslurm
+from waypost.snakemake import STEP_PARAM
+
+# The longest wait between two status rounds (the Slurm plugin's is 180 s).
+MAX_STATUS_INTERVAL = 30
+JOBSTEP = os.path.join(os.path.dirname(os.path.abspath(jobstep.__file__)), "jobstep.py")
+# Pending reasons (squeue/sacct ``Reason``, Slurm 22.05) that no waiting clears.
+NEVER_STARTS = {
+    "PartitionTimeLimit": "its time limit is over the partition's MaxTime",
+    "PartitionNodeLimit": "it asks for more nodes than the partition has",
+    "PartitionConfig": "it asks for more than the partition's nodes offer (CPUs, memory or GRES)",
+    "BadConstraints": "no node has the features or GRES it asks for",
+    "InvalidAccount": "its account is not valid",
+    "InvalidQOS": "its QOS is not valid",
+    "QOSMaxWallDurationPerJobLimit": "its time limit is over its QOS's",
+    "ReqNodeNotAvail, UnavailableNodes": "no node it may use is available",
+}
+
+
+def stage_job(job) -> bool:
+    """Is this a waypost stage job (its rule wired by ``wp.finish()``)?"""
+    return not job.is_group() and STEP_PARAM in job.rule.params._names
 
 
 class Executor(SlurmExecutor):
+    def __post_init__(self, *args, **kwargs):
+        super().__post_init__(*args, **kwargs)
+        self._lost_checked: set[str] = set()
+
+    # --- what a job runs -------------------------------------------------
+    def format_job_exec(self, job: JobExecutorInterface) -> str:
+        if not stage_job(job):
+            return super().format_job_exec(job)
+        return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {jobstep.encode(job.shellcmd)}"
+
+    # --- submission: packing, and no futile resubmission -----------------
+    def run_jobs(self, jobs: list[JobExecutorInterface]):
+        if self._main_event_loop is None:        # as the Slurm plugin: submissions report to this loop
+            try:
+                self._main_event_loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._main_event_loop = None
+        packs: dict[tuple, list] = {}
+        for job in jobs:
+            if stage_job(job) and self._series_ended(job):
+                self.run_job_pre(job)
+                self.report_job_error(self._info(job), msg="waypost: the stage's policy already ended its "
+                                      "series in this run (see its manifest); not submitted again")
+                continue
+            size = int(job.resources.get("waypost_pack", 1) or 1) if stage_job(job) else 1
+            if size < 2:
+                self._submit_job(job)
+                continue
+            request = tuple(sorted((k, str(v)) for k, v in job.resources.items() if not k.startswith("_")))
+            packs.setdefault((job.rule.name, request, size), []).append(job)
+        for (_, _, size), group in packs.items():
+            for start in range(0, len(group), size):
+                chunk = group[start:start + size]
+                if len(chunk) == 1:
+                    self._submit_job(chunk[0])
+                else:
+                    self._submit_array_jobs(chunk)
+
+    def _info(self, job):
+        from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+        return SubmittedJobInfo(job)
+
+    def _series_ended(self, job) -> bool:
+        """Did the policy end this stage's series in this run (its manifest,
+        written by this run, is not SUCCESS, and no attempt goes on)?"""
+        if job.attempt <= 1:
+            return False
+        directory = self._stage_dir(job)
+        if directory is None or layout.is_gcs(directory):
+            return False           # the runner says so in the job (one listing is not worth it here)
+        if os.path.exists(os.path.join(directory, layout.RUNNING)):
+            return False
+        try:
+            data = manifest.read(directory)
+        except manifest.ManifestError:
+            return False
+        return bool(data) and data.get("run") == os.environ.get(manifest.RUN_ID_ENV) and data["state"] != "SUCCESS"
+
+    @staticmethod
+    def _stage_dir(job) -> str | None:
+        words = shlex.split(job.params[STEP_PARAM])
+        return words[words.index("--stage-dir") + 1] if "--stage-dir" in words else None
+
+    # --- status: one sacct per round ---------------------------------------
     async def check_active_jobs(self, active_jobs):
-        caught = set()
-        if active_jobs:
-            # Preempted jobs come back by themselves only where Slurm requeues them.
-            watch = {"CANCELLED"} if self.workflow.executor_settings.requeue else {"CANCELLED", "PREEMPTED"}
-            states = wslurm.sacct_states([str(j.external_jobid) for j in active_jobs])
+        if not active_jobs:
+            return
+        ids = sorted({str(j.external_jobid).split("_")[0] for j in active_jobs})
+        async with self.status_rate_limiter:
+            rows = await _sacct(ids)
+        if rows is None:                      # sacct did not answer: ask again next round
             for job in active_jobs:
-                state = states.get(str(job.external_jobid))
-                if state in watch:
-                    caught.add(job.external_jobid)
-                    log = job.aux.get("slurm_logfile")
-                    self.report_job_error(
-                        job, msg=f"SLURM-job '{job.external_jobid}' ended {state} (seen by waypost's executor)",
-                        aux_logs=[str(log)] if log else [])
-        rest = [job for job in active_jobs if job.external_jobid not in caught]
-        async for job in super().check_active_jobs(rest):
-            yield job
+                yield job
+            return
+        finished = False
+        for job in active_jobs:
+            state, reason, raw = rows.get(str(job.external_jobid), (None, "", None))
+            if state is None or state in ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED",
+                                          "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"):
+                never = NEVER_STARTS.get(reason) if state == "PENDING" else None
+                if never:
+                    await _run(["scancel", str(job.external_jobid)])
+                    finished = True
+                    await self._failed(job, "CANCELLED", f"Slurm can never start it ({reason}: {never})", raw)
+                    continue
+                yield job
+                continue
+            finished = True
+            if state == "COMPLETED":
+                self.report_job_success(job)
+                log = job.aux.get("slurm_logfile")
+                if log and not self.workflow.executor_settings.keep_successful_logs and log.exists():
+                    log.unlink()
+            else:
+                await self._failed(job, state, reason, raw)
+        # Ask again soon after a round where jobs ended (their dependents are
+        # being submitted: a chain of short stages hops at this pace), and
+        # back off geometrically, to MAX_STATUS_INTERVAL, while all run on.
+        first = self.workflow.executor_settings.init_seconds_before_status_checks
+        if finished:
+            self.next_seconds_between_status_checks = first
+        else:
+            now = self.next_seconds_between_status_checks or first
+            self.next_seconds_between_status_checks = min(max(now, first) * 1.5, MAX_STATUS_INTERVAL)
+
+    async def _failed(self, job, state: str, reason: str, raw: str | None) -> None:
+        """Report a job's failure, and record its end in the stage's manifest
+        where no runner did. ``raw``: its JobIDRaw (what its runner saw as
+        ``SLURM_JOB_ID``; an array task's differs from ``<array>_<task>``)."""
+        log = job.aux.get("slurm_logfile")
+        waypost_state = wslurm.STATES.get(state, "FAILED")
+        reason = "" if reason in ("None", "") else reason
+        if stage_job(job.job):
+            last = job.job.restart_times <= job.job.attempt - 1
+            command = (f"{job.job.params[STEP_PARAM]} --lost-slurm-job {shlex.quote(raw or str(job.external_jobid))} "
+                       f"--lost-state {waypost_state} --lost-reason {shlex.quote(reason or f'sacct: {state}')}"
+                       + (" --last-chance" if last else "") + " -- true")
+            code, out = await _run(["bash", "-c", command])
+            if code != 0:
+                self.logger.warning(f"waypost: could not record Slurm job {job.external_jobid}'s end: {out[-500:]}")
+        self.report_job_error(job, msg=f"SLURM-job '{job.external_jobid}' ended {state}"
+                              + (f" ({reason})" if reason else ""),
+                              aux_logs=[str(log)] if log else [])
+
+
+async def _run(argv: list[str]) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.STDOUT)
+    out, _ = await process.communicate()
+    return process.returncode, out.decode(errors="replace")
+
+
+async def _sacct(ids: list[str]) -> dict[str, tuple[str, str, str | None]] | None:
+    """Job id (array tasks as ``<job>_<task>``) → (State, Reason, JobIDRaw),
+    from one sacct query; None when sacct did not answer. Array tasks still
+    pending share one row and have no JobIDRaw of their own yet (None)."""
+    try:
+        code, out = await asyncio.wait_for(_run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,JobIDRaw,State,Reason", "-j", ",".join(ids)]), timeout=60)
+    except (TimeoutError, OSError):
+        return None
+    if code != 0:
+        return None
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4:
+            job_id, raw, state, reason = (part.strip() for part in parts)
+            tasks = _array_tasks(job_id)
+            for one in tasks or [job_id, raw]:
+                rows[one] = (wslurm.normalize(state), reason, None if tasks else raw)
+    return rows
+
+
+def _array_tasks(job_id: str) -> list[str]:
+    """``123_[2-4,7%2]`` (array tasks still pending, in one sacct row) →
+    ``123_2 123_3 123_4 123_7``; [] for any other id."""
+    found = re.fullmatch(r"(\d+)_\[([0-9,-]+)(?:%\d+)?\]", job_id)
+    if not found:
+        return []
+    tasks = []
+    for part in found.group(2).split(","):
+        first, _, last = part.partition("-")
+        tasks += [f"{found.group(1)}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return tasks
+

@@ -244,7 +244,8 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
     console = Console()
     for stage in stages:
         for exp, p, instance, cell in _stage_cells(grid, stage):
-            where = "/".join(x for x in (_pair_heading(p, grid.get("axis")), exp, stage, instance) if x)
+            heading = _pair_heading(p, grid.get("axis")) if grid.get("axis") or p != layout.ALL_PAIRS else None
+            where = "/".join(x for x in (heading, exp, stage, instance) if x)
             title = f"{where}: {_label(cell)[0]}" + (f" — {cell['reason']}" if cell.get("reason") else "")
             if cell.get("next_series_after") and not cell.get("given_up"):
                 title += f" — next series not before {cell['next_series_after'][:19].replace('T', ' ')} UTC"
@@ -267,6 +268,8 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
                 table.add_row(*row)
                 if a.get("why") and a.get("series", 1) > 1:
                     reasons.append(f"  #{a['number']} began series {a['series']} with {a.get('action')}: {a['why']}")
+                if a.get("error") and a.get("slurm_job_id") and not a.get("log"):   # a Slurm job its runner never saw
+                    reasons.append(f"  #{a['number']}: {a['error']}")
                 if decision:
                     reasons.append(f"  #{a['number']} → {decision.get('action')}: {decision.get('reason') or ''}")
             console.print(table)
@@ -442,6 +445,8 @@ def cmd_workers(args) -> int:
     if pool not in data["pools"]:
         raise wconfig.ConfigError(f"{path}: no pool {pool!r} (expected one of: {', '.join(data['pools'])})")
     spec = data["pools"][pool]
+    if args.check:
+        return check_pool(pool, spec, path)
     rows = {name: {**workers.resources(cls), "env": cls.get("env", {})} for name, cls in spec["classes"].items()}
     if args.json:
         json.dump({"pool": pool, "executor": spec["executor"], "classes": rows}, sys.stdout, indent=2)
@@ -463,6 +468,29 @@ def cmd_workers(args) -> int:
         table.add_row(*cells, " ".join(f"{k}={v}" for k, v in r["env"].items()))
     Console().print(table)
     return 0
+
+
+def check_pool(pool: str, spec: dict, path: str) -> int:
+    """Each class of a Slurm pool against what the cluster has (scontrol,
+    sacctmgr): 1 when one of them could never start."""
+    from . import slurm
+    if spec["executor"] != "slurm":
+        print(f"pool {pool} ({path}) runs on this machine: nothing to check against Slurm")
+        return 0
+    facts = slurm.cluster_facts()
+    if facts is None:
+        print(f"waypost workers --check: scontrol did not answer; can't check pool {pool} against the cluster",
+              file=sys.stderr)
+        return 1
+    bad = 0
+    for name, cls in spec["classes"].items():
+        problems = slurm.class_mismatches(cls, facts)
+        bad += bool(problems)
+        print(f"{pool}/{name}: " + ("ok" if not problems else "; ".join(problems)))
+    if bad:
+        print(f"{bad} class(es) of pool {pool} ({path}) ask for what this cluster can't give: "
+              "their jobs would never start")
+    return 1 if bad else 0
 
 
 def cmd_cron(args) -> int:
@@ -886,6 +914,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="the pool this Snakemake profile selects (name or path)")
     p.add_argument("--pool", help="a pool of workers.yaml")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true", help="compare each class of a Slurm pool with the cluster's "
+                   "partitions and nodes (scontrol): time limits, CPUs, memory, GPUs, features, accounts, QOS; "
+                   "exit 1 when one could never start")
     p.set_defaults(func=cmd_workers)
 
     p = with_config(sub.add_parser("cron", help="one locked, idempotent run of the workflow (for crontab)"))

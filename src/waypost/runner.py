@@ -91,6 +91,12 @@ OPTIONS = {
     "--input": ([], None),
     "--output": ([], None),
     "--reuse-from": (None, "take the stage from this stage directory instead of running it"),
+    # Snakemake's main process records a Slurm job of the stage that ended
+    # without a runner recording it (killed pending, before or as it started).
+    "--lost-slurm-job": (None, "record how this Slurm job of the stage ended; run no command"),
+    "--lost-state": ("CANCELLED", "its end, as a waypost state"),
+    "--lost-reason": ("", "why, in Slurm's words"),
+    "--last-chance": (False, "Snakemake will not submit the stage again this run: end its series"),
 }
 REQUIRED = ("--stage-dir", "--experiment", "--pair", "--stage")
 
@@ -404,11 +410,14 @@ class StageRun:
     def _path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def _save_running(self) -> None:
+    def _save_running(self, lost_job: str | None = None) -> None:
+        """``_running.json``: this runner at work; or, with ``lost_job``, the
+        series a Slurm job that ended left (gone, as sacct says it is)."""
         manifest.write_json_atomic(self._path(RUNNING), {
-            "pid": os.getpid(), "host": manifest.hostname(), "run": self.run_id, "series": self.series_no,
+            "pid": None if lost_job else os.getpid(), "host": None if lost_job else manifest.hostname(),
+            "run": self.run_id, "series": self.series_no,
             "series_base": self.series_base, "outputs": [os.path.relpath(o, self.dir) for o in self.args.output],
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
+            "slurm_job_id": lost_job or os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote:
             self.remote.push(self.args.output)
@@ -653,8 +662,82 @@ class StageRun:
             elif self.policy.rerun == "clean":
                 self._clean()
 
+    def record_lost_job(self) -> int:
+        """Record a Slurm job of this stage whose end no runner recorded: one
+        cancelled while pending, killed before or as its runner started, or
+        never startable (``--lost-reason``). Its attempt joins the series and
+        the policy decides as after any attempt: the series goes on when
+        Snakemake submits the stage again, or ends here (its manifest) when
+        the policy fails it or Snakemake will not (``--last-chance``).
+        A job a runner did record is left to that record (an open attempt is
+        closed from sacct by the next runner, or here on the last chance)."""
+        job = self.args.lost_slurm_job
+        self.received_signal = None
+        recorded = self._recorded_job(job)
+        if recorded:
+            # A runner recorded this job. Its series is either over (its
+            # manifest) or left open for the next job (an attempt Slurm ended,
+            # or one that needs a bigger allocation): on the last chance, end it.
+            if not self.args.last_chance or not os.path.exists(self._path(RUNNING)):
+                return 0
+            if self.start() is not None:
+                return 0
+            return self._decide_and_end(last_chance=True)
+        if self.start() is not None:      # done, decided, given up, on hold: nothing of ours to add
+            return 0
+        action = self.series[-1]["decision"]["action"] if self.series and self.series[-1].get("decision") \
+            else self.first[0]
+        now = manifest.now_iso()
+        reason = self.args.lost_reason or "the Slurm job ended before its step runner started"
+        record = {
+            "number": len(self.history) + 1, "series": self.series_no, "action": action,
+            "state": self.args.lost_state, "exit_code": None, "signal": None, "checks": {}, "decision": None,
+            "start": now, "end": now, "duration_s": 0.0, "host": None, "run": self.run_id,
+            "slurm_job_id": job, "runtime_limit_s": None, "command": self.args.command, "workspace": ".",
+            "log": None, "error": f"Slurm job {job} ended {self.args.lost_state} before its step ran: {reason}",
+            "worker": {"pool": self.args.pool, "class": self.args.worker_class},
+        }
+        if len(self.series) == 0:
+            record["why"] = self.first[1]
+        self.history.append(record)
+        self.series.append(record)
+        return self._decide_and_end(last_chance=self.args.last_chance, why=record["error"])
+
+    def _recorded_job(self, job: str) -> str | None:
+        """Does a runner's record name this Slurm job: "open" (its attempt
+        has no end yet), "closed", or None."""
+        records = []
+        for name in (RUNNING, MANIFEST):
+            try:
+                with open(self._path(name)) as f:
+                    records += json.load(f).get("attempts") or []
+            except (OSError, ValueError):
+                continue
+        states = [a.get("state") for a in records if str(a.get("slurm_job_id")) == str(job)]
+        if not states:
+            return None
+        return "closed" if all(states) else "open"
+
+    def _decide_and_end(self, last_chance: bool, why: str | None = None) -> int:
+        action, reason = wpolicy.decide(self.policy, self.series)
+        if action in ("cmd", "restart", "rerun") and last_chance:
+            action, reason = "fail", f"{reason}, but Snakemake's retries of this job are spent"
+        self.series[-1]["decision"] = {"action": action, "reason": reason}
+        print(f"waypost: {self.name} attempt {self.series[-1]['number']} ended {self.series[-1]['state']} "
+              f"(Slurm job {self.series[-1].get('slurm_job_id')}); next: {action} ({reason})", file=sys.stderr)
+        if action in ("cmd", "restart", "rerun"):
+            # the job Snakemake submits next goes on with the series
+            self._save_running(lost_job=str(self.series[-1].get("slurm_job_id")))
+            if self.remote:
+                self.remote.close()
+            return 0
+        last = self.series[-1]["state"]
+        return self.finish("FAILED" if last == "SUCCESS" else last, reason=why)
+
     def run(self) -> int:
         self.received_signal = None
+        if self.args.lost_slurm_job:
+            return self.record_lost_job()
         if self.remote:
             self.remote.pull(self.args.input)
         busy, where = manifest.attempt_in_flight(self.dir, me=os.getpid())
@@ -711,6 +794,14 @@ class StageRun:
                 action, reason = wpolicy.decide(self.policy, self.series)
             record["decision"] = {"action": action, "reason": reason}
             print(f"waypost: {self.name}: next: {action} ({reason})", file=sys.stderr)
+            if record["state"] == "OOM" and action in ("restart", "rerun") and os.environ.get("SLURM_JOB_ID") \
+                    and self.policy.memory_growth > 1:
+                # This allocation is too small: the next Slurm job, with
+                # memory_growth more, goes on with the series.
+                self._save_running()
+                print(f"waypost: {self.name}: out of memory in Slurm job {os.environ['SLURM_JOB_ID']}; "
+                      "the next job (with more memory) goes on", file=sys.stderr)
+                return 1
         last = self.series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
         return self.finish(final)

@@ -208,8 +208,10 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     tasks = []
     for name, settings in experiments.items():
         tasks += [(name, p, per_pair) for p in settings["pairs"] if pair in (None, p)]
-        if funnels and pair is None:
-            tasks.append((name, layout.ALL_PAIRS, funnels))
+        # Without an axis (no pairs), every stage lives in the experiment's one slot.
+        slot = funnels if settings["pairs"] else stages
+        if slot and pair is None:
+            tasks.append((name, layout.ALL_PAIRS, slot))
     # The cells hold no reference cycles: the cycle collector would only walk
     # the growing heap again and again (in forked workers, copying the pages
     # they share with this process).

@@ -34,6 +34,7 @@ RESOURCE_NAMES = {
     "account": "slurm_account",
     "qos": "qos",
     "extra": "slurm_extra",
+    "pack": "waypost_pack",   # read by waypost's executor (job arrays), not by Slurm
 }
 WORKSPACE_FRACTION = 0.75
 #: Where a pipeline's pools are unless its config's ``workers`` names a file.

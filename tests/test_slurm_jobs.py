@@ -1,0 +1,285 @@
+"""Stage jobs on a real Slurm cluster (scripts/slurm-dev-cluster.sh) as the
+HPC half of our users runs them: the step runner straight in the job, packed
+classes as job arrays, jobs that can never start, every end in the manifest,
+and no futile resubmission. Facts are read from sacct, not from waypost's
+own records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from conftest import REPO, read_manifest
+
+ONPREM = REPO / "profiles" / "onprem"
+FAST = ["--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5", "--waypost-no-account"]
+
+# One stage with an instance per point, a consumer per point, and a funnel
+# over both; what each point's step does is in the config.
+SNAKEFILE = '''
+from waypost.snakemake import Pipeline
+
+wp = Pipeline(config, workflow)
+
+
+def points(experiment):
+    return list(config["experiments"][experiment]["points"])
+
+
+rule work:
+    output: out=wp.out("out.txt", instances=points)
+    params: how=lambda wc: config["experiments"][wc.experiment]["points"][wc.instance]
+    resources: worker="small"
+    shell: "python3 {workflow.basedir}/step.py {params.how} {output.out}"
+
+
+rule use:
+    input: work=wp.stage("work", "out.txt")
+    output: out=wp.out("used.txt", instances=points)
+    resources: worker="small"
+    shell: "cp {input.work} {output.out}"
+
+
+rule summary:
+    input: work=wp.each("work", "out.txt")
+    output: out=wp.out("summary.txt", funnel=True)
+    resources: worker="small"
+    shell: "cat {input.work} > {output.out}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+# A step: "sleep:N" works N half-seconds with a checkpoint after each (and
+# resumes from it), "fail" exits 1, "alloc:MB" holds that much memory.
+STEP = '''
+import os, sys, time
+how, out = sys.argv[1], sys.argv[2]
+ckpt = os.path.join(os.environ["WAYPOST_STAGE_DIR"], "ckpt")
+if how == "fail":
+    sys.exit("this step always fails")
+if how.startswith("alloc:"):
+    block = bytearray(int(how[6:]) * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(1)
+    how = "sleep:1"
+done = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+if done:
+    print(f"resuming from step {done}", flush=True)
+for i in range(done, int(how[6:])):
+    time.sleep(0.5)
+    with open(ckpt + ".tmp", "w") as f:
+        f.write(str(i + 1))
+    os.replace(ckpt + ".tmp", ckpt)
+open(out, "w").write(how + "\\n")
+'''
+
+RESTART = {"max_attempts": 3, "cues": [{"action": "restart", "when": "any(cmd.TIMEOUT, cmd.PREEMPTED)"}]}
+
+
+def pipeline(tmp_path: Path, points: dict, small: dict, stages: dict | None = None) -> Path:
+    (tmp_path / "workflow").mkdir()
+    (tmp_path / "workflow" / "Snakefile").write_text(SNAKEFILE)
+    (tmp_path / "workflow" / "step.py").write_text(STEP)
+    (tmp_path / "workflow" / "schemas").mkdir()
+    (tmp_path / "workflow" / "schemas" / "config.schema.yaml").write_text(yaml.safe_dump({"properties": {
+        "experiments": {"additionalProperties": {"properties": {"points": {"type": "object"}}}}}}))
+    (tmp_path / "config").mkdir()
+    pools = {"pools": {"onprem": {"executor": "slurm", "classes": {
+        "small": {"partition": "cpu", "cpus": 1, "mem_mb": 200, "runtime": 10, **small}}}}}
+    (tmp_path / "config" / "workers.yaml").write_text(yaml.safe_dump(pools))
+    config = {"experiments": {"e": {"points": points}}, "stages": {"summary": {"policy": {"depends": "all_done"}},
+                                                                     **(stages or {})}}
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    return tmp_path
+
+
+def start(workdir: Path, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(ONPREM), *FAST, *args]
+    return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"snakemake hung for {timeout}s:\n{out[-5000:]}") from None
+    return proc.returncode, out
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def sacct(*fields: str, since: float, jobs: int | None = None, ended: bool = True) -> list[dict]:
+    """Every job (array tasks one by one) since ``since``, as sacct says,
+    once it says it: slurmdbd lags slurmctld by a moment, so ask until
+    ``jobs`` rows (when given) are there and, with ``ended``, all ended."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
+    deadline = time.time() + 60
+    while True:
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-S", start, "-o", ",".join(("State", *fields))],
+                             capture_output=True, text=True, check=True).stdout
+        rows = [line.split("|") for line in out.splitlines() if line]
+        settled = (jobs is None or len(rows) >= jobs) and (not ended or not any(
+            row[0].split()[0] in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED") for row in rows))
+        if settled or time.time() > deadline:
+            return [dict(zip(fields, row[1:])) for row in rows]
+        time.sleep(0.5)
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        children = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
+        found += [int(c) for c in children]
+        todo += children
+    return found
+
+
+def stage(workdir: Path, name: str, instance: str | None = None) -> Path:
+    path = workdir / "results" / "_all" / "e" / name
+    return path / instance if instance else path
+
+
+def running_job(stage_dir: Path) -> str | None:
+    """The Slurm job of the attempt at work in a stage dir, once it saved a checkpoint."""
+    try:
+        return json.loads((stage_dir / "_running.json").read_text())["slurm_job_id"] \
+            if (stage_dir / "ckpt").exists() else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def test_stage_jobs_run_the_step_runner_without_snakemake(slurm_cluster, tmp_path):
+    workdir = pipeline(tmp_path, {"a": "sleep:1", "b": "sleep:1"}, {})
+    since = time.time()
+    code, out = finish(start(workdir))
+    assert code == 0, out[-5000:]
+    jobs = sacct("JobIDRaw", "Comment", "State", since=since, jobs=5)
+    assert len(jobs) == 5 and {j["State"] for j in jobs} == {"COMPLETED"}, jobs
+    for job in jobs:       # what each job ran: waypost's jobstep, no `python -m snakemake`
+        script = subprocess.run(["scontrol", "write", "batch_script", job["JobIDRaw"], "-"],
+                                capture_output=True, text=True).stdout
+        if script:
+            assert "jobstep.py" in script and "-m snakemake" not in script, script
+    for point in ("a", "b"):
+        assert read_manifest(stage(workdir, "work", point))["attempts"][0]["slurm_job_id"]
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(ONPREM),
+                           "-n", *FAST], cwd=workdir, capture_output=True, text=True)
+    assert "Nothing to be done" in done.stdout + done.stderr
+
+
+def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_alone(slurm_cluster, tmp_path):
+    # Four points packed into one array, each task 2 of the node's 8 CPUs:
+    # the node is full, so an urgent job preempts one task; another is made
+    # to run out of time. Each restarts from its own checkpoint, alone.
+    points = {p: "sleep:16" for p in ("a", "b", "c", "d")}
+    workdir = pipeline(tmp_path, points, {"cpus": 2, "pack": 4},
+                       stages={"work": {"policy": RESTART}})
+    since = time.time()
+    proc = start(workdir, "--until", "work")
+    jobs = wait_for(lambda: (lambda found: found if len(found) == 4 else None)(
+        {p: running_job(stage(workdir, "work", p)) for p in points if running_job(stage(workdir, "work", p))}),
+        120, "the four tasks at work")
+    arrays = wait_for(lambda: (lambda found: found if set(jobs.values()) <= set(found) else None)(
+        {row["JobIDRaw"]: row["JobID"] for row in sacct("JobIDRaw", "JobID", since=since, ended=False)}),
+        30, "sacct to know the four tasks")
+    assert len({arrays[j].split("_")[0] for j in jobs.values()}) == 1, arrays     # one array
+    urgent = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "urgent", "-c", "2", "--mem", "100",
+                             "--wrap", "sleep 2"], capture_output=True, text=True, check=True).stdout.strip()
+    preempted = wait_for(lambda: [p for p, j in jobs.items() if
+                                  any(r["JobIDRaw"] == j and r["State"] == "PREEMPTED"
+                                      for r in sacct("JobIDRaw", "State", since=since, ended=False))], 60, "a preemption")
+    assert len(preempted) == 1
+    timed_out = next(p for p in points if p not in preempted)
+    pid = json.loads((stage(workdir, "work", timed_out) / "_running.json").read_text())["pid"]
+    for child in descendants(pid):
+        os.kill(child, signal.SIGSTOP)   # hold the step so Slurm's limit, not its end, comes first
+    subprocess.run(["scontrol", "update", f"jobid={arrays[jobs[timed_out]]}", "timelimit=0"], check=True)
+    code, out = finish(proc)
+    assert code == 0, out[-5000:]
+    states = {r["JobIDRaw"]: r["State"].split()[0] for r in sacct("JobIDRaw", "State", since=since)}
+    assert states[jobs[preempted[0]]] == "PREEMPTED" and states[jobs[timed_out]] == "TIMEOUT"
+    assert states[urgent] == "COMPLETED"
+    for point in points:
+        record = read_manifest(stage(workdir, "work", point))
+        steps = [(a["action"], a["state"]) for a in record["attempts"]]
+        if point == timed_out:
+            assert steps == [("cmd", "TIMEOUT"), ("restart", "SUCCESS")], steps
+        elif point == preempted[0]:
+            assert steps == [("cmd", "PREEMPTED"), ("restart", "SUCCESS")], steps
+        else:
+            assert steps == [("cmd", "SUCCESS")], (point, steps)
+        if len(steps) == 2:   # resumed in place, in a job of its own
+            log = (stage(workdir, "work", point) / record["attempts"][1]["log"]).read_text()
+            assert "resuming from step" in log
+            retry = record["attempts"][1]["slurm_job_id"]
+            assert retry != jobs[point] and "_" not in {r["JobIDRaw"]: r["JobID"] for r in
+                                                        sacct("JobIDRaw", "JobID", since=since)}[retry]
+
+
+def test_a_job_slurm_can_never_start_ends_with_its_reason(slurm_cluster, tmp_path):
+    # `short` allows 10 minutes; the class asks for 60: PartitionTimeLimit.
+    workdir = pipeline(tmp_path, {"a": "sleep:1"}, {"partition": "short", "runtime": 60})
+    check = subprocess.run([sys.executable, "-m", "waypost.cli", "workers", "--check", "--pool", "onprem"],
+                           cwd=workdir, capture_output=True, text=True)
+    assert check.returncode == 1 and "runtime 60 min: over partition short's MaxTime (10 min)" in check.stdout
+    since = time.time()
+    code, _ = finish(start(workdir, "--until", "work"), timeout=120)
+    assert code != 0
+    jobs = sacct("JobIDRaw", "State", "Reason", since=since, jobs=1)
+    assert len(jobs) == 1 and jobs[0]["State"].startswith("CANCELLED"), jobs     # one job, not resubmitted
+    record = read_manifest(stage(workdir, "work", "a"))
+    assert record["state"] == "CANCELLED" and "PartitionTimeLimit" in record["reason"]
+    assert record["attempts"][0]["slurm_job_id"] == jobs[0]["JobIDRaw"]
+    shown = subprocess.run([sys.executable, "-m", "waypost.cli", "status", "--attempts", "work"], cwd=workdir,
+                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "PartitionTimeLimit" in shown and "cancelled" in shown
+
+
+def test_a_class_too_small_is_recorded_oom_and_rerun_with_more_memory(slurm_cluster, tmp_path):
+    policy = {"max_attempts": 2, "memory_growth": 4, "cues": [{"action": "rerun", "when": "cmd.OOM"}]}
+    workdir = pipeline(tmp_path, {"a": "alloc:300"}, {"mem_mb": 100}, stages={"work": {"policy": policy}})
+    since = time.time()
+    code, out = finish(start(workdir, "--until", "work"))
+    assert code == 0, out[-5000:]
+    record = read_manifest(stage(workdir, "work", "a"))
+    assert [(a["action"], a["state"]) for a in record["attempts"]] == [("cmd", "OOM"), ("rerun", "SUCCESS")]
+    asked = {r["JobIDRaw"]: r["ReqMem"] for r in sacct("JobIDRaw", "ReqMem", since=since)}
+    first, second = (a["slurm_job_id"] for a in record["attempts"])
+    assert asked[first] == "100M" and asked[second] == "400M", asked
+
+
+def test_a_consumer_of_a_failed_stage_is_one_slurm_job_not_four(slurm_cluster, tmp_path):
+    # `work` fails for good (a funnel goes on over it); `use` needs it and is
+    # recorded SKIPPED once: the profile's retries don't submit it again.
+    workdir = pipeline(tmp_path, {"a": "fail"}, {})
+    since = time.time()
+    code, _ = finish(start(workdir))
+    assert code != 0
+    jobs = sacct("JobIDRaw", "Comment", "State", since=since, jobs=3)      # work, use, summary
+    by_rule = {rule: [j for j in jobs if j["Comment"].startswith(f"rule_{rule}")] for rule in ("work", "use")}
+    assert len(by_rule["work"]) == 1 and len(by_rule["use"]) == 1, jobs
+    assert read_manifest(stage(workdir, "work", "a"))["state"] == "FAILED"
+    assert read_manifest(stage(workdir, "use", "a"))["state"] == "SKIPPED"
+    assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"

@@ -1,0 +1,91 @@
+"""The pure parts of waypost's Slurm side: a job's command as one word and
+back (array tasks included), sacct's array rows, Slurm times and GRES, and
+a worker class checked against what scontrol shows."""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+
+from snakemake_executor_plugin_waypost import _array_tasks
+from waypost import jobstep, slurm
+
+COMMAND = """python3 -m waypost.runner --stage-dir 'results/a b' -- bash -c 'echo "$GPUS" > out.txt'"""
+
+
+def test_a_command_survives_the_round_trip_as_one_safe_word():
+    word = jobstep.encode(COMMAND)
+    assert set(word) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=")
+    assert jobstep.decode(word) == COMMAND
+    assert jobstep.command_of([word], None) == COMMAND
+
+
+def test_an_array_task_runs_its_own_command_and_the_first_task_the_base_one():
+    # As the Slurm plugin builds it: task id → zlib hex of that task's whole
+    # exec line; the first task of the array runs the base command.
+    commands = {str(i): f"echo task {i}" for i in (1, 2, 3)}
+    lines = {i: f"/usr/bin/python3 -S /x/jobstep.py {jobstep.encode(c)}" for i, c in commands.items()}
+    payload = base64.b64encode(json.dumps(
+        {i: zlib.compress(lines[i].encode(), 9).hex() for i in ("2", "3")}).encode()).decode()
+    argv = [jobstep.encode(commands["1"]), f"{jobstep.ARRAY_OPTION}{payload}"]
+    assert jobstep.command_of(argv, "1") == "echo task 1"
+    assert jobstep.command_of(argv, "2") == "echo task 2"
+    assert jobstep.command_of(argv, "3") == "echo task 3"
+    assert jobstep.command_of(argv, None) == "echo task 1"
+
+
+def test_sacct_rows_of_pending_array_tasks_name_each_task():
+    assert _array_tasks("812_[2-4,7]") == ["812_2", "812_3", "812_4", "812_7"]
+    assert _array_tasks("812_[1-3%2]") == ["812_1", "812_2", "812_3"]
+    assert _array_tasks("812_5") == [] and _array_tasks("812") == []
+
+
+def test_slurm_times_in_minutes():
+    assert slurm.minutes("UNLIMITED") is None
+    assert slurm.minutes("10") == 10
+    assert slurm.minutes("1:30:00") == 90
+    assert slurm.minutes("05:30") == 5.5
+    assert slurm.minutes("2-00:00:00") == 2 * 24 * 60
+
+
+def test_gres_counts_by_kind_and_model():
+    assert slurm._gres("gpu:v100:4(S:0-1),gpu:a100:2") == {"gpu": 6, "gpu:v100": 4, "gpu:a100": 2}
+    assert slurm._gres("gpu:2") == {"gpu": 2}
+    assert slurm._gres("(null)") == {}
+
+
+PARTITIONS = """\
+PartitionName=cpu AllowGroups=ALL Default=YES MaxTime=UNLIMITED Nodes=vm State=UP TotalCPUs=8
+PartitionName=short AllowGroups=ALL Default=NO MaxTime=00:10:00 Nodes=vm State=UP TotalCPUs=8
+PartitionName=gpu-v100 AllowGroups=ALL Default=NO MaxTime=1-00:00:00 Nodes=vm State=UP TotalCPUs=8
+"""
+NODES = ("NodeName=vm Arch=x86_64 CoresPerSocket=8 CPUAlloc=0 CPUTot=8 AvailableFeatures=avx2,ib "
+         "ActiveFeatures=avx2,ib Gres=gpu:v100:4(S:0) RealMemory=16000 Partitions=cpu,short,gpu-v100 State=IDLE\n")
+
+
+def facts() -> dict:
+    return {"partitions": {p["PartitionName"]: p for p in slurm._records(PARTITIONS)},
+            "nodes": slurm._records(NODES), "accounts": {"lab", "root"}, "qos": {"normal"}}
+
+
+def test_a_class_the_cluster_can_give_has_no_mismatch():
+    assert slurm.class_mismatches({"partition": "gpu-v100", "cpus": 8, "mem_mb": 16000, "runtime": 600,
+                                   "gpus": 4, "gpu_model": "v100", "constraint": "avx2&ib", "account": "lab",
+                                   "qos": "normal"}, facts()) == []
+    assert slurm.class_mismatches({"cpus": 1}, facts()) == []       # the default partition
+
+
+def test_each_thing_the_cluster_cannot_give_is_named():
+    problems = slurm.class_mismatches({"partition": "short", "runtime": 60, "cpus": 16, "mem_mb": 64000,
+                                       "gpus": 1, "gpu_model": "a100", "constraint": "avx512",
+                                       "account": "physics", "qos": "high"}, facts())
+    text = "\n".join(problems)
+    assert len(problems) == 7, text
+    assert "runtime 60 min: over partition short's MaxTime (10 min)" in text and "PartitionTimeLimit" in text
+    assert "cpus 16: no node of partition short has that many (at most 8)" in text
+    assert "mem_mb 64000" in text and "at most 16000 MB" in text
+    assert "gpus 1 × a100" in text and "constraint 'avx512'" in text and "avx2, ib" in text
+    assert "account 'physics'" in text and "qos 'high'" in text
+    assert slurm.class_mismatches({"partition": "gpu-a100"}, facts()) == [
+        "partition 'gpu-a100': no such partition (the cluster has: cpu, short, gpu-v100)"]
