@@ -12,7 +12,7 @@ The raw results go to benchmarks/results.json (with another --output, to the
 diagnosis of missed targets, written by hand) is included in the document.
 
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
-idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_REPS, BENCH_BIG_MB,
+idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_BIG, BENCH_SLURM_POINTS, BENCH_SLURM_PARTS, BENCH_BIG_MB,
 BENCH_CATALOG_LOCAL, BENCH_CATALOG_GCS and BENCH_FINDPAGE_ROWS size it;
 BENCH_PROFILE=1 profiles even where the targets are met; BENCH_TMP is where
 the temporary trees go (default: the system's temp dir).

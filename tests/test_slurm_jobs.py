@@ -130,16 +130,17 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def sacct(*fields: str, since: float, jobs: int | None = None, ended: bool = True) -> list[dict]:
-    """Every job (array tasks one by one) since ``since``, as sacct says,
-    once it says it: slurmdbd lags slurmctld by a moment, so ask until
-    ``jobs`` rows (when given) are there and, with ``ended``, all ended."""
+def sacct(*fields: str, since: float, workdir: Path, jobs: int | None = None, ended: bool = True) -> list[dict]:
+    """Every job (array tasks one by one) of a run in ``workdir`` since
+    ``since``, as sacct says, once it says it: slurmdbd lags slurmctld by a
+    moment, so ask until ``jobs`` rows (when given) are there and, with
+    ``ended``, all ended."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
     deadline = time.time() + 60
     while True:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-S", start, "-o", ",".join(("State", *fields))],
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-S", start, "-o", ",".join(("State", *fields, "WorkDir"))],
                              capture_output=True, text=True, check=True).stdout
-        rows = [line.split("|") for line in out.splitlines() if line]
+        rows = [line.split("|")[:-1] for line in out.splitlines() if line.endswith(f"|{workdir}")]
         settled = (jobs is None or len(rows) >= jobs) and (not ended or not any(
             row[0].split()[0] in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED") for row in rows))
         if settled or time.time() > deadline:
@@ -175,7 +176,7 @@ def test_stage_jobs_run_the_step_runner_without_snakemake(slurm_cluster, tmp_pat
     since = time.time()
     code, out = finish(start(workdir))
     assert code == 0, out[-5000:]
-    jobs = sacct("JobIDRaw", "Comment", "State", since=since, jobs=5)
+    jobs = sacct("JobIDRaw", "Comment", "State", since=since, workdir=workdir, jobs=5)
     assert len(jobs) == 5 and {j["State"] for j in jobs} == {"COMPLETED"}, jobs
     for job in jobs:       # what each job ran: waypost's jobstep, no `python -m snakemake`
         script = subprocess.run(["scontrol", "write", "batch_script", job["JobIDRaw"], "-"],
@@ -202,14 +203,14 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
         {p: running_job(stage(workdir, "work", p)) for p in points if running_job(stage(workdir, "work", p))}),
         120, "the four tasks at work")
     arrays = wait_for(lambda: (lambda found: found if set(jobs.values()) <= set(found) else None)(
-        {row["JobIDRaw"]: row["JobID"] for row in sacct("JobIDRaw", "JobID", since=since, ended=False)}),
+        {row["JobIDRaw"]: row["JobID"] for row in sacct("JobIDRaw", "JobID", since=since, workdir=workdir, ended=False)}),
         30, "sacct to know the four tasks")
     assert len({arrays[j].split("_")[0] for j in jobs.values()}) == 1, arrays     # one array
-    urgent = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "urgent", "-c", "2", "--mem", "100",
+    urgent = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-D", str(workdir), "-p", "urgent", "-c", "2", "--mem", "100",
                              "--wrap", "sleep 2"], capture_output=True, text=True, check=True).stdout.strip()
     preempted = wait_for(lambda: [p for p, j in jobs.items() if
                                   any(r["JobIDRaw"] == j and r["State"] == "PREEMPTED"
-                                      for r in sacct("JobIDRaw", "State", since=since, ended=False))], 60, "a preemption")
+                                      for r in sacct("JobIDRaw", "State", since=since, workdir=workdir, ended=False))], 60, "a preemption")
     assert len(preempted) == 1
     timed_out = next(p for p in points if p not in preempted)
     pid = json.loads((stage(workdir, "work", timed_out) / "_running.json").read_text())["pid"]
@@ -218,7 +219,7 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
     subprocess.run(["scontrol", "update", f"jobid={arrays[jobs[timed_out]]}", "timelimit=0"], check=True)
     code, out = finish(proc)
     assert code == 0, out[-5000:]
-    states = {r["JobIDRaw"]: r["State"].split()[0] for r in sacct("JobIDRaw", "State", since=since)}
+    states = {r["JobIDRaw"]: r["State"].split()[0] for r in sacct("JobIDRaw", "State", since=since, workdir=workdir)}
     assert states[jobs[preempted[0]]] == "PREEMPTED" and states[jobs[timed_out]] == "TIMEOUT"
     assert states[urgent] == "COMPLETED"
     for point in points:
@@ -235,7 +236,7 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
             assert "resuming from step" in log
             retry = record["attempts"][1]["slurm_job_id"]
             assert retry != jobs[point] and "_" not in {r["JobIDRaw"]: r["JobID"] for r in
-                                                        sacct("JobIDRaw", "JobID", since=since)}[retry]
+                                                        sacct("JobIDRaw", "JobID", since=since, workdir=workdir)}[retry]
 
 
 def test_a_job_slurm_can_never_start_ends_with_its_reason(slurm_cluster, tmp_path):
@@ -247,7 +248,7 @@ def test_a_job_slurm_can_never_start_ends_with_its_reason(slurm_cluster, tmp_pat
     since = time.time()
     code, _ = finish(start(workdir, "--until", "work"), timeout=120)
     assert code != 0
-    jobs = sacct("JobIDRaw", "State", "Reason", since=since, jobs=1)
+    jobs = sacct("JobIDRaw", "State", "Reason", since=since, workdir=workdir, jobs=1)
     assert len(jobs) == 1 and jobs[0]["State"].startswith("CANCELLED"), jobs     # one job, not resubmitted
     record = read_manifest(stage(workdir, "work", "a"))
     assert record["state"] == "CANCELLED" and "PartitionTimeLimit" in record["reason"]
@@ -265,7 +266,7 @@ def test_a_class_too_small_is_recorded_oom_and_rerun_with_more_memory(slurm_clus
     assert code == 0, out[-5000:]
     record = read_manifest(stage(workdir, "work", "a"))
     assert [(a["action"], a["state"]) for a in record["attempts"]] == [("cmd", "OOM"), ("rerun", "SUCCESS")]
-    asked = {r["JobIDRaw"]: r["ReqMem"] for r in sacct("JobIDRaw", "ReqMem", since=since)}
+    asked = {r["JobIDRaw"]: r["ReqMem"] for r in sacct("JobIDRaw", "ReqMem", since=since, workdir=workdir, jobs=2)}
     first, second = (a["slurm_job_id"] for a in record["attempts"])
     assert asked[first] == "100M" and asked[second] == "400M", asked
 
@@ -277,7 +278,7 @@ def test_a_consumer_of_a_failed_stage_is_one_slurm_job_not_four(slurm_cluster, t
     since = time.time()
     code, _ = finish(start(workdir))
     assert code != 0
-    jobs = sacct("JobIDRaw", "Comment", "State", since=since, jobs=3)      # work, use, summary
+    jobs = sacct("JobIDRaw", "Comment", "State", since=since, workdir=workdir, jobs=3)      # work, use, summary
     by_rule = {rule: [j for j in jobs if j["Comment"].startswith(f"rule_{rule}")] for rule in ("work", "use")}
     assert len(by_rule["work"]) == 1 and len(by_rule["use"]) == 1, jobs
     assert read_manifest(stage(workdir, "work", "a"))["state"] == "FAILED"

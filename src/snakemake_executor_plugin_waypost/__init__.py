@@ -140,6 +140,13 @@ class Executor(SlurmExecutor):
             for job in active_jobs:
                 yield job
             return
+        pending = [str(j.external_jobid) for j in active_jobs
+                   if rows.get(str(j.external_jobid), ("PENDING",))[0] == "PENDING"]
+        if pending:
+            # slurmdbd hears a pending job's reason late or never: ask slurmctld
+            reasons = await _pending_reasons(pending)
+            for job_id, reason in reasons.items():
+                rows[job_id] = ("PENDING", reason, rows.get(job_id, (None, None, None))[2])
         finished = False
         for job in active_jobs:
             state, reason, raw = rows.get(str(job.external_jobid), (None, "", None))
@@ -218,6 +225,25 @@ async def _sacct(ids: list[str]) -> dict[str, tuple[str, str, str | None]] | Non
             for one in tasks or [job_id, raw]:
                 rows[one] = (wslurm.normalize(state), reason, None if tasks else raw)
     return rows
+
+
+async def _pending_reasons(ids: list[str]) -> dict[str, str]:
+    """Job id → why it pends, as slurmctld says (``squeue``); {} when it
+    does not answer."""
+    try:
+        code, out = await asyncio.wait_for(_run(
+            ["squeue", "-h", "-t", "PENDING", "-r", "-o", "%i|%r", "-j", ",".join(sorted(
+                {i.split("_")[0] for i in ids}))]), timeout=60)
+    except (TimeoutError, OSError):
+        return {}
+    if code != 0:
+        return {}
+    wanted, reasons = set(ids), {}
+    for line in out.splitlines():
+        job_id, _, reason = line.strip().partition("|")
+        if job_id in wanted:
+            reasons[job_id] = reason
+    return reasons
 
 
 def _array_tasks(job_id: str) -> list[str]:
