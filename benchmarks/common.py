@@ -291,14 +291,31 @@ def run_parts(title: str, ctx: dict, parts) -> Section:
     one scratch directory, removed afterwards."""
     section = Section(title)
     tmp = Path(tempfile.mkdtemp(prefix="bench-", dir=ctx.get("tmp")))
+    failed = []
     try:
         for part in parts:
-            rows, notes = part(tmp)
+            try:
+                rows, notes = part(tmp)
+            except Exception as exc:       # the other parts' rows still count
+                log(f"{part.__name__} failed: {exc}")
+                failed.append(f"{part.__name__}: {type(exc).__name__}: {str(exc)[-1500:]}")
+                continue
             section.rows += rows
             section.notes += notes
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if failed:
+        section.notes += [f"**FAILED** {text}" for text in failed]
+        raise PartsFailed(section)
     return section
+
+
+class PartsFailed(Exception):
+    """Some parts of a section failed; ``section`` holds the others' rows."""
+
+    def __init__(self, section: Section):
+        super().__init__("; ".join(n for n in section.notes if n.startswith("**FAILED**"))[:500])
+        self.section = section
 
 
 def show(section: Section, ctx: dict | None = None) -> None:

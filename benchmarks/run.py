@@ -42,6 +42,7 @@ import bench_status
 from common import (
     REPO,
     Interference,
+    PartsFailed,
     Row,
     Section,
     code_fingerprint,
@@ -183,6 +184,9 @@ def main() -> int:
             interference, started_at = Interference(), time.perf_counter()
             try:
                 section = BENCHMARKS[name](ctx)
+            except PartsFailed as exc:     # the parts that ran stand; the failure is in its notes
+                failed = True
+                section = exc.section
             except Exception as exc:       # report it, go on with the others
                 failed = True
                 traceback.print_exc()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import zlib
 
 from snakemake_executor_plugin_waypost import _array_tasks
-from waypost import jobstep, slurm
+from waypost import jobstep, runner, slurm
 
 COMMAND = """python3 -m waypost.runner --stage-dir 'results/a b' -- bash -c 'echo "$GPUS" > out.txt'"""
 
@@ -89,3 +91,22 @@ def test_each_thing_the_cluster_cannot_give_is_named():
     assert "account 'physics'" in text and "qos 'high'" in text
     assert slurm.class_mismatches({"partition": "gpu-a100"}, facts()) == [
         "partition 'gpu-a100': no such partition (the cluster has: cpu, short, gpu-v100)"]
+
+
+def test_a_command_longer_than_one_argument_may_be_still_runs(tmp_path):
+    # A funnel over thousands of points: more than the 128 KiB one argument
+    # of `bash -c` may hold.
+    command = "echo " + " ".join(f"point{i}" for i in range(30000)) + " | wc -w"
+    out = subprocess.run([sys.executable, "-S", jobstep.__file__, jobstep.encode(command)],
+                         capture_output=True, text=True)
+    assert (out.returncode, out.stdout.strip()) == (0, "30000"), out.stderr
+    failing = subprocess.run([sys.executable, "-S", jobstep.__file__, jobstep.encode("echo a; false; echo b")],
+                             capture_output=True, text=True)
+    assert (failing.returncode, failing.stdout) == (1, "a\n")      # set -e, as Snakemake's shell
+
+
+def test_the_runner_reads_a_packed_input_list():
+    paths = [f"results/_all/e/extract/p{i}/x.json" for i in range(5000)]
+    args = runner.parse_args(["--stage-dir", "d", "--experiment", "e", "--pair", "_all", "--stage", "s",
+                              "--input", "first.txt", "--input-list", jobstep.encode("\n".join(paths)), "--", "true"])
+    assert args.input == ["first.txt", *paths]

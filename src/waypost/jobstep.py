@@ -45,10 +45,21 @@ def command_of(argv: list[str], task: str | None) -> str:
     return decode(own)
 
 
+# One argument of a command line holds at most 128 KiB (MAX_ARG_STRLEN).
+LONGEST_ARGUMENT = 100_000
+
+
 def main() -> None:
-    command = command_of(sys.argv[1:], os.environ.get("SLURM_ARRAY_TASK_ID"))
+    command = "set -euo pipefail; " + command_of(sys.argv[1:], os.environ.get("SLURM_ARRAY_TASK_ID"))
     sys.stdout.flush()
-    os.execv("/bin/bash", ["bash", "-c", "set -euo pipefail; " + command])
+    if len(command.encode()) < LONGEST_ARGUMENT:
+        os.execv("/bin/bash", ["bash", "-c", command])
+    # Longer (a funnel's thousands of paths): bash reads it from a file in memory.
+    script = os.memfd_create("waypost-step", 0)
+    os.write(script, command.encode())
+    os.lseek(script, 0, os.SEEK_SET)
+    os.set_inheritable(script, True)
+    os.execv("/bin/bash", ["bash", f"/proc/self/fd/{script}"])
 
 
 if __name__ == "__main__":

@@ -89,6 +89,8 @@ OPTIONS = {
     "--worker-class": ("", None),
     "--worker-env": ("{}", "the worker class's declared GPUS/WORKSPACE as JSON"),
     "--input": ([], None),
+    "--input-list": (None, "more inputs: newline-separated, zlib-compressed, URL-safe base64 (a funnel's "
+                           "thousands, which one command line can't hold)"),
     "--output": ([], None),
     "--reuse-from": (None, "take the stage from this stage directory instead of running it"),
     # Snakemake's main process records a Slurm job of the stage that ended
@@ -164,6 +166,9 @@ def parse_args(argv: list[str]) -> Arguments:
     command = argv[split + 1:]
     if not command:
         raise SystemExit("waypost.runner: no command given after '--'")
+    if values["--input-list"]:
+        from .jobstep import decode
+        values["--input"] = values["--input"] + decode(values["--input-list"]).split("\n")
     return Arguments(values, command)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 
 from . import config as wconfig
-from . import layout, manifest, reuse, runner, storage
+from . import jobstep, layout, manifest, reuse, runner, storage
 from . import workers as wworkers
 
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
@@ -37,6 +37,8 @@ STEP_PARAM = "waypost"   # the param holding a stage job's step-runner command
 # The user's shell command reaches the step runner as one argument, untouched:
 # a quoted here-document (pipes, redirections and quotes stay the step's).
 _HEREDOC = "WAYPOST_STEP_COMMAND"
+#: More inputs than this go to the step runner as one compressed word.
+PACKED_INPUTS = 20
 
 
 class StageError(Exception):
@@ -795,8 +797,13 @@ class Pipeline:
             source = self.reuse_location(experiment, pair, stage, instance)
             if source:
                 args += ["--reuse-from", source]
-            for path in input:
-                args += ("--input", path)
+            if len(input) > PACKED_INPUTS:
+                # A funnel over thousands: one word, or the command outgrows
+                # what one argument of `bash -c` may hold (128 KiB).
+                args += ("--input-list", jobstep.encode("\n".join(input)))
+            else:
+                for path in input:
+                    args += ("--input", path)
             for path in output:
                 args += ("--output", path)
             # A local stage that is run (most jobs) starts the runner without site.
