@@ -277,6 +277,19 @@ def chromium(tmp_path_factory):
     return run
 
 
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    """A Snakemake run started with Popen (output piped): its exit code and
+    output; a run still going after ``timeout`` seconds is killed and fails
+    the test with its output."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"snakemake hung for {timeout}s:\n{out[-5000:]}") from None
+    return proc.returncode, out
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """The single-node Slurm cluster of scripts/slurm-dev-cluster.sh, started

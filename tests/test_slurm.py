@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SMALL_CONFIG, SNAKEFILE, read_manifest, write_config
+from conftest import REPO, SMALL_CONFIG, SNAKEFILE, finish, read_manifest, write_config
 
 ONPREM = REPO / "profiles" / "onprem"
 FAST = ["--waypost-init-seconds-before-status-checks", "2", "--latency-wait", "5", "--waypost-no-account"]
@@ -40,16 +40,6 @@ def start_onprem(workdir: Path, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), "--profile", str(ONPREM),
            "--configfile", str(workdir / "config.yaml"), *FAST, *args]
     return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"snakemake hung for {timeout}s:\n{out[-5000:]}") from None
-    return proc.returncode, out
 
 
 def slurm_jobs_of(manifest_data: dict) -> list[str]:
@@ -86,7 +76,7 @@ def one_pair(**stages) -> dict:
 
 def test_pipeline_runs_on_slurm_in_the_right_partitions(cluster, tmp_path):
     write_config(tmp_path, one_pair())
-    code, out = finish(start_onprem(tmp_path))
+    code, out = finish(start_onprem(tmp_path), timeout=600)
     assert code == 0, out[-5000:]
     report = (tmp_path / "results/_all/exp1/report/report.md").read_text()
     assert "en-xa | student" in report
@@ -136,7 +126,7 @@ def test_slurm_timeout_restarts_from_the_checkpoint(cluster, tmp_path):
     for step in subprocess.run(["pgrep", "-P", str(runner)], capture_output=True, text=True).stdout.split():
         os.kill(int(step), signal.SIGSTOP)
     subprocess.run(["scontrol", "update", f"jobid={job}", "timelimit=0"], check=True)
-    code, out = finish(proc)
+    code, out = finish(proc, timeout=600)
     assert code == 0, out[-5000:]
     record = read_manifest(stage)
     assert sacct(job)[job]["state"] == "TIMEOUT"
@@ -173,7 +163,7 @@ def test_preempted_job_is_retried_without_hanging(cluster, tmp_path):
     job = wait_for(lambda: running_job(stage), 300, "a checkpoint of train_backward")
     urgent = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "urgent", "-c", "8", "--mem", "500",
                              "--wrap", "sleep 3"], capture_output=True, text=True, check=True).stdout.strip()
-    code, out = finish(proc)
+    code, out = finish(proc, timeout=600)
     assert code == 0, out[-5000:]
     assert sacct(job)[job]["state"] == "PREEMPTED"
     record = read_manifest(stage)

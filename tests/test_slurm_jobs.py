@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import yaml
-from conftest import REPO, read_manifest
+from conftest import REPO, finish, read_manifest
 
 ONPREM = REPO / "profiles" / "onprem"
 FAST = ["--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5", "--waypost-no-account"]
@@ -110,16 +110,6 @@ def start(workdir: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"snakemake hung for {timeout}s:\n{out[-5000:]}") from None
-    return proc.returncode, out
-
-
 def wait_for(predicate, timeout: float, what: str):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -174,7 +164,7 @@ def running_job(stage_dir: Path) -> str | None:
 def test_stage_jobs_run_the_step_runner_without_snakemake(slurm_cluster, tmp_path):
     workdir = pipeline(tmp_path, {"a": "sleep:1", "b": "sleep:1"}, {})
     since = time.time()
-    code, out = finish(start(workdir))
+    code, out = finish(start(workdir), timeout=300)
     assert code == 0, out[-5000:]
     jobs = sacct("JobIDRaw", "Comment", "State", since=since, workdir=workdir, jobs=5)
     assert len(jobs) == 5 and {j["State"] for j in jobs} == {"COMPLETED"}, jobs
@@ -217,7 +207,7 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
     for child in descendants(pid):
         os.kill(child, signal.SIGSTOP)   # hold the step so Slurm's limit, not its end, comes first
     subprocess.run(["scontrol", "update", f"jobid={arrays[jobs[timed_out]]}", "timelimit=0"], check=True)
-    code, out = finish(proc)
+    code, out = finish(proc, timeout=300)
     assert code == 0, out[-5000:]
     states = {r["JobIDRaw"]: r["State"].split()[0] for r in sacct("JobIDRaw", "State", since=since, workdir=workdir)}
     assert states[jobs[preempted[0]]] == "PREEMPTED" and states[jobs[timed_out]] == "TIMEOUT"
@@ -262,7 +252,7 @@ def test_a_class_too_small_is_recorded_oom_and_rerun_with_more_memory(slurm_clus
     policy = {"max_attempts": 2, "memory_growth": 4, "cues": [{"action": "rerun", "when": "cmd.OOM"}]}
     workdir = pipeline(tmp_path, {"a": "alloc:300"}, {"mem_mb": 100}, stages={"work": {"policy": policy}})
     since = time.time()
-    code, out = finish(start(workdir, "--until", "work"))
+    code, out = finish(start(workdir, "--until", "work"), timeout=300)
     assert code == 0, out[-5000:]
     record = read_manifest(stage(workdir, "work", "a"))
     assert [(a["action"], a["state"]) for a in record["attempts"]] == [("cmd", "OOM"), ("rerun", "SUCCESS")]
@@ -276,7 +266,7 @@ def test_a_consumer_of_a_failed_stage_is_one_slurm_job_not_four(slurm_cluster, t
     # recorded SKIPPED once: the profile's retries don't submit it again.
     workdir = pipeline(tmp_path, {"a": "fail"}, {})
     since = time.time()
-    code, _ = finish(start(workdir))
+    code, _ = finish(start(workdir), timeout=300)
     assert code != 0
     jobs = sacct("JobIDRaw", "Comment", "State", since=since, workdir=workdir, jobs=3)      # work, use, summary
     by_rule = {rule: [j for j in jobs if j["Comment"].startswith(f"rule_{rule}")] for rule in ("work", "use")}
