@@ -94,6 +94,18 @@ def waypost(workdir: Path, *args: str, check: bool = True, config: str = "config
     return proc
 
 
+RUNNER = [sys.executable, "-m", "waypost.runner"]
+
+
+def step_input(stage_dir, command: str, outputs=(), inputs=(), **fields) -> bytes:
+    """A step runner's standard input (waypost.spec): a spec for a stage
+    ``e/p/s`` at ``stage_dir`` (``fields`` override), then ``command``."""
+    from waypost import spec
+    values = {"experiment": "e", "pair": "p", "stage": "s", **fields}
+    return spec.write(spec.StepSpec(command, stage_dir=str(stage_dir), outputs=[str(o) for o in outputs],
+                                    inputs=[str(i) for i in inputs], **values))
+
+
 def read_manifest(stage_dir: Path) -> dict:
     return json.loads((stage_dir / "_manifest.json").read_text())
 

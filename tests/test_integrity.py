@@ -21,7 +21,7 @@ from conftest import gcs_manifest as manifest
 from conftest import gcs_manifests as manifests
 from conftest import gcs_objects as objects
 from conftest import media_downloads as downloads
-from conftest import snakemake, waypost, write_config
+from conftest import snakemake, step_input, waypost, write_config
 
 
 def crc32c(data: bytes) -> str:
@@ -46,10 +46,9 @@ def test_a_local_step_records_crc32c_beside_sha256(tmp_path):
     payload = bytes(range(256)) * 5000   # more than one read chunk: the crc32c goes on over chunks
     src = tmp_path / "payload.bin"
     src.write_bytes(payload)
-    cmd = [*runner.command(sys.executable, site=False), "--stage-dir", str(stage), "--experiment", "e",
-           "--pair", "p", "--stage", "s", "--settings", "{}", "--config-hash", "h", "--code-version", "v",
-           "--output", str(out), "--", "cp", str(src), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(runner.command(sys.executable), input=step_input(stage, f"cp {src} {out}", [out]),
+                          capture_output=True)
+    proc.stderr = proc.stderr.decode()
     assert proc.returncode == 0, proc.stderr
     (described,) = json.loads((stage / "_manifest.json").read_text())["outputs"]
     assert described["crc32c"] == crc32c(payload) and described["size"] == len(payload)

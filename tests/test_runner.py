@@ -6,28 +6,27 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import RUNNER, step_input
 
 from waypost import manifest
 
 
-def run_step(stage_dir: Path, command: list[str], outputs=(), inputs=(), options=(), **kw) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage_dir), "--experiment", "e",
-            "--pair", "p", "--stage", "s", "--settings", '{"k": 1}', "--config-hash", "h", "--code-version", "v",
-            *options]
-    for o in outputs:
-        argv += ["--output", str(o)]
-    for i in inputs:
-        argv += ["--input", str(i)]
-    return subprocess.run(argv + ["--", *command], capture_output=True, text=True, **kw)
+def run_step(stage_dir: Path, command: str, outputs=(), inputs=(), policy=None, **kw) -> subprocess.CompletedProcess:
+    fields = {"settings": {"k": 1}, "config_hash": "h", "code_version": "v"}
+    if policy is not None:
+        fields["policy"] = json.loads(policy)
+    step = step_input(stage_dir, command, outputs, inputs, **fields)
+    proc = subprocess.run(RUNNER, input=step, capture_output=True, **kw)
+    proc.stdout, proc.stderr = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+    return proc
 
 
-def sh(script: str) -> list[str]:
-    return ["bash", "-c", script]
+def sh(script: str) -> str:
+    return script
 
 
 def test_success_writes_manifest_with_checksums(tmp_path):
@@ -59,7 +58,7 @@ def test_failure_keeps_exit_code_and_records_failed(tmp_path):
 
 def test_exit_zero_without_output_is_failed(tmp_path):
     stage = tmp_path / "p/e/s"
-    proc = run_step(stage, ["true"], outputs=[stage / "out.txt"])
+    proc = run_step(stage, "true", outputs=[stage / "out.txt"])
     assert proc.returncode != 0
     data = manifest.read(str(stage))
     assert data["state"] == "FAILED" and "did not write" in data["attempts"][0]["error"]
@@ -75,9 +74,9 @@ def test_killed_step_records_signal(tmp_path):
 
 def test_terminated_runner_forwards_and_records_cancelled(tmp_path):
     stage = tmp_path / "p/e/s"
-    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage), "--experiment", "e",
-            "--pair", "p", "--stage", "s", "--", "sleep", "30"]
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(RUNNER, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdin.write(step_input(stage, "sleep 30"))
+    proc.stdin.close()
     deadline = time.time() + 10
     while not (stage / "_running.json").exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -107,9 +106,10 @@ def test_rerun_archives_previous_workspace_and_keeps_history(tmp_path):
 def killed_mid_attempt(stage: Path, run_id: str) -> None:
     """A runner of run ``run_id`` killed with SIGKILL during its attempt (as
     by a node failure): its running record is left behind."""
-    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage), "--experiment", "e",
-            "--pair", "p", "--stage", "s", "--", "bash", "-c", f"echo partial > {stage}/partial; sleep 30"]
-    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env={**os.environ, manifest.RUN_ID_ENV: run_id})
+    proc = subprocess.Popen(RUNNER, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env={**os.environ, manifest.RUN_ID_ENV: run_id})
+    proc.stdin.write(step_input(stage, f"echo partial > {stage}/partial; sleep 30"))
+    proc.stdin.close()
     deadline = time.time() + 10
     while not (stage / "partial").exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -124,7 +124,7 @@ def test_a_retry_within_the_run_goes_on_with_the_series(tmp_path):
     killed_mid_attempt(stage, "run-1")
     out = stage / "out.txt"
     restart = json.dumps({"max_attempts": 2, "cues": [{"action": "restart", "when": "cmd.CANCELLED"}]})
-    proc = run_step(stage, sh(f"cat {stage}/partial > {out}"), outputs=[out], options=["--policy", restart],
+    proc = run_step(stage, sh(f"cat {stage}/partial > {out}"), outputs=[out], policy=restart,
                     env={**os.environ, manifest.RUN_ID_ENV: "run-1"})
     assert proc.returncode == 0, proc.stderr
     data = manifest.read(str(stage))
@@ -186,23 +186,14 @@ def test_corrupt_manifest_is_archived_not_trusted(tmp_path):
     assert manifest.read(str(stage))["state"] == "SUCCESS"
 
 
-def test_command_is_not_run_through_a_shell(tmp_path):
-    stage = tmp_path / "p/e/s"
-    marker = tmp_path / "pwned"
-    proc = run_step(stage, ["echo", f"; touch {marker}"])
-    assert proc.returncode == 0 and not marker.exists()
-
-
 def test_worker_env_reaches_the_step_and_the_manifest(tmp_path):
     stage = tmp_path / "p/e/s"
     out = stage / "env.txt"
-    argv = [sys.executable, "-m", "waypost.runner", "--stage-dir", str(stage), "--experiment", "e", "--pair", "p",
-            "--stage", "s", "--pool", "onprem", "--worker-class", "gpu", "--worker-env",
-            '{"GPUS": "0", "WORKSPACE": 12000}', "--output", str(out), "--",
-            "bash", "-c", f'echo "$GPUS|$WORKSPACE" > {out}']
+    step = step_input(stage, f'echo "$GPUS|$WORKSPACE" > {out}', [out], pool="onprem", worker_class="gpu",
+                      worker_env={"GPUS": "0", "WORKSPACE": 12000})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "SLURM_"))}
     env["CUDA_VISIBLE_DEVICES"] = "1,3"
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    proc = subprocess.run(RUNNER, input=step, capture_output=True, env=env)
     assert proc.returncode == 0, proc.stderr
     worker = manifest.read(str(stage))["attempts"][0]["worker"]
     assert worker["pool"] == "onprem" and worker["class"] == "gpu"
@@ -214,13 +205,22 @@ def test_worker_env_reaches_the_step_and_the_manifest(tmp_path):
 
 def test_a_command_that_cannot_start_fails_with_127_and_says_why(tmp_path):
     stage = tmp_path / "p/e/s"
-    proc = run_step(stage, ["no-such-program-here", "x"], outputs=[stage / "out.txt"])
+    proc = run_step(stage, "no-such-program-here x", outputs=[stage / "out.txt"])
     assert proc.returncode == 127
-    assert "cannot start 'no-such-program-here'" in proc.stderr and "No such file" in proc.stderr
+    assert "no-such-program-here: command not found" in proc.stderr   # the step's shell says why
     data = manifest.read(str(stage))
     assert data["state"] == "FAILED" and data["attempts"][0]["exit_code"] == 127
-    assert "No such file" in (stage / data["attempts"][0]["log"]).read_text()
+    assert "command not found" in (stage / data["attempts"][0]["log"]).read_text()
     assert not (stage / "_running.json").exists()
+
+
+def test_a_shell_that_cannot_start_fails_with_127_and_says_why(tmp_path):
+    stage = tmp_path / "p/e/s"
+    step = step_input(stage, "true", [stage / "out.txt"], shell={"executable": "/no/such/shell"})
+    proc = subprocess.run(RUNNER, input=step, capture_output=True)
+    assert proc.returncode == 127
+    assert b"cannot start '/no/such/shell'" in proc.stderr and b"No such file" in proc.stderr
+    assert manifest.read(str(stage))["attempts"][0]["exit_code"] == 127
 
 
 def test_the_step_gets_default_signal_dispositions_and_a_session_of_its_own(tmp_path):
@@ -228,7 +228,7 @@ def test_the_step_gets_default_signal_dispositions_and_a_session_of_its_own(tmp_
     # then print "Broken pipe" and loop on errors instead of ending).
     stage = tmp_path / "p/e/s"
     out = stage / "out.txt"
-    proc = run_step(stage, sh(f'yes | head -n1 > /dev/null; echo "${{PIPESTATUS[0]}} $(ps -o sid= -p $$)" > {out}'),
+    proc = run_step(stage, sh(f'set +o pipefail; yes | head -n1 > /dev/null; echo "${{PIPESTATUS[0]}} $(ps -o sid= -p $$)" > {out}'),
                     outputs=[out])
     assert proc.returncode == 0, proc.stderr
     status, session = out.read_text().split()
@@ -242,7 +242,7 @@ def test_the_time_limit_terms_then_kills_a_step_that_ignores_sigterm(tmp_path, g
     policy = json.dumps({"runtime": 0.005, "kill_grace": grace})   # runtime in minutes: 0.3 s
     started = time.monotonic()
     proc = run_step(stage, sh("trap '' TERM; echo started; while :; do sleep 0.05; done"),
-                    outputs=[stage / "out.txt"], options=["--policy", policy], timeout=60)
+                    outputs=[stage / "out.txt"], policy=policy, timeout=60)
     elapsed = time.monotonic() - started
     attempt = manifest.read(str(stage))["attempts"][0]
     assert attempt["state"] == "TIMEOUT" and attempt["signal"] == signal.SIGKILL
@@ -251,30 +251,42 @@ def test_the_time_limit_terms_then_kills_a_step_that_ignores_sigterm(tmp_path, g
     assert elapsed < 10
 
 
-def test_options_as_waypost_writes_them_and_as_a_person_types_them_parse_alike():
-    from waypost import runner
-    written = ["--stage-dir", "d", "--experiment", "e", "--pair", "p", "--stage", "s", "--tolerated",
-               "--input", "a", "--input", "b", "--output", "o", "--settings", '{"k": 1}', "--pool", "onprem"]
-    quick = runner._quick_parse(written)
-    assert quick == runner._argparse(written)
-    assert quick["--input"] == ["a", "b"] and quick["--tolerated"] is True and quick["--policy"] == "{}"
-    # What the quick parser leaves to argparse: --name=value, abbreviations, missing options.
-    typed = ["--stage-dir=d", "--exp", "e", "--pair", "p", "--stage", "s", "--input", "a", "--input", "b",
-             "--output", "o", "--settings", '{"k": 1}', "--pool", "onprem", "--tol"]
-    assert runner._quick_parse(typed) is None
-    assert runner._argparse(typed) == quick
-    args = runner.parse_args([*written, "--", "cmd", "--stage", "x"])
-    assert args.stage_dir == "d" and args.input == ["a", "b"] and args.tolerated and args.command == ["cmd", "--stage", "x"]
-    assert args.reuse_from is None and args.worker_env == "{}"
+def test_the_step_spec_is_one_typed_record_read_back_as_written():
+    from waypost import spec
+    step = spec.StepSpec("echo {x} | cat\nline two", stage_dir="d", experiment="e", pair="p", stage="s",
+                         inputs=["a", "b"], outputs=["o"], tolerated=True, policy={"max_attempts": 2})
+    back = spec.read(spec.write(step))
+    assert back.fields() == step.fields() and back.command == step.command
+    assert back.shell == spec.DEFAULT_SHELL and back.reuse_from is None and back.worker_env == {}
+    # A scope's part is encoded once, each job's own part joined to it.
+    line = spec.extend(spec.encode({"stage": "s", "experiment": "e"}),
+                       {"stage_dir": "d", "pair": "p", "inputs": ["x"]})
+    assert spec.decode(line).inputs == ["x"] and "\n" not in line
 
 
-def test_runner_usage_errors_are_argparse_s(tmp_path):
-    missing = subprocess.run([sys.executable, "-m", "waypost.runner", "--stage-dir", str(tmp_path), "--", "true"],
-                             capture_output=True, text=True)
-    assert missing.returncode == 2
-    assert "the following arguments are required: --experiment, --pair, --stage" in missing.stderr
-    helped = subprocess.run([sys.executable, "-m", "waypost.runner", "--help"], capture_output=True, text=True)
-    assert helped.returncode == 0 and "--reuse-from" in helped.stdout and "-- COMMAND" in helped.stdout
-    no_command = subprocess.run([sys.executable, "-m", "waypost.runner", "--stage-dir", "d", "--experiment", "e",
-                                 "--pair", "p", "--stage", "s"], capture_output=True, text=True)
-    assert no_command.returncode == 1 and "expected '-- COMMAND ...'" in no_command.stderr
+@pytest.mark.parametrize(("line", "says"), [
+    ("not json", "not JSON"),
+    ('{"stage": "s"}', "'waypost_step' version"),
+    ('{"waypost_step": 99, "stage": "s"}', "version 99"),
+    ('{"waypost_step": 1, "stage": "s", "experiment": "e", "pair": "p"}', "'stage_dir' is missing"),
+    ('{"waypost_step": 1, "stage": "s", "experiment": "e", "pair": "p", "stage_dir": "d", "inputs": "a"}',
+     "'inputs' is str, expected list"),
+    ('{"waypost_step": 1, "stage": "s", "experiment": "e", "pair": "p", "stage_dir": "d", "oops": 1}',
+     "unknown field(s) oops"),
+])
+def test_a_bad_step_spec_is_one_clear_line(line, says):
+    proc = subprocess.run(RUNNER, input=(line + "\ntrue\n").encode(), capture_output=True, text=False)
+    assert proc.returncode == 1
+    assert says in proc.stderr.decode() and b"Traceback" not in proc.stderr
+
+
+def test_runner_usage_and_help_are_human(tmp_path):
+    helped = subprocess.run([*RUNNER, "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "standard input" in helped.stdout and "--lost-slurm-job" in helped.stdout
+    nothing = subprocess.run(RUNNER, input="", capture_output=True, text=True)
+    assert nothing.returncode == 1 and "no step on standard input" in nothing.stderr
+    wrong = subprocess.run([*RUNNER, "--no-such-option"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "unrecognized arguments" in wrong.stderr
+    spec_file = tmp_path / "step"
+    spec_file.write_bytes(step_input(tmp_path / "p/e/s", f"echo ok > {tmp_path}/o", [tmp_path / "o"]))
+    assert subprocess.run([*RUNNER, "--spec", str(spec_file)], capture_output=True).returncode == 0

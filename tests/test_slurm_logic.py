@@ -6,35 +6,27 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import subprocess
 import sys
 import zlib
 
 from snakemake_executor_plugin_waypost import _array_tasks
-from waypost import jobstep, runner, slurm
-
-COMMAND = """python3 -m waypost.runner --stage-dir 'results/a b' -- bash -c 'echo "$GPUS" > out.txt'"""
+from waypost import jobstep, slurm
 
 
-def test_a_command_survives_the_round_trip_as_one_safe_word():
-    word = jobstep.encode(COMMAND)
-    assert set(word) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=")
-    assert jobstep.decode(word) == COMMAND
-    assert jobstep.command_of([word], None) == COMMAND
-
-
-def test_an_array_task_runs_its_own_command_and_the_first_task_the_base_one():
+def test_an_array_task_runs_its_own_step_file_and_the_first_task_the_base_one():
     # As the Slurm plugin builds it: task id → zlib hex of that task's whole
     # exec line; the first task of the array runs the base command.
-    commands = {str(i): f"echo task {i}" for i in (1, 2, 3)}
-    lines = {i: f"/usr/bin/python3 -S /x/jobstep.py {jobstep.encode(c)}" for i, c in commands.items()}
+    files = {str(i): f"/spool/dir with space/step-s-{i}-1.sh" for i in (1, 2, 3)}
+    lines = {i: f"/usr/bin/python3 -S /x/jobstep.py {shlex.quote(f)}" for i, f in files.items()}
     payload = base64.b64encode(json.dumps(
         {i: zlib.compress(lines[i].encode(), 9).hex() for i in ("2", "3")}).encode()).decode()
-    argv = [jobstep.encode(commands["1"]), f"{jobstep.ARRAY_OPTION}{payload}"]
-    assert jobstep.command_of(argv, "1") == "echo task 1"
-    assert jobstep.command_of(argv, "2") == "echo task 2"
-    assert jobstep.command_of(argv, "3") == "echo task 3"
-    assert jobstep.command_of(argv, None) == "echo task 1"
+    argv = [files["1"], f"{jobstep.ARRAY_OPTION}{payload}"]
+    assert jobstep.step_file_of(argv, "1") == files["1"]
+    assert jobstep.step_file_of(argv, "2") == files["2"]
+    assert jobstep.step_file_of(argv, "3") == files["3"]
+    assert jobstep.step_file_of(argv, None) == files["1"]
 
 
 def test_sacct_rows_of_pending_array_tasks_name_each_task():
@@ -93,20 +85,10 @@ def test_each_thing_the_cluster_cannot_give_is_named():
         "partition 'gpu-a100': no such partition (the cluster has: cpu, short, gpu-v100)"]
 
 
-def test_a_command_longer_than_one_argument_may_be_still_runs(tmp_path):
-    # A funnel over thousands of points: more than the 128 KiB one argument
-    # of `bash -c` may hold.
-    command = "echo " + " ".join(f"point{i}" for i in range(30000)) + " | wc -w"
-    out = subprocess.run([sys.executable, "-S", jobstep.__file__, jobstep.encode(command)],
-                         capture_output=True, text=True)
+def test_a_step_file_of_any_length_runs_as_a_script(tmp_path):
+    # A funnel over thousands of points: far more than the 128 KiB one
+    # argument of `bash -c` may hold; the job's command line names a file.
+    step = tmp_path / "step.sh"
+    step.write_text("set -euo pipefail\necho " + " ".join(f"point{i}" for i in range(30000)) + " | wc -w\n")
+    out = subprocess.run([sys.executable, "-S", jobstep.__file__, str(step)], capture_output=True, text=True)
     assert (out.returncode, out.stdout.strip()) == (0, "30000"), out.stderr
-    failing = subprocess.run([sys.executable, "-S", jobstep.__file__, jobstep.encode("echo a; false; echo b")],
-                             capture_output=True, text=True)
-    assert (failing.returncode, failing.stdout) == (1, "a\n")      # set -e, as Snakemake's shell
-
-
-def test_the_runner_reads_a_packed_input_list():
-    paths = [f"results/_all/e/extract/p{i}/x.json" for i in range(5000)]
-    args = runner.parse_args(["--stage-dir", "d", "--experiment", "e", "--pair", "_all", "--stage", "s",
-                              "--input", "first.txt", "--input-list", jobstep.encode("\n".join(paths)), "--", "true"])
-    assert args.input == ["first.txt", *paths]

@@ -7,12 +7,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import yaml
-from conftest import REPO, waypost
+from conftest import REPO, RUNNER, step_input, waypost
 
 from waypost import graph, manifest, parallel, status, statuspage
 
@@ -95,10 +94,9 @@ def test_manifest_marked_adopted_shows_adopted(tmp_path):
 def fail_teacher(workdir: Path, pair: str, instance: str) -> None:
     """A real failed attempt: the step runner over a command that exits 3."""
     stage_dir = f"results/{pair}/exp1/train_teacher/{instance}"
-    proc = subprocess.run([sys.executable, "-m", "waypost.runner", "--stage-dir", stage_dir, "--experiment", "exp1",
-                           "--pair", pair, "--stage", "train_teacher", "--instance", instance,
-                           "--output", f"{stage_dir}/model.json", "--", "bash", "-c", "exit 3"],
-                          cwd=workdir, capture_output=True, text=True, timeout=60)
+    step = step_input(stage_dir, "exit 3", [f"{stage_dir}/model.json"], experiment="exp1", pair=pair,
+                      stage="train_teacher", instance=instance)
+    proc = subprocess.run(RUNNER, input=step, cwd=workdir, capture_output=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
 
 

@@ -1,11 +1,14 @@
 """waypost's Slurm executor for Snakemake: snakemake-executor-plugin-slurm's
 submission, with waypost's stage jobs run without a Snakemake in the job.
 
-- **The step runner straight in the job.** A stage job's command line is
-  complete in Snakemake's main process (``job.shellcmd``: the step runner
-  around the rule's command), so the job runs it directly
-  (``waypost/jobstep.py``) instead of a second Snakemake that re-parses the
-  workflow to run one command. Other jobs go the plugin's way.
+- **The step runner straight in the job.** A stage job's step is complete
+  in Snakemake's main process (``waypost.snakemake.job_command``: the step
+  runner's line with the step spec and the rule's command), so it is written
+  to a step file in the executor's temporary directory (under
+  ``.snakemake``, shared with the nodes, removed when the run ends) and the
+  job runs it directly (``waypost/jobstep.py``) instead of a second
+  Snakemake that re-parses the workflow to run one command. Other jobs go
+  the plugin's way.
 - **Packing.** A worker class with ``pack: N`` in workers.yaml submits up to
   N ready jobs of one rule with the same request as one Slurm job array (the
   plugin's arrays; each task its own allocation of the class's size, no
@@ -40,9 +43,10 @@ from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401  (re-exported)
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from waypost import jobstep, layout, manifest
+from waypost import jobstep, layout, manifest, runner
 from waypost import slurm as wslurm
-from waypost.snakemake import STEP_PARAM
+from waypost import spec as wspec
+from waypost.snakemake import STEP_PARAM, job_command
 
 # The longest wait between two status rounds (the Slurm plugin's is 180 s).
 MAX_STATUS_INTERVAL = 30
@@ -74,7 +78,18 @@ class Executor(SlurmExecutor):
     def format_job_exec(self, job: JobExecutorInterface) -> str:
         if not stage_job(job):
             return super().format_job_exec(job)
-        return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {jobstep.encode(job.shellcmd)}"
+        return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {shlex.quote(self._step_file(job))}"
+
+    def _step_file(self, job) -> str:
+        """The job's step, written where its node reads it (once per job and
+        attempt: the plugin formats an array task's command twice)."""
+        path = os.path.join(self.tmpdir, f"step-{job.rule.name}-{job.jobid}-{job.attempt}.sh")
+        if not os.path.exists(path):
+            command = job_command(job, wspec.decode(job.params[STEP_PARAM]).mirror)
+            with open(path + ".tmp", "w") as f:
+                f.write(command + "\n")
+            os.replace(path + ".tmp", path)
+        return path
 
     # --- submission: packing, and no futile resubmission -----------------
     def run_jobs(self, jobs: list[JobExecutorInterface]):
@@ -125,9 +140,8 @@ class Executor(SlurmExecutor):
         return bool(data) and data.get("run") == os.environ.get(manifest.RUN_ID_ENV) and data["state"] != "SUCCESS"
 
     @staticmethod
-    def _stage_dir(job) -> str | None:
-        words = shlex.split(job.params[STEP_PARAM])
-        return words[words.index("--stage-dir") + 1] if "--stage-dir" in words else None
+    def _stage_dir(job) -> str:
+        return wspec.decode(job.params[STEP_PARAM]).stage_dir
 
     # --- status: one sacct per round ---------------------------------------
     async def check_active_jobs(self, active_jobs):
@@ -187,10 +201,11 @@ class Executor(SlurmExecutor):
         reason = "" if reason in ("None", "") else reason
         if stage_job(job.job):
             last = job.job.restart_times <= job.job.attempt - 1
-            command = (f"{job.job.params[STEP_PARAM]} --lost-slurm-job {shlex.quote(raw or str(job.external_jobid))} "
-                       f"--lost-state {waypost_state} --lost-reason {shlex.quote(reason or f'sacct: {state}')}"
-                       + (" --last-chance" if last else "") + " -- true")
-            code, out = await _run(["bash", "-c", command])
+            argv = [*runner.command(sys.executable), "--lost-slurm-job", raw or str(job.external_jobid),
+                    "--lost-state", waypost_state, "--lost-reason", reason or f"sacct: {state}",
+                    *(["--last-chance"] if last else [])]
+            step = wspec.decode(job.job.params[STEP_PARAM])
+            code, out = await _run(argv, stdin=wspec.write(step))
             if code != 0:
                 self.logger.warning(f"waypost: could not record Slurm job {job.external_jobid}'s end: {out[-500:]}")
         self.report_job_error(job, msg=f"SLURM-job '{job.external_jobid}' ended {state}"
@@ -198,10 +213,11 @@ class Executor(SlurmExecutor):
                               aux_logs=[str(log)] if log else [])
 
 
-async def _run(argv: list[str]) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                   stderr=asyncio.subprocess.STDOUT)
-    out, _ = await process.communicate()
+async def _run(argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await process.communicate(stdin)
     return process.returncode, out.decode(errors="replace")
 
 

@@ -6,8 +6,9 @@ write local files, so the step runner runs each step on a local copy of its
 stage directory (``.snakemake/storage/waypost/<bucket>/<key>``, the same
 layout) and keeps the bucket in step with it:
 
-- the step's command line gets local paths for the URLs of the job's inputs
-  and outputs and for any URL under the stage directory (a checkpoint dir);
+- the step's command has local paths for the job's inputs and outputs:
+  Snakemake formats it with them (``waypost.snakemake``: each of the job's
+  files, whole, never a search through the command's text);
 - at the start the inputs come down, with the manifests of their stages
   beside them (past an input whose stage did not succeed, the manifests of
   the stages upstream that kept it from success too, for a step that
@@ -31,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import sys
 import threading
@@ -42,8 +42,12 @@ from .layout import ATTEMPTS, MANIFEST, RUNNING
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
 SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
 
-# A gs:// URL in a command line: up to a space, a quote or the end.
-_URL = re.compile(r"gs://[^\s'\"]+")
+
+def local_of(mirror: str, url: str) -> str:
+    """Where a gs:// URL is copied locally under ``mirror`` (gs://B/K at
+    MIRROR/B/K, the layout of Snakemake's own local copies of storage files):
+    the one mapping the step's command, the runner and the planner share."""
+    return os.path.join(mirror, url[len(storage.GCS_PREFIX):])
 
 
 class RemoteStage:
@@ -61,20 +65,7 @@ class RemoteStage:
 
     def local_of(self, url: str) -> str:
         """Where a gs:// URL is copied locally."""
-        return os.path.join(self.mirror, url[len(storage.GCS_PREFIX):])
-
-    def localize(self, command: list[str], urls: list[str]) -> list[str]:
-        """The step's command with local paths for ``urls`` and for every URL
-        under the stage directory, wherever they are in its words (after
-        ``--option=``, or inside the one ``bash -c`` script of a stage rule)."""
-        wanted = set(urls)
-
-        def local(match) -> str:
-            url = match.group(0)
-            if url in wanted or url == self.url or url.startswith(self.url + "/"):
-                return self.local_of(url)
-            return url
-        return [_URL.sub(local, arg) for arg in command]
+        return local_of(self.mirror, url)
 
     def url_of(self, local_path: str) -> str:
         """The gs:// URL of a file in the local copy of the bucket."""
@@ -349,19 +340,18 @@ def blocking_manifests(text: bytes) -> list[str]:
             and storage.is_remote(str(i.get("path")))]
 
 
-def for_runner(args) -> RemoteStage | None:
-    """The remote stage of a runner whose ``--stage-dir`` is a gs:// URL, with
-    the runner's arguments turned to local paths (inputs, outputs, and the
-    step's command line); None for a local stage dir."""
-    if not storage.is_remote(args.stage_dir):
-        return None
-    if not args.local_dir:
-        raise SystemExit("waypost.runner: a gs:// --stage-dir needs --local-dir (the local copy to work in)")
-    stage = RemoteStage(args.stage_dir, args.local_dir)
-    args.command = stage.localize(args.command, args.input + args.output)
-    args.input = [stage.local_of(u) if storage.is_remote(u) else u for u in args.input]
-    args.output = [stage.local_of(u) if storage.is_remote(u) else u for u in args.output]
-    return stage
+def for_runner(step) -> tuple[RemoteStage | None, list[str], list[str]]:
+    """The remote stage of a runner whose stage directory is a gs:// URL
+    (None for a local one), and the paths of the step's inputs and outputs
+    it works with: their local copies (the command has them already:
+    Snakemake formatted it with these paths)."""
+    if not storage.is_remote(step.stage_dir):
+        return None, step.inputs, step.outputs
+    if not step.mirror:
+        raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
+    stage = RemoteStage(step.stage_dir, local_of(step.mirror, step.stage_dir))
+    return (stage, [stage.local_of(u) if storage.is_remote(u) else u for u in step.inputs],
+            [stage.local_of(u) if storage.is_remote(u) else u for u in step.outputs])
 
 
 def check_bucket(root: str) -> None:
@@ -401,4 +391,4 @@ def planning_mirror(root: str, workflow) -> str:
     except storage.StorageError as exc:
         raise WorkflowError(str(exc)) from None
     storage.register_root(root)
-    return str(workflow.storage_registry.default_storage_provider.local_prefix)
+    return os.path.abspath(str(workflow.storage_registry.default_storage_provider.local_prefix))

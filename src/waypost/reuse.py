@@ -1,8 +1,8 @@
 """Reuse: a stage taken from another experiment, directory or bucket instead
 of computed.
 
-The job of a reused stage runs ``python -m waypost.runner ... --reuse-from
-SOURCE``: instead of the step, the runner brings the source stage's outputs
+The job of a reused stage runs the step runner with ``reuse_from: SOURCE``
+in its step spec: instead of the step, the runner brings the source stage's outputs
 (the files its manifest lists) into the stage directory — a hard link on the
 same local filesystem, else a copy (a server-side copy between gs://
 locations) —, checks each against the source manifest's size and sha256, and
@@ -69,8 +69,8 @@ def _bring(source: str, target: str) -> str:
 
 
 def take(args) -> int:
-    """Run a reuse job: the runner's work when ``--reuse-from`` is given."""
-    remote = remote_stage.for_runner(args)  # a gs:// stage dir: its engine files, locally
+    """Run a reuse job: the runner's work when the step spec has ``reuse_from``."""
+    remote, _, declared_outputs = remote_stage.for_runner(args)  # a gs:// stage dir: its engine files, locally
     if remote:
         remote.pull([])
     stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
@@ -109,7 +109,7 @@ def take(args) -> int:
                                              f"(size {size} vs {out.get('size')}, or checksum)")
             if crc32c:
                 crc32cs[out["path"]] = crc32c
-        declared = {os.path.abspath(p) for p in args.output}
+        declared = {os.path.abspath(p) for p in declared_outputs}
         missing = declared - {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in data.get("outputs", [])}
         if missing:
             raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
@@ -150,7 +150,7 @@ def take(args) -> int:
     record["source_created"] = data.get("source_created") or data.get("created")
     manifest.write_json_atomic(manifest.manifest_path(stage_dir), record)
     if remote:
-        remote.push(args.output)  # the manifest (the outputs are there already)
+        remote.push(declared_outputs)  # the manifest (the outputs are there already)
     os.unlink(running)
     if remote:
         remote.close()

@@ -1,15 +1,17 @@
 """The step runner: runs a stage's attempts and records what happened.
 
-Every rule's shell command goes through here::
+Every stage job runs it, with the job's step on its standard input (see
+``waypost.spec``: one line of JSON, the step spec, then the rule's command
+as Snakemake formatted it)::
 
-    python -m waypost.runner --stage-dir DIR --experiment E --pair P --stage S \
-        [--instance I] --settings JSON --policy JSON --config-hash H \
-        --code-version V [--tolerated] [--input F ...] [--output F ...] -- COMMAND ARGS...
+    exec python -S .../waypost/launch.py <<'WAYPOST_STEP_…'
+    {"waypost_step": 1, "stage": …}
+    the rule's command
+    WAYPOST_STEP_…
 
-(a job of a local stage starts it as ``python -S .../waypost/launch.py``: see
-``command``). It starts at every step, so it imports little (``subprocess``
-and ``argparse`` only when checks or a hand-typed command line need them) and
-skips the interpreter's teardown at exit.
+It starts at every step, so it imports little (``subprocess`` and
+``argparse`` only when checks or options need them) and skips the
+interpreter's teardown at exit.
 
 One invocation runs one *series* of attempts toward a finished stage:
 
@@ -20,16 +22,18 @@ One invocation runs one *series* of attempts toward a finished stage:
    series goes on where it stopped instead.
 2. Parents are checked against the policy's ``depends``; a stage whose parents
    don't qualify is SKIPPED.
-3. Each attempt runs the command (never through a shell) in its own process
-   group with the stage's env, output teed to ``_logs/attempt-<n>.log``, under
-   the policy's runtime (SIGTERM, then SIGKILL after a grace period). How it
-   ended is classified, the checks run, and the policy decides: done, restart
-   (same workspace), rerun (dirty/clean/new workspace) or fail.
-4. ``_manifest.json`` is written last and atomically. On failure: with
-   ``--tolerated`` (a downstream funnel accepts it) the declared outputs are
-   made to exist as placeholders, an ``_unfinished`` marker newer than them
-   makes the next run redo the stage, and the runner exits 0 so Snakemake
-   goes on to the funnel; otherwise it exits non-zero.
+3. Each attempt writes its command into ``_logs/attempt-<n>.sh`` with
+   Snakemake's shell prefix and suffix (``set -euo pipefail`` for bash) and
+   runs it with Snakemake's shell, in its own process group with the stage's
+   env, output teed to ``_logs/attempt-<n>.log``, under the policy's runtime
+   (SIGTERM, then SIGKILL after a grace period). How it ended is classified,
+   the checks run, and the policy decides: done, restart (same workspace),
+   rerun (dirty/clean/new workspace) or fail.
+4. ``_manifest.json`` is written last and atomically. On failure: when the
+   step is ``tolerated`` (a downstream funnel accepts it) the declared outputs
+   are made to exist as placeholders, an ``_unfinished`` marker newer than
+   them makes the next run redo the stage, and the runner exits 0 so
+   Snakemake goes on to the funnel; otherwise it exits non-zero.
 
 The step's own exit status is kept as it was; checks never overwrite it.
 """
@@ -45,6 +49,7 @@ import time
 
 from . import manifest, slurm, workers
 from . import policy as wpolicy
+from . import spec as wspec
 from .layout import LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_name, stage_root
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -67,109 +72,67 @@ def _die_with_parent() -> None:
         pass
 
 
-# The runner starts at every step, so its command line is read by hand when
-# it is exactly what waypost writes (``--name value``, known names, required
-# ones present); anything else (``--help``, ``--name=value``, an abbreviation,
-# a mistake) goes to argparse, built from the same table, for its parsing and
-# its messages. That spares every step argparse's import.
-#: option → (default, help); a list default: repeatable; False: a flag
-OPTIONS = {
-    "--stage-dir": (None, "the stage directory (required)"),
-    "--local-dir": (None, "with a gs:// --stage-dir: the local copy of it the step works in"),
-    "--experiment": (None, "(required)"),
-    "--pair": (None, "(required)"),
-    "--stage": (None, "(required)"),
-    "--instance": (None, None),
-    "--settings": ("{}", "the stage's settings as JSON"),
-    "--policy": ("{}", "the stage's control policy as JSON"),
-    "--config-hash": ("", None),
-    "--code-version": ("", None),
-    "--tolerated": (False, "a downstream funnel accepts this stage's failure: record it and exit 0"),
-    "--pool": ("local", None),
-    "--worker-class": ("", None),
-    "--worker-env": ("{}", "the worker class's declared GPUS/WORKSPACE as JSON"),
-    "--input": ([], None),
-    "--input-list": (None, "more inputs: newline-separated, zlib-compressed, URL-safe base64 (a funnel's "
-                           "thousands, which one command line can't hold)"),
-    "--output": ([], None),
-    "--reuse-from": (None, "take the stage from this stage directory instead of running it"),
-    # Snakemake's main process records a Slurm job of the stage that ended
-    # without a runner recording it (killed pending, before or as it started).
-    "--lost-slurm-job": (None, "record how this Slurm job of the stage ended; run no command"),
-    "--lost-state": ("CANCELLED", "its end, as a waypost state"),
-    "--lost-reason": ("", "why, in Slurm's words"),
-    "--last-chance": (False, "Snakemake will not submit the stage again this run: end its series"),
-}
-REQUIRED = ("--stage-dir", "--experiment", "--pair", "--stage")
+class LostJob:
+    """The executor's ``--lost-slurm-job`` mode: a Slurm job of the stage
+    ended without a runner recording it (killed pending, before or as it
+    started, never startable); record its end, run no command."""
+
+    def __init__(self, job: str, state: str = "CANCELLED", reason: str = "", last_chance: bool = False):
+        self.job, self.state, self.reason, self.last_chance = job, state, reason, last_chance
 
 
-class Arguments:
-    """The parsed command line: one attribute per option (``stage_dir``, ...)
-    and ``command``, the step's own command."""
-
-    def __init__(self, values: dict, command: list[str]):
-        for option, value in values.items():
-            setattr(self, option[2:].replace("-", "_"), value)
-        self.command = command
-
-
-def _quick_parse(options: list[str]) -> dict | None:
-    """The options as waypost writes them; None for anything else."""
-    values = {option: (list(default) if isinstance(default, list) else default)
-              for option, (default, _) in OPTIONS.items()}
-    i = 0
-    while i < len(options):
-        option = options[i]
-        if option not in OPTIONS:
-            return None
-        default = values[option]
-        if isinstance(default, bool):
-            values[option] = True
-            i += 1
-            continue
-        if i + 1 == len(options):
-            return None
-        if isinstance(default, list):
-            default.append(options[i + 1])
-        else:
-            values[option] = options[i + 1]
-        i += 2
-    if any(values[option] is None for option in REQUIRED):
-        return None
-    return values
-
-
-def _argparse(options: list[str]) -> dict:
+def _parser():
     import argparse
     parser = argparse.ArgumentParser(
-        prog="python -m waypost.runner", usage="%(prog)s [options] -- COMMAND ...",
+        prog="python -m waypost.runner", usage="%(prog)s [options] < STEP",
+        description="Run one stage job's step: its attempts, checks and policy, then its manifest. "
+                    "The step comes on standard input (or from --spec FILE): one line of JSON, the step spec "
+                    "(waypost.spec), then the command to its end. Snakemake's main process writes it; "
+                    "see 'What the step sees' in waypost's manual (docs/reliability.md).",
         # A set width: argparse would import shutil to measure the terminal.
         formatter_class=lambda prog: argparse.HelpFormatter(prog, width=100))
-    for option, (default, help_text) in OPTIONS.items():
-        if default is False:
-            parser.add_argument(option, action="store_true", help=help_text)
-        elif isinstance(default, list):
-            parser.add_argument(option, action="append", default=[], help=help_text)
-        else:
-            parser.add_argument(option, default=default, required=option in REQUIRED, help=help_text)
-    parsed = vars(parser.parse_args(options))
-    return {option: parsed[option[2:].replace("-", "_")] for option in OPTIONS}
+    parser.add_argument("--spec", metavar="FILE", help="read the step from FILE instead of standard input")
+    # Snakemake's main process records a Slurm job of the stage that ended
+    # without a runner recording it (killed pending, before or as it started).
+    parser.add_argument("--lost-slurm-job", metavar="JOB", help="record how this Slurm job of the stage ended; "
+                        "run no command")
+    parser.add_argument("--lost-state", default="CANCELLED", help="its end, as a waypost state")
+    parser.add_argument("--lost-reason", default="", help="why, in Slurm's words")
+    parser.add_argument("--last-chance", action="store_true",
+                        help="Snakemake will not submit the stage again this run: end its series")
+    return parser
 
 
-def parse_args(argv: list[str]) -> Arguments:
-    if "--" not in argv:
-        if {"-h", "--help"} & set(argv):
-            _argparse(["--help"])
-        raise SystemExit("waypost.runner: expected '-- COMMAND ...' after the options")
-    split = argv.index("--")
-    values = _quick_parse(argv[:split]) or _argparse(argv[:split])
-    command = argv[split + 1:]
-    if not command:
-        raise SystemExit("waypost.runner: no command given after '--'")
-    if values["--input-list"]:
-        from .jobstep import decode
-        values["--input"] = values["--input"] + decode(values["--input-list"]).split("\n")
-    return Arguments(values, command)
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def parse_args(argv: list[str]) -> tuple[wspec.StepSpec, LostJob | None]:
+    """The step (from standard input, or ``--spec FILE``) and the lost-job
+    mode's options. A job's runner has no options: argparse (and its import)
+    is only for the executor's lost-job mode, ``--spec`` and ``--help``."""
+    lost, source = None, None
+    if argv:
+        options = _parser().parse_args(argv)
+        source = options.spec
+        if options.lost_slurm_job:
+            lost = LostJob(options.lost_slurm_job, options.lost_state, options.lost_reason, options.last_chance)
+    if source:
+        with open(source, "rb") as f:
+            data = f.read()
+    else:
+        data = _read_all(0)
+    if not data.strip():
+        raise SystemExit("waypost.runner: no step on standard input (see --help)")
+    try:
+        return wspec.read(data), lost
+    except wspec.SpecError as exc:
+        raise SystemExit(f"waypost.runner: {exc}") from None
 
 
 def _parent(stage_dir: str, path: str) -> tuple[str, dict]:
@@ -327,25 +290,63 @@ class Attempt:
             self.timed_out = True
             self._terminate()
 
-    def _tee(self, output: int, log) -> None:
-        """Copy the step's output to the log and to stderr until it closes,
-        beating the heartbeat whenever ``HEARTBEAT_S`` pass (quiet steps too)."""
+    def _tee(self, output: int, log) -> int:
+        """Copy the step's output to the log and to stderr until the step's
+        shell has ended and the output is closed, beating the heartbeat
+        whenever ``HEARTBEAT_S`` pass (quiet steps too). Returns the shell's
+        wait status. What the shell left running in the step's process group
+        when it ended (a background job it did not wait for, a child of a
+        killed shell) is killed then: nothing of an attempt goes on writing
+        in the stage directory once its end is recorded."""
         import select
+        # SIGCHLD wakes the select (a handler of Python's: set_wakeup_fd).
+        wake_read, wake_write = os.pipe()
+        for fd in (wake_read, wake_write):
+            os.set_blocking(fd, False)
+        previous_fd = signal.set_wakeup_fd(wake_write)
+        previous_chld = signal.signal(signal.SIGCHLD, lambda *_: None)
+        status, closed, drain_until = None, False, None
         last_beat = time.monotonic()
-        while True:
-            ready, _, _ = select.select([output], [], [], HEARTBEAT_S)
-            if ready:
-                chunk = os.read(output, 65536)
-                if not chunk:
-                    break
-                log.write(chunk)
-                log.flush()
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.buffer.flush()
-            if self.heartbeat and time.monotonic() - last_beat >= HEARTBEAT_S:
-                last_beat = time.monotonic()
-                self.heartbeat()
-        os.close(output)
+        try:
+            while not closed:
+                if status is None:
+                    pid, found = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        status = found
+                        self._signal_group(signal.SIGKILL)   # the shell is gone: so is what it left
+                        drain_until = time.monotonic() + 5   # (a writer outside the group: don't wait on it)
+                timeout = HEARTBEAT_S if drain_until is None else max(0.0, drain_until - time.monotonic())
+                ready, _, _ = select.select([output, wake_read], [], [], timeout)
+                if wake_read in ready:
+                    while True:
+                        try:
+                            if not os.read(wake_read, 512):
+                                break
+                        except BlockingIOError:
+                            break
+                if output in ready:
+                    chunk = os.read(output, 65536)
+                    if chunk:
+                        log.write(chunk)
+                        log.flush()
+                        sys.stderr.buffer.write(chunk)
+                        sys.stderr.buffer.flush()
+                    elif status is None:
+                        closed = True
+                        _, status = os.waitpid(self.pid, 0)
+                    else:
+                        closed = True
+                elif drain_until is not None and time.monotonic() >= drain_until:
+                    closed = True
+                if self.heartbeat and time.monotonic() - last_beat >= HEARTBEAT_S:
+                    last_beat = time.monotonic()
+                    self.heartbeat()
+        finally:
+            signal.signal(signal.SIGCHLD, previous_chld)
+            signal.set_wakeup_fd(previous_fd)
+            for fd in (output, wake_read, wake_write):
+                os.close(fd)
+        return status
 
     def run(self) -> int:
         handlers = {s: self._on_signal for s in FORWARDED_SIGNALS}
@@ -364,14 +365,25 @@ class Attempt:
                     self._term_then_kill()
                 elif self.runtime is not None:
                     signal.setitimer(signal.ITIMER_REAL, self.runtime)
-                self._tee(output, log)
-                _, status = os.waitpid(self.pid, 0)
+                status = self._tee(output, log)
                 self.returncode = os.waitstatus_to_exitcode(status)
                 return self.returncode
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+    @property
+    def killed_by(self) -> int | None:
+        """The signal that ended the step: its shell's own, or, as the
+        shell reports a command killed by signal N (status 128 + N), its
+        command's."""
+        code = self.returncode
+        if code is None:
+            return None
+        if code < 0:
+            return -code
+        return code - 128 if 128 < code < 128 + 65 else None
 
 
 def classify(returncode: int, attempt: Attempt, oom: bool, missing_outputs: list[str]) -> str:
@@ -382,7 +394,7 @@ def classify(returncode: int, attempt: Attempt, oom: bool, missing_outputs: list
         return "CANCELLED"
     if oom:
         return "OOM"
-    if returncode < 0 and -returncode in HARDWARE_SIGNALS:
+    if attempt.killed_by in HARDWARE_SIGNALS:
         return "HWFAILURE"
     if returncode != 0 or missing_outputs:
         return "FAILED"
@@ -392,16 +404,19 @@ def classify(returncode: int, attempt: Attempt, oom: bool, missing_outputs: list
 class StageRun:
     """One series of attempts of one stage."""
 
-    def __init__(self, args: Arguments):
-        self.args = args
+    def __init__(self, step: wspec.StepSpec, lost: LostJob | None = None):
+        self.spec = step
+        self.lost = lost
         self.remote = None
-        if args.stage_dir.startswith("gs://"):   # only then: the runner starts at every step
+        # The paths the step works with: on a bucket root, the local copies.
+        self.inputs, self.outputs = step.inputs, step.outputs
+        if step.stage_dir.startswith("gs://"):   # only then: the runner starts at every step
             from . import remote_stage
-            self.remote = remote_stage.for_runner(args)
-        self.dir = self.remote.local if self.remote else args.stage_dir
+            self.remote, self.inputs, self.outputs = remote_stage.for_runner(step)
+        self.dir = self.remote.local if self.remote else step.stage_dir
         # The Snakemake run this job is part of (a runner started by hand: a run of its own).
         self.run_id = os.environ.get(manifest.RUN_ID_ENV) or manifest.new_run_id()
-        self.policy = wpolicy.Policy.from_config(json.loads(args.policy))
+        self.policy = wpolicy.Policy.from_config(step.policy)
         self.history: list[dict] = []   # every attempt ever, this series last
         self.series_no = 1
         self.series: list[dict] = []
@@ -409,7 +424,7 @@ class StageRun:
         self.first = ("cmd", "a first series")
         self.refusal = ""
         # How the runner's lines name the stage: experiment/pair/stage[/instance].
-        self.name = stage_name(args.pair, args.experiment, args.stage, args.instance)
+        self.name = stage_name(step.pair, step.experiment, step.stage, step.instance)
 
     # --- bookkeeping -----------------------------------------------------
     def _path(self, name: str) -> str:
@@ -421,11 +436,11 @@ class StageRun:
         manifest.write_json_atomic(self._path(RUNNING), {
             "pid": None if lost_job else os.getpid(), "host": None if lost_job else manifest.hostname(),
             "run": self.run_id, "series": self.series_no,
-            "series_base": self.series_base, "outputs": [os.path.relpath(o, self.dir) for o in self.args.output],
+            "series_base": self.series_base, "outputs": [os.path.relpath(o, self.dir) for o in self.outputs],
             "slurm_job_id": lost_job or os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote:
-            self.remote.push(self.args.output)
+            self.remote.push(self.outputs)
 
     def _heartbeat(self) -> None:
         """Show that this runner is alive: refresh ``_running.json``'s time."""
@@ -556,20 +571,25 @@ class StageRun:
         in_series = len(self.series) + 1
         os.makedirs(self._path(LOGS), exist_ok=True)
         log_rel = os.path.join(LOGS, f"attempt-{number}.log")
-        command = self.args.command
+        command = self.spec.command
         if action == "restart" and self.policy.restart != "same":
-            command = ["bash", "-c", self.policy.restart]
+            command = self.policy.restart
+        # The command runs as plain Snakemake runs one: its shell, prefix and
+        # suffix, from a script (of any length) kept beside the attempt's log.
+        script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
+        with open(self._path(script_rel), "w") as f:
+            f.write(self.spec.script(command))
         # Under Slurm the job's time limit is Slurm's to enforce (and report).
         runtime = None if os.environ.get("SLURM_JOB_ID") else self.policy.runtime_seconds(in_series)
         previous = self.series[-1]["state"] if self.series else ""
-        worker = workers.worker_env(os.environ, json.loads(self.args.worker_env))
+        worker = workers.worker_env(os.environ, self.spec.worker_env)
         record = {
             "number": number, "series": self.series_no, "action": action, "state": None,
             "exit_code": None, "signal": None, "checks": {}, "decision": None,
             "start": manifest.now_iso(), "end": None, "duration_s": None,
             "host": manifest.hostname(), "run": self.run_id, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "runtime_limit_s": runtime, "command": command, "workspace": ".", "log": log_rel,
-            "worker": {"pool": self.args.pool, "class": self.args.worker_class, **worker},
+            "runtime_limit_s": runtime, "command": command, "script": script_rel, "workspace": ".", "log": log_rel,
+            "worker": {"pool": self.spec.pool, "class": self.spec.worker_class, **worker},
         }
         if in_series == 1:
             record["why"] = self.first[1]   # how this series began
@@ -584,14 +604,17 @@ class StageRun:
             env["WORKSPACE"] = str(worker["WORKSPACE"])
         oom_before = _oom_kills()
         started = time.monotonic()
-        attempt = Attempt(command, env, self._path(log_rel), runtime, self.policy.kill_grace, self._heartbeat)
+        if self.remote and "gs://" in command:
+            self._announce_urls(command, self._path(log_rel))
+        attempt = Attempt([self.spec.executable, self._path(script_rel)], env, self._path(log_rel), runtime,
+                          self.policy.kill_grace, self._heartbeat)
         if self.remote:
-            with self.remote.syncing(self.args.output):
+            with self.remote.syncing(self.outputs):
                 returncode = attempt.run()
         else:
             returncode = attempt.run()
         oom_after = _oom_kills()
-        missing = [p for p in self.args.output if not os.path.exists(p)] if returncode == 0 else []
+        missing = [p for p in self.outputs if not os.path.exists(p)] if returncode == 0 else []
         state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
         record.update({
             "state": state,
@@ -608,14 +631,28 @@ class StageRun:
               + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
         return record
 
+    @staticmethod
+    def _announce_urls(command: str, log_path: str) -> None:
+        """Say so when the step's command still names a gs:// URL: its inputs
+        and outputs are local copies, but a URL written into the command (or
+        a setting) reaches the step as it is, and a program that reads plain
+        files can't open it."""
+        import re
+        urls = sorted(set(re.findall(r"gs://[^\s'\";|&()<>]+", command)))
+        message = (f"waypost: note: the command names {', '.join(urls)}; only the job's inputs and outputs are "
+                   "mapped to local copies, so the step sees these as they are (URLs, not files)\n").encode()
+        with open(log_path, "ab") as log:
+            log.write(message)
+        sys.stderr.buffer.write(message)
+
     def env(self, action: str, previous: str, counts: dict, runtime: float | None) -> dict:
         env = dict(os.environ)
         env.update({
             "WAYPOST_STAGE_DIR": self.dir,
-            "WAYPOST_EXPERIMENT": self.args.experiment,
-            "WAYPOST_PAIR": self.args.pair,
-            "WAYPOST_STAGE": self.args.stage,
-            "WAYPOST_INSTANCE": self.args.instance or "",
+            "WAYPOST_EXPERIMENT": self.spec.experiment,
+            "WAYPOST_PAIR": self.spec.pair,
+            "WAYPOST_STAGE": self.spec.stage,
+            "WAYPOST_INSTANCE": self.spec.instance or "",
             "WAYPOST_ACTION": action,
             "WAYPOST_ATTEMPT": str(counts["attempt"]),
             "WAYPOST_ATTEMPT_RESTART": str(counts["attempt.restart"]),
@@ -653,7 +690,7 @@ class StageRun:
     def parents_block(self) -> list[str]:
         """Parents whose state the policy's ``depends`` does not accept."""
         blocked = []
-        for path in self.args.input:
+        for path in self.inputs:
             state = parent_state(os.path.dirname(path), path)
             effective = "SUCCESS" if state == "ADOPTED" else state
             if effective == "MISSING" or not self.policy.accepts(effective):
@@ -676,14 +713,14 @@ class StageRun:
         the policy fails it or Snakemake will not (``--last-chance``).
         A job a runner did record is left to that record (an open attempt is
         closed from sacct by the next runner, or here on the last chance)."""
-        job = self.args.lost_slurm_job
+        job = self.lost.job
         self.received_signal = None
         recorded = self._recorded_job(job)
         if recorded:
             # A runner recorded this job. Its series is either over (its
             # manifest) or left open for the next job (an attempt Slurm ended,
             # or one that needs a bigger allocation): on the last chance, end it.
-            if not self.args.last_chance or not os.path.exists(self._path(RUNNING)):
+            if not self.lost.last_chance or not os.path.exists(self._path(RUNNING)):
                 return 0
             if self.start() is not None:
                 return 0
@@ -693,20 +730,20 @@ class StageRun:
         action = self.series[-1]["decision"]["action"] if self.series and self.series[-1].get("decision") \
             else self.first[0]
         now = manifest.now_iso()
-        reason = self.args.lost_reason or "the Slurm job ended before its step runner started"
+        reason = self.lost.reason or "the Slurm job ended before its step runner started"
         record = {
             "number": len(self.history) + 1, "series": self.series_no, "action": action,
-            "state": self.args.lost_state, "exit_code": None, "signal": None, "checks": {}, "decision": None,
+            "state": self.lost.state, "exit_code": None, "signal": None, "checks": {}, "decision": None,
             "start": now, "end": now, "duration_s": 0.0, "host": None, "run": self.run_id,
-            "slurm_job_id": job, "runtime_limit_s": None, "command": self.args.command, "workspace": ".",
-            "log": None, "error": f"Slurm job {job} ended {self.args.lost_state} before its step ran: {reason}",
-            "worker": {"pool": self.args.pool, "class": self.args.worker_class},
+            "slurm_job_id": job, "runtime_limit_s": None, "command": self.spec.command, "workspace": ".",
+            "log": None, "error": f"Slurm job {job} ended {self.lost.state} before its step ran: {reason}",
+            "worker": {"pool": self.spec.pool, "class": self.spec.worker_class},
         }
         if len(self.series) == 0:
             record["why"] = self.first[1]
         self.history.append(record)
         self.series.append(record)
-        return self._decide_and_end(last_chance=self.args.last_chance, why=record["error"])
+        return self._decide_and_end(last_chance=self.lost.last_chance, why=record["error"])
 
     def _recorded_job(self, job: str) -> str | None:
         """Does a runner's record name this Slurm job: "open" (its attempt
@@ -741,10 +778,10 @@ class StageRun:
 
     def run(self) -> int:
         self.received_signal = None
-        if self.args.lost_slurm_job:
+        if self.lost:
             return self.record_lost_job()
         if self.remote:
-            self.remote.pull(self.args.input)
+            self.remote.pull(self.inputs)
         busy, where = manifest.attempt_in_flight(self.dir, me=os.getpid())
         if busy:
             print(f"waypost: {self.name}: another attempt is still running in {self.dir} ({where}); "
@@ -759,7 +796,7 @@ class StageRun:
             print(f"waypost: {self.name}: {self.refusal}; not started"
                   + ("; `waypost retry` or `waypost rerun` to try again" if started == "given up" else ""),
                   file=sys.stderr)
-            if self.args.tolerated:   # a funnel goes on over it, as when it ended
+            if self.spec.tolerated:   # a funnel goes on over it, as when it ended
                 self._placeholders()
                 return 0
             return 1
@@ -812,15 +849,15 @@ class StageRun:
         return self.finish(final)
 
     def finish(self, state: str, reason: str | None = None) -> int:
-        outputs = manifest.describe_outputs(self.dir, self.args.output) if state == "SUCCESS" else []
-        inputs = describe_inputs(self.args.input)
+        outputs = manifest.describe_outputs(self.dir, self.outputs) if state == "SUCCESS" else []
+        inputs = describe_inputs(self.inputs)
         if self.remote:
             inputs = self.remote.locate(inputs)
         record = manifest.build(
-            experiment=self.args.experiment, pair=self.args.pair, stage=self.args.stage,
-            instance=self.args.instance, state=state, attempts=self.history, outputs=outputs,
-            inputs=inputs, settings=json.loads(self.args.settings),
-            config_hash=self.args.config_hash, code_version=self.args.code_version, run=self.run_id,
+            experiment=self.spec.experiment, pair=self.spec.pair, stage=self.spec.stage,
+            instance=self.spec.instance, state=state, attempts=self.history, outputs=outputs,
+            inputs=inputs, settings=self.spec.settings,
+            config_hash=self.spec.config_hash, code_version=self.spec.code_version, run=self.run_id,
         )
         if self.series_base:
             record["series_base"] = self.series_base
@@ -845,12 +882,12 @@ class StageRun:
         if reason:
             record["reason"] = reason
             print(f"waypost: {self.name} {state}: {reason}", file=sys.stderr)
-        tolerated = state != "SUCCESS" and self.args.tolerated and self.received_signal is None
+        tolerated = state != "SUCCESS" and self.spec.tolerated and self.received_signal is None
         if tolerated:
             self._placeholders()
         manifest.write_json_atomic(manifest.manifest_path(self.dir), record)
         if self.remote:  # outputs only where they count; the manifest last
-            self.remote.push(self.args.output, final=state == "SUCCESS" or tolerated)
+            self.remote.push(self.outputs, final=state == "SUCCESS" or tolerated)
         # A skipped stage is looked at again when one of its parents is redone
         # (a parent given up is not: nor is its consumer), a failed one is redone.
         self._set_marker(UNFINISHED, redo_from if tolerated and state != "SKIPPED" and not record.get("given_up")
@@ -879,7 +916,7 @@ class StageRun:
     def _register_hold(self, until: float | None) -> None:
         """Keep the root's registry of stages on hold (layout.HELD) true: an
         entry dated ``until`` (0: given up), or none."""
-        entry = held_entry(stage_root(self.args.stage_dir, self.args.instance), self.args.stage_dir)
+        entry = held_entry(stage_root(self.spec.stage_dir, self.spec.instance), self.spec.stage_dir)
         if self.remote:
             self.remote.registry(entry, until)
         elif until is not None:
@@ -914,30 +951,39 @@ class StageRun:
     def _placeholders(self) -> None:
         """Declared outputs Snakemake needs to see; empty where the step wrote
         none. The manifest (not SUCCESS) and the marker say what they are."""
-        for path in self.args.output:
+        for path in self.outputs:
             if not os.path.exists(path):
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 open(path, "wb").close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.reuse_from:
+    step, lost = parse_args(sys.argv[1:] if argv is None else argv)
+    if step.reuse_from or step.stage_dir.startswith("gs://"):
+        _with_site()   # gcsfs and the rest of what they import are site-packages'
+    if step.reuse_from and not lost:
         from . import reuse
-        return reuse.take(args)
+        return reuse.take(step)
     try:
-        return StageRun(args).run()
+        return StageRun(step, lost).run()
     except wpolicy.PolicyError as exc:
-        print(f"waypost: invalid policy for {args.stage}: {exc}", file=sys.stderr)
+        print(f"waypost: invalid policy for {step.stage}: {exc}", file=sys.stderr)
         return 2
 
 
-def command(python: str, site: bool = True) -> list[str]:
-    """How a job starts the runner. ``site=False`` for a local stage that is
-    run, not reused: that runner needs nothing beyond the standard library
-    and waypost, and starts ~3 ms sooner without ``site`` (see ``launch``)."""
-    if site:
-        return [python, "-m", "waypost.runner"]
+def _with_site() -> None:
+    """Installed packages on ``sys.path``, for a runner started without
+    ``site`` (``launch.py``) whose step needs them (a bucket, a reuse)."""
+    if not sys.flags.no_site:
+        return
+    import site
+    site.main()
+
+
+def command(python: str) -> list[str]:
+    """How a job starts the runner: without ``site``, which costs each step
+    ~3 ms (``launch.py``); a step that needs installed packages (a bucket, a
+    reuse) brings them in itself (``_with_site``)."""
     return [python, "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.py")]
 
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 
 from . import config as wconfig
-from . import jobstep, layout, manifest, reuse, runner, storage
+from . import layout, manifest, reuse, runner, storage
+from . import spec as wspec
 from . import workers as wworkers
 
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
@@ -33,12 +34,19 @@ REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 #: the file they go to: the rules are read, nothing of the config is checked,
 #: no bucket is touched.
 FACTS_ONLY_ENV = "WAYPOST_FACTS_ONLY"
-STEP_PARAM = "waypost"   # the param holding a stage job's step-runner command
-# The user's shell command reaches the step runner as one argument, untouched:
-# a quoted here-document (pipes, redirections and quotes stay the step's).
-_HEREDOC = "WAYPOST_STEP_COMMAND"
-#: More inputs than this go to the step runner as one compressed word.
-PACKED_INPUTS = 20
+STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.spec)
+
+# Snakemake internals this module relies on (tested with snakemake 9.27; the
+# range pinned in pyproject.toml). Everything else it uses is public.
+# - shell._get_process_prefix(executable), shell._process_suffix: the prefix
+#   and suffix ``shell.prefix()``/``shell.suffix()`` set (no public getter),
+#   which the step runner puts around the step's command (``_snakemake_shell``);
+# - Rule._input, Rule.dependencies, Rule.input._names, Rule.params._names and
+#   Namedlist._set_name (a params function replaced: ``_map_param_functions``),
+#   Rule.resources._data, Rule.input_modifier/output_modifier: ``_wire``
+#   replaces a stage rule's inputs with one function;
+# - Rule.run_func and the RULEFUNC_CONTEXT_MARKER parameter of a rule's run
+#   function: ``_shell_run_func``.
 
 
 class StageError(Exception):
@@ -163,7 +171,10 @@ class Pipeline:
         self._file_digests: dict[str, bytes] = {}
         self._commands: dict[str, str] = {}   # stage → its rule's shell command as written
         self.python = sys.executable
-        self._runner = {site: shlex.join(runner.command(self.python, site)) for site in (False, True)}
+        # How a stage job starts the step runner (braces doubled: the line is
+        # part of the rule's command, which Snakemake formats).
+        self._runner = shlex.join(runner.command(self.python)).replace("{", "{{").replace("}", "}}")
+        self._shell_exec: dict[str, str] = {}   # stage → its rule's own shell_exec resource
         self.pool = config["pool"]
         self.workers = {"pools": {}} if self.facts_only else self._load_workers(
             wworkers.pools_file(config.get("workers"), self.repo_dir), check)
@@ -545,6 +556,9 @@ class Pipeline:
                              "attempt by attempt); script:, run: and wrapper: are not supported")
         if STEP_PARAM in rule.params._names:
             raise StageError(f"rule {name}: the param name {STEP_PARAM!r} is waypost's own")
+        if wspec.DELIMITER in rule.shellcmd:
+            raise StageError(f"rule {name}: its shell command holds {wspec.DELIMITER!r}, the line that ends "
+                             "waypost's here-document around it")
         wildcards = set(rule.wildcard_names) - {"experiment", "instance", self.axis_wc}
         if wildcards:
             raise StageError(f"rule {name}: wildcards other than waypost's ({', '.join(sorted(wildcards))}): "
@@ -581,13 +595,41 @@ class Pipeline:
             rule.input_modifier = rule.output_modifier
         rule.set_input(unpack(self._inputs_of(name, items)))
         self._commands[name] = rule.shellcmd
-        rule.shellcmd = (f"{{params.{STEP_PARAM}}} -- bash -c \"$(cat <<'{_HEREDOC}'\n"
-                         f"{rule.shellcmd.strip()}\n{_HEREDOC}\n)\"")
-        rule.run_func = _shell_run_func(rule.run_func, rule.shellcmd)
+        # The step runner reads the job's step spec, then the rule's command
+        # as Snakemake formats it, from a quoted here-document: no argument
+        # carries the command (of any length), and its shell syntax stays the
+        # step's. ``exec``: the runner's status is the job's, and a
+        # ``shell.suffix()`` is run by the step's script only.
+        rule.shellcmd = (f"exec {self._runner} <<'{wspec.DELIMITER}'\n{{params.{STEP_PARAM}}}\n"
+                         f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
+        rule.run_func = _shell_run_func(rule.run_func, rule.shellcmd, self.mirror)
+        if self.mirror:
+            self._map_param_functions(rule)
         rule.set_params(**{STEP_PARAM: self.step(name)})
+        shell_exec = rule.resources._data.get("shell_exec")
+        if shell_exec is not None:
+            if not isinstance(shell_exec.value, str):
+                raise StageError(f"rule {name}: resources.shell_exec of a stage rule is a path to a shell, "
+                                 "not a function")
+            self._shell_exec[name] = shell_exec.value
         worker = rule.resources._data.pop("worker", None)
         self._default_class[name] = worker.value if worker is not None else wworkers.DEFAULT_CLASS
         self._rule_resources[name] = rule
+
+    def _map_param_functions(self, rule) -> None:
+        """On a bucket root: a params function that takes the job's ``input``
+        or ``output`` gets their local copies (``local_files``), as the
+        command does, so a path it builds (``--out={output.model}.tmp``) is
+        one the step can open."""
+        for index, param in enumerate(rule.params):
+            if not callable(param):
+                continue
+            takes = set(inspect.signature(param).parameters) & {"input", "output"}
+            if takes:
+                rule.params[index] = _with_local_files(param, takes, self.mirror)
+                for name, (start, end) in list(rule.params._names.items()):
+                    if start == index and end is None:
+                        rule.params._set_name(name, index)   # a named param is an attribute too
 
     def _stage_of_path(self, pattern: str) -> list[str]:
         """The stage a path pattern is in, if it is under the root."""
@@ -782,38 +824,26 @@ class Pipeline:
 
     # --- the step runner ------------------------------------------------
     def step(self, stage: str):
-        """A params function giving the step-runner command of a job: its
-        rule's shell command follows it (see ``_wire``)."""
-        def prefix(wildcards, input, output):
+        """A params function giving a stage job's step spec (one line of
+        JSON: ``waypost.spec``); the rule's command follows it on the step
+        runner's standard input (see ``_wire``)."""
+        def spec_line(wildcards, input, output):
             experiment = wildcards.experiment
             pair = self._pair(wildcards)
             instance = wildcards.get("instance")
-            stage_dir = layout.stage_dir(self.root, pair, experiment, stage, instance)
-            args = ["--stage-dir", stage_dir, "--pair", pair]
+            own = {"stage_dir": layout.stage_dir(self.root, pair, experiment, stage, instance), "pair": pair,
+                   "inputs": list(input), "outputs": list(output)}
             if instance:
-                args += ["--instance", instance]
-            if self.mirror:
-                args += ["--local-dir", os.path.join(self.mirror, stage_dir[len("gs://"):])]
+                own["instance"] = instance
             source = self.reuse_location(experiment, pair, stage, instance)
             if source:
-                args += ["--reuse-from", source]
-            if len(input) > PACKED_INPUTS:
-                # A funnel over thousands: one word, or the command outgrows
-                # what one argument of `bash -c` may hold (128 KiB).
-                args += ("--input-list", jobstep.encode("\n".join(input)))
-            else:
-                for path in input:
-                    args += ("--input", path)
-            for path in output:
-                args += ("--output", path)
-            # A local stage that is run (most jobs) starts the runner without site.
-            site = bool(self.mirror or source)
-            return f"{self._runner[site]} {self._runner_options(stage, experiment, pair)} {_quoted(args)}"
-        return _presigned(prefix)
+                own["reuse_from"] = source
+            return wspec.extend(self._scope_spec(stage, experiment, pair), own)
+        return _presigned(spec_line)
 
-    def _runner_options(self, stage: str, experiment: str, pair: str) -> str:
-        """The step runner's options that the stage's settings decide
-        (quoted): the same for every job of the scope."""
+    def _scope_spec(self, stage: str, experiment: str, pair: str) -> str:
+        """The part of a job's step spec that its stage's settings decide
+        (encoded): the same for every job of the scope."""
         key = (stage, experiment, self._scope(experiment, pair))
         if key not in self._step_options:
             settings = self.settings(experiment, pair, stage)
@@ -823,15 +853,15 @@ class Pipeline:
             runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
             if policy.get("runtime") is None and runtime:
                 policy["runtime"] = runtime
-            self._step_options[key] = shlex.join([
-                "--stage", stage, "--experiment", experiment,
-                *(["--tolerated"] if self.tolerated(stage, experiment, pair) else []),
-                "--settings", json.dumps(settings, sort_keys=True, separators=(",", ":")),
-                "--policy", json.dumps(policy, sort_keys=True, separators=(",", ":")),
-                "--config-hash", wconfig.settings_hash(settings),
-                "--code-version", self.stage_code_version(stage),
-                "--pool", self.pool, "--worker-class", worker_name,
-                "--worker-env", json.dumps(spec.get("env") or {}, sort_keys=True, separators=(",", ":"))])
+            fields = {"stage": stage, "experiment": experiment, "settings": settings, "policy": policy,
+                      "config_hash": wconfig.settings_hash(settings), "code_version": self.stage_code_version(stage),
+                      "pool": self.pool, "worker_class": worker_name, "worker_env": spec.get("env") or {},
+                      "shell": _snakemake_shell(self._shell_exec.get(stage))}
+            if self.tolerated(stage, experiment, pair):
+                fields["tolerated"] = True
+            if self.mirror:
+                fields["mirror"] = self.mirror
+            self._step_options[key] = wspec.encode(fields)
         return self._step_options[key]
 
     # --- code versions ---------------------------------------------------
@@ -1005,27 +1035,67 @@ def _presigned(function):
 
 
 _PLAIN_FIELDS = re.compile(r"(?:[^{}]|\{\w+\})*")   # a pattern str.format can fill
-_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)   # what shlex.quote quotes
 
 
-def _quoted(args: list[str]) -> str:
-    """``shlex.join(args)``, faster when nothing needs quoting (stage paths
-    are made of checked names: the usual case)."""
-    if all(args) and _UNSAFE.search("".join(args)) is None:
-        return " ".join(args)
-    return shlex.join(args)
+def _snakemake_shell(executable: str | None = None) -> dict:
+    """How Snakemake's ``shell`` runs a command: its executable (a rule's
+    ``shell_exec`` resource, else ``shell.executable()``'s), prefix (``set
+    -euo pipefail; `` for bash, or ``shell.prefix()``'s) and suffix."""
+    from snakemake.shell import shell
+    executable = executable or shell.get_executable()
+    return {"executable": executable, "prefix": shell._get_process_prefix(executable),
+            "suffix": shell._process_suffix}
 
 
-def _shell_run_func(original, command: str):
+def local_files(files, mirror: str | None):
+    """A job's files (a Namedlist of plain strings, as a rule's run function
+    or a params function gets them) with each gs:// URL replaced, whole, by
+    its local copy under ``mirror``: what the step works on. ``files`` as
+    they are on a local root (``mirror`` None)."""
+    if not mirror:
+        return files
+    from snakemake.iocontainers import Namedlist
+
+    from .remote_stage import local_of
+    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f) if storage.is_remote(str(f)) else f)
+
+
+def _with_local_files(function, names: set[str], mirror: str):
+    def mapped(*args, **kwargs):
+        for name in names:
+            if name in kwargs:
+                kwargs[name] = local_files(kwargs[name], mirror)
+        return function(*args, **kwargs)
+    mapped.__signature__ = inspect.signature(function)
+    return mapped
+
+
+def job_command(job, mirror: str | None) -> str:
+    """A stage job's shell command (``_wire``'s runner line with the spec
+    and the rule's command), formatted as Snakemake formats ``job.shellcmd``,
+    but with the local copies of its files on a bucket root: the command a
+    job the executor submits runs."""
+    if not mirror:
+        return job.shellcmd
+    names = {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
+    return job.format_wildcards(job.rule.shellcmd, **names)
+
+
+def _shell_run_func(original, command: str, mirror: str | None):
     """A rule's run function that runs ``command`` instead of the shell
     command it was written with (Snakemake compiles a ``shell:`` into a
     function calling ``shell(...)``, which fills the command's placeholders
-    from that function's own arguments: the new one takes the same)."""
+    from that function's own arguments: the new one takes the same, the
+    marker of a rule's function included, so ``shell`` takes the job's
+    threads, resources and environment from them as for any rule). On a
+    bucket root its files are their local copies first (``local_files``)."""
     parameters = inspect.signature(original).parameters
     source = (f"def run({', '.join(str(p) for p in parameters.values())}):\n"
-              "    shell(command, bench_record=bench_record, bench_iteration=bench_iteration)\n")
+              + ("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
+                 "local_files(log, mirror)\n" if mirror else "")
+              + "    shell(command, bench_record=bench_record, bench_iteration=bench_iteration)\n")
     from snakemake.shell import shell
-    namespace = {"shell": shell, "command": command}
+    namespace = {"shell": shell, "command": command, "local_files": local_files, "mirror": mirror}
     exec(compile(source, f"<waypost step of {original.__name__}>", "exec"), namespace)
     return namespace["run"]
 
