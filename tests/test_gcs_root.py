@@ -282,3 +282,70 @@ def test_missing_bucket_and_missing_settings_are_one_clear_line(gcs_emulator, tm
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out
     assert f"--default-storage-provider waypost --default-storage-prefix {root}" in out
+
+
+SYNTAX_SNAKEFILE = r'''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+rule lines:
+    output: a=wp.out("a.txt"), extra=wp.out("extra.txt")
+    shell: "printf 'one\ntwo\nthree\n'>{output.a};echo extra>{output.extra}"
+
+rule word:
+    output: b=wp.out("b.txt")
+    shell: "echo four>{output.b}"
+
+rule join:
+    input: a=wp.stage("lines", "a.txt"), extra=wp.stage("lines", "extra.txt"), b=wp.stage("word", "b.txt")
+    output: c=wp.out("c.txt"), n=wp.out("n.txt"), every=wp.out("every.txt"), q=wp.out("q.txt")
+    params:
+        target=lambda wc, output: output.q,
+        flag=lambda wc, input: f"--from={input.b}",
+        elsewhere=wp.setting("elsewhere"),
+    shell:
+        "(cat {input.a};cat {input.b})>{output.c};n=$(wc -l<{input.a});echo $n>{output.n};"
+        "cat {input}|sort>{output.every};"
+        "f='{params.flag}';cat \"${{f#--from=}}\">'{params.target}';"
+        "echo note: {params.elsewhere} >> {output.n}"
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def test_a_bucket_steps_paths_are_local_whatever_shell_syntax_stands_next_to_them(bucket, tmp_path):
+    # The job's files are mapped whole (never found by scanning the command's
+    # text): `;`, `(`, `)`, `<`, `>`, `|`, quotes and `$( )` right against
+    # them, a whole list ({input}), a path built by a params function. A
+    # gs:// URL the command names otherwise reaches the step as it is, and
+    # the runner says so.
+    root = f"{bucket}/results"
+    (tmp_path / "workflow").mkdir()
+    (tmp_path / "workflow" / "Snakefile").write_text(SYNTAX_SNAKEFILE)
+    (tmp_path / "config").mkdir()
+    write_config(tmp_path, {"root": root, "experiments": {"e1": {}},
+                            "stages": {"join": {"elsewhere": f"{bucket}/not-an-input.txt"}}}, name="config/config.yaml")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                           str(LOCAL_PROFILE), *flags(root)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "No such file or directory" not in proc.stderr
+    stage = f"{key(root)}/_all/e1/join"
+
+    def read(name: str) -> str:
+        return fs().cat_file(f"{stage}/{name}").decode()
+    assert read("c.txt") == "one\ntwo\nthree\nfour\n"
+    assert read("n.txt") == f"3\nnote: {bucket}/not-an-input.txt\n"
+    assert read("every.txt") == "extra\nfour\none\nthree\ntwo\n"
+    assert read("q.txt") == "four\n"
+    data = manifest(root, "_all/e1/join")
+    assert data["state"] == "SUCCESS" and {o["path"] for o in data["outputs"]} == {"c.txt", "n.txt", "every.txt",
+                                                                                    "q.txt"}
+    assert {i["path"] for i in data["inputs"]} == {f"{root}/_all/e1/lines/a.txt", f"{root}/_all/e1/lines/extra.txt",
+                                                    f"{root}/_all/e1/word/b.txt"}
+    log = read(data["attempts"][0]["log"])
+    assert f"waypost: note: the command names {bucket}/not-an-input.txt" in log

@@ -139,3 +139,57 @@ def test_the_workflows_own_shell_prefix_is_the_steps(tmp_path):
         {name: ok for name, _, ok in PREFIXED}, ran.stderr[-3000:]
     made = wp / "results" / "_all" / "e1" / "prefix_sets_a_variable" / "out.txt"
     assert made.read_text() == (plain / "plain" / "prefix_sets_a_variable" / "out.txt").read_text() == "prefixed\n\n"
+
+
+LONG_FUNNEL = '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+rule gather:
+    input: parts=expand("parts/p{i:05d}.txt", i=range(N))
+    output: all=wp.out("all.txt")
+    shell: "cat {input.parts} > {output.all}; test $(wc -l < {output.all}) -eq N"
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def long_funnel(workdir: Path, count: int) -> list[str]:
+    """A stage over ``count`` inputs: its command (every path) is far longer
+    than one argument of a command line may be (128 KiB)."""
+    (workdir / "workflow").mkdir(parents=True)
+    (workdir / "workflow" / "Snakefile").write_text(LONG_FUNNEL.replace("N", str(count)))
+    (workdir / "config").mkdir()
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump({"root": "results", "experiments": {"e1": {}}}))
+    (workdir / "parts").mkdir()
+    names = [f"parts/p{i:05d}.txt" for i in range(count)]
+    for name in names:
+        (workdir / name).write_text(name + "\n")
+    return names
+
+
+def check_long_funnel(workdir: Path, names: list[str]) -> dict:
+    stage = workdir / "results" / "_all" / "e1" / "gather"
+    data = json.loads((stage / "_manifest.json").read_text())
+    assert data["state"] == "SUCCESS"
+    assert [i["path"] for i in data["inputs"]] == names      # every input, in order
+    assert (stage / "all.txt").read_text() == "".join(n + "\n" for n in names)
+    script = (stage / data["attempts"][0]["script"]).read_text()
+    assert len(script) > 128 * 1024 and names[-1] in script
+    return data
+
+
+def test_a_funnel_over_ten_thousand_inputs_runs_and_its_manifest_lists_every_one(tmp_path):
+    # No argument of any command line carries the command: one that did
+    # would fail with "Argument list too long" (E2BIG) at its exec.
+    names = long_funnel(tmp_path, 10_000)
+    from conftest import LOCAL_PROFILE
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                           str(LOCAL_PROFILE)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Argument list too long" not in proc.stderr
+    check_long_funnel(tmp_path, names)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -61,10 +60,14 @@ rule all:
 '''
 
 # A step: "sleep:N" works N half-seconds with a checkpoint after each (and
-# resumes from it), "fail" exits 1, "alloc:MB" holds that much memory.
+# resumes from it), "gated:N" too, then waits until the test opens the gate
+# (workflow/gate): it can't end before the test has done what it does to it;
+# "fail" exits 1, "alloc:MB" holds that much memory.
 STEP = '''
 import os, sys, time
 how, out = sys.argv[1], sys.argv[2]
+gate = how.startswith("gated:")
+how = how.replace("gated:", "sleep:")
 ckpt = os.path.join(os.environ["WAYPOST_STAGE_DIR"], "ckpt")
 if how == "fail":
     sys.exit("this step always fails")
@@ -82,6 +85,8 @@ for i in range(done, int(how[6:])):
     with open(ckpt + ".tmp", "w") as f:
         f.write(str(i + 1))
     os.replace(ckpt + ".tmp", ckpt)
+while gate and not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gate")):
+    time.sleep(0.2)
 open(out, "w").write(how + "\\n")
 '''
 
@@ -138,15 +143,6 @@ def sacct(*fields: str, since: float, workdir: Path, jobs: int | None = None, en
         time.sleep(0.5)
 
 
-def descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        children = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
-        found += [int(c) for c in children]
-        todo += children
-    return found
-
-
 def stage(workdir: Path, name: str, instance: str | None = None) -> Path:
     path = workdir / "results" / "_all" / "e" / name
     return path / instance if instance else path
@@ -184,7 +180,10 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
     # Four points packed into one array, each task 2 of the node's 8 CPUs:
     # the node is full, so an urgent job preempts one task; another is made
     # to run out of time. Each restarts from its own checkpoint, alone.
-    points = {p: "sleep:16" for p in ("a", "b", "c", "d")}
+    # Each waits at its gate once it has worked (and checkpointed): no task
+    # can end before the test has preempted one and timed out another; the
+    # test waits on states (sacct, checkpoints), never on a step's pace.
+    points = {p: "gated:2" for p in ("a", "b", "c", "d")}
     workdir = pipeline(tmp_path, points, {"cpus": 2, "pack": 4},
                        stages={"work": {"policy": RESTART}})
     since = time.time()
@@ -198,15 +197,16 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
     assert len({arrays[j].split("_")[0] for j in jobs.values()}) == 1, arrays     # one array
     urgent = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-D", str(workdir), "-p", "urgent", "-c", "2", "--mem", "100",
                              "--wrap", "sleep 2"], capture_output=True, text=True, check=True).stdout.strip()
-    preempted = wait_for(lambda: [p for p, j in jobs.items() if
-                                  any(r["JobIDRaw"] == j and r["State"] == "PREEMPTED"
-                                      for r in sacct("JobIDRaw", "State", since=since, workdir=workdir, ended=False))], 60, "a preemption")
+
+    def ended(state: str) -> list[str]:
+        rows = sacct("JobIDRaw", "State", since=since, workdir=workdir, ended=False)
+        return [p for p, j in jobs.items() if any(r["JobIDRaw"] == j and r["State"] == state for r in rows)]
+    preempted = wait_for(lambda: ended("PREEMPTED"), 60, "a preemption")
     assert len(preempted) == 1
     timed_out = next(p for p in points if p not in preempted)
-    pid = json.loads((stage(workdir, "work", timed_out) / "_running.json").read_text())["pid"]
-    for child in descendants(pid):
-        os.kill(child, signal.SIGSTOP)   # hold the step so Slurm's limit, not its end, comes first
     subprocess.run(["scontrol", "update", f"jobid={arrays[jobs[timed_out]]}", "timelimit=0"], check=True)
+    wait_for(lambda: timed_out in ended("TIMEOUT"), 120, "the time limit")
+    (workdir / "workflow" / "gate").touch()
     code, out = finish(proc, timeout=300)
     assert code == 0, out[-5000:]
     states = {r["JobIDRaw"]: r["State"].split()[0] for r in sacct("JobIDRaw", "State", since=since, workdir=workdir)}
@@ -274,3 +274,22 @@ def test_a_consumer_of_a_failed_stage_is_one_slurm_job_not_four(slurm_cluster, t
     assert read_manifest(stage(workdir, "work", "a"))["state"] == "FAILED"
     assert read_manifest(stage(workdir, "use", "a"))["state"] == "SKIPPED"
     assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
+
+
+def test_a_funnel_over_ten_thousand_inputs_runs_on_slurm_from_its_step_file(slurm_cluster, tmp_path):
+    # The job's command line names a step file: neither sbatch's arguments
+    # nor the job's carry the command (300 KB of paths here).
+    from test_shell_semantics import check_long_funnel, long_funnel
+    names = long_funnel(tmp_path, 10_000)
+    pools = {"pools": {"onprem": {"executor": "slurm", "classes": {
+        "cpu": {"partition": "cpu", "cpus": 1, "mem_mb": 200, "runtime": 10}}}}}
+    (tmp_path / "config" / "workers.yaml").write_text(yaml.safe_dump(pools))
+    since = time.time()
+    code, out = finish(start(tmp_path), timeout=300)
+    assert code == 0, out[-5000:]
+    data = check_long_funnel(tmp_path, names)
+    (job,) = sacct("JobIDRaw", since=since, workdir=tmp_path, jobs=1)
+    assert data["attempts"][0]["slurm_job_id"] == job["JobIDRaw"]
+    script = subprocess.run(["scontrol", "write", "batch_script", job["JobIDRaw"], "-"],
+                            capture_output=True, text=True).stdout
+    assert "jobstep.py" in script and len(script) < 4096 and names[0] not in script, script[:2000]
