@@ -1,12 +1,17 @@
 """Step-runner overhead.
 
-1. A no-op step through the runner::
+1. A no-op step through the runner, as Snakemake's shell runs a local
+   stage job::
 
-       python -S .../waypost/launch.py --stage-dir D --experiment e --pair p --stage s \
-           --output D/out -- bash -c 'echo x > D/out'
+       bash -c "set -euo pipefail; exec python -S .../waypost/launch.py <<'WAYPOST_STEP_…'
+       {step spec: stage e/p/s, stage_dir D, outputs [D/out]}
+       echo x > D/out
+       WAYPOST_STEP_…"
 
-   (as a job of a local stage starts it) vs the bare ``bash -c 'echo x >
-   D/out'`` (each run in a fresh D, so no earlier workspace to archive).
+   (the runner then runs ``echo x > D/out`` from its attempt script with
+   Snakemake's prefix) vs the bare ``bash -c 'set -euo pipefail; echo x >
+   D/out'`` as plain Snakemake runs it (each run in a fresh D, so no earlier
+   workspace to archive).
    Alongside, for the breakdown, both started and ended as the runner is
    (``-S``, ``os._exit``): the interpreter alone, and the runner's imports.
    Target: ≤ 50 ms over the bare command.
@@ -42,11 +47,16 @@ BIG_REPETITIONS = 5
 HASH_SLACK = 1.10     # "as fast as": within 10%
 
 
-def runner_cmd(stage_dir: Path, output: Path, command: list[str]) -> list[str]:
-    """As a job of a local stage starts the runner (see ``Workflow.step``)."""
-    from waypost import runner
-    return [*runner.command(PYTHON, site=False), "--stage-dir", str(stage_dir), "--experiment", "e",
-            "--pair", "p", "--stage", "s", "--output", str(output), "--", *command]
+def runner_cmd(stage_dir: Path, output: Path, command: str) -> list[str]:
+    """As Snakemake's shell runs a local stage job (see ``Pipeline._wire``)."""
+    import shlex
+
+    from waypost import runner, spec
+    step = spec.encode({"stage": "s", "experiment": "e", "pair": "p", "stage_dir": str(stage_dir),
+                        "outputs": [str(output)]})
+    line = (f"set -euo pipefail; exec {shlex.join(runner.command(PYTHON))} <<'{spec.DELIMITER}'\n{step}\n"
+            f"{command}\n{spec.DELIMITER}")
+    return ["bash", "-c", line]
 
 
 def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
@@ -59,11 +69,12 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
 
     def bare() -> float:
         d = stage_dir()
-        return check(timed(["bash", "-c", f"echo x > {d}/out"], keep_output=False), "bare step").seconds
+        return check(timed(["bash", "-c", f"set -euo pipefail; echo x > {d}/out"], keep_output=False),
+                     "bare step").seconds
 
     def through_runner() -> float:
         d = stage_dir()
-        cmd = runner_cmd(d, d / "out", ["bash", "-c", f"echo x > {d}/out"])
+        cmd = runner_cmd(d, d / "out", f"echo x > {d}/out")
         return check(timed(cmd, keep_output=False), "runner step").seconds
 
     import waypost
@@ -79,7 +90,7 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
 
     # A first run, checked: the manifest is SUCCESS with the output's checksum.
     d = stage_dir()
-    check(timed(runner_cmd(d, d / "out", ["bash", "-c", f"echo x > {d}/out"])), "runner step")
+    check(timed(runner_cmd(d, d / "out", f"echo x > {d}/out")), "runner step")
     data = json.loads((d / "_manifest.json").read_text())
     assert data["state"] == "SUCCESS" and data["outputs"][0]["sha256"], data
 
@@ -104,8 +115,8 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
     notes = [breakdown]
     if overhead > OVERHEAD_TARGET_MS or os.environ.get("BENCH_PROFILE") == "1":
         d = stage_dir()
-        cmd = runner_cmd(d, d / "out", ["bash", "-c", f"echo x > {d}/out"])
-        cmd[1:1] = ["-X", "importtime"]
+        cmd = runner_cmd(d, d / "out", f"echo x > {d}/out")
+        cmd[2] = cmd[2].replace(" -S ", " -X importtime -S ", 1)
         result = check(timed(cmd), "runner step with -X importtime")
         notes.append("The runner's slowest imports (`python -X importtime`, one run):\n\n"
                      + importtime_table(result.output))
@@ -154,9 +165,9 @@ def hashing(tmp: Path) -> tuple[list[Row], list[str]]:
             d = tmp / f"big-{next(fresh)}"
             d.mkdir()
             out = d / "out.bin"
-            cmd = ["dd", "if=/dev/zero", f"of={out}", "bs=1M", f"count={BIG_MB}", "status=none"]
-            seconds = check(timed(runner_cmd(d, out, cmd) if via_runner else cmd, keep_output=False),
-                            "large step").seconds
+            cmd = f"dd if=/dev/zero of={out} bs=1M count={BIG_MB} status=none"
+            seconds = check(timed(runner_cmd(d, out, cmd) if via_runner else ["bash", "-c", cmd],
+                                  keep_output=False), "large step").seconds
             shutil.rmtree(d)            # keep the disk and the page cache from filling up
             return seconds
         return go

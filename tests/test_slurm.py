@@ -120,11 +120,12 @@ def test_slurm_timeout_restarts_from_the_checkpoint(cluster, tmp_path):
     stage = tmp_path / "results/en-xa/exp1/train_backward"
     proc = start_onprem(tmp_path, "--until", "train_backward")
     job = wait_for(lambda: running_job(stage), 300, "a checkpoint of train_backward")
-    # Hold the step (SIGSTOP) so it cannot finish before Slurm enforces the
-    # limit, then take its time away: Slurm ends the job TIMEOUT.
+    # Hold the step (SIGSTOP to its process group: its shell and what that
+    # runs) so it cannot finish before Slurm enforces the limit, then take
+    # its time away: Slurm ends the job TIMEOUT.
     runner = json.loads((stage / "_running.json").read_text())["pid"]
     for step in subprocess.run(["pgrep", "-P", str(runner)], capture_output=True, text=True).stdout.split():
-        os.kill(int(step), signal.SIGSTOP)
+        os.killpg(int(step), signal.SIGSTOP)   # the step runs in a session of its own
     subprocess.run(["scontrol", "update", f"jobid={job}", "timelimit=0"], check=True)
     code, out = finish(proc, timeout=600)
     assert code == 0, out[-5000:]

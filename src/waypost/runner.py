@@ -619,7 +619,7 @@ class StageRun:
         record.update({
             "state": state,
             "exit_code": returncode if returncode >= 0 else None,
-            "signal": -returncode if returncode < 0 else None,
+            "signal": attempt.killed_by,   # the shell's own, or its command's (status 128 + N)
             "end": manifest.now_iso(),
             "duration_s": round(time.monotonic() - started, 3),
         })
