@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO, finish, read_manifest
 
@@ -293,3 +294,51 @@ def test_a_funnel_over_ten_thousand_inputs_runs_on_slurm_from_its_step_file(slur
     script = subprocess.run(["scontrol", "write", "batch_script", job["JobIDRaw"], "-"],
                             capture_output=True, text=True).stdout
     assert "jobstep.py" in script and len(script) < 4096 and names[0] not in script, script[:2000]
+
+
+def _work_jobs(since: float, workdir: Path) -> list[str]:
+    """The Slurm jobs (raw ids; an array's tasks each) runs in ``workdir``
+    submitted for stage `work` (an array's comment is its first task's)."""
+    rows = sacct("JobIDRaw", "Comment", since=since, workdir=workdir, ended=False)
+    return sorted(r["JobIDRaw"] for r in rows if r["Comment"].startswith("rule_work_"))
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["one job", "packed array task"])
+def test_a_dead_drivers_job_is_adopted_never_doubled(slurm_cluster, tmp_path, packed):
+    # The driver is SIGKILLed while a point runs in Slurm (a login node
+    # rebooting); its job goes on. Cron runs at once: it waits for that job
+    # as if it had submitted it, submits no second one for the point, and
+    # the pipeline converges on the first job's result.
+    points = {"a": "gated:2", "b": "gated:2"}
+    workdir = pipeline(tmp_path, points, {"pack": 2} if packed else {})
+    since = time.time()
+    driver = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                               str(ONPREM), *FAST], cwd=workdir, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    jobs = wait_for(lambda: (lambda found: found if len(found) == 2 else None)(
+        {p: running_job(stage(workdir, "work", p)) for p in points if running_job(stage(workdir, "work", p))}),
+        120, "both points at work")
+    os.killpg(driver.pid, 9)
+    driver.wait(timeout=30)
+    queued = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True).stdout.split()
+    assert set(jobs.values()) <= set(queued), (jobs, queued)     # Slurm's jobs live on
+
+    cron = subprocess.Popen([sys.executable, "-m", "waypost.cli", "cron", "--profile", str(ONPREM), "--", *FAST],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def adopting() -> bool:
+        logs = sorted((workdir / ".waypost" / "runs").glob("*.log"))
+        return bool(logs) and logs[-1].read_text().count("of an earlier run is still at work there") == 2
+    wait_for(adopting, 120, "cron's run to adopt both jobs")
+    (workdir / "workflow" / "gate").touch()
+    out, _ = cron.communicate(timeout=300)
+    assert cron.returncode == 0, out
+    assert _work_jobs(since, workdir) == sorted(jobs.values())      # one Slurm job per stage, ever
+    for point, job in jobs.items():
+        record = read_manifest(stage(workdir, "work", point))
+        assert [(a["state"], a["slurm_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
+        assert not (stage(workdir, "work", point) / ".attempts").exists()   # nothing archived under it
+    assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
+    again = subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                            str(ONPREM), *FAST, "-n"], cwd=workdir, capture_output=True, text=True)
+    assert "Nothing to be done" in again.stdout + again.stderr

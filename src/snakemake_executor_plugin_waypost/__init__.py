@@ -26,6 +26,10 @@ submission, with waypost's stage jobs run without a Snakemake in the job.
   mode, here, and the stage's policy decides as after any attempt.
 - **No futile resubmission.** A stage whose series the policy ended in this
   run is not submitted again by Snakemake's retries: its job fails at once.
+- **A dead driver's jobs are adopted.** A stage whose attempt is still at
+  work in a Slurm job (its ``_running.json`` names the job, and Slurm says it
+  pends or runs, or can't say yet) is not submitted again: that job is
+  waited for as if this run had submitted it (``waypost.lifecycle``).
 
 Select it with ``executor: waypost`` (the profiles do); its options are the
 Slurm plugin's, spelled ``--waypost-...``.
@@ -43,7 +47,7 @@ from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401  (re-exported)
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from waypost import jobstep, layout, manifest, runner
+from waypost import jobstep, layout, lifecycle, manifest, runner
 from waypost import slurm as wslurm
 from waypost import spec as wspec
 from waypost.snakemake import STEP_PARAM, job_command
@@ -100,6 +104,8 @@ class Executor(SlurmExecutor):
                 self._main_event_loop = None
         packs: dict[tuple, list] = {}
         for job in jobs:
+            if stage_job(job) and self._adopted(job):
+                continue
             if stage_job(job) and self._series_ended(job):
                 self.run_job_pre(job)
                 self.report_job_error(self._info(job), msg="waypost: the stage's policy already ended its "
@@ -118,6 +124,24 @@ class Executor(SlurmExecutor):
                     self._submit_job(chunk[0])
                 else:
                     self._submit_array_jobs(chunk)
+
+    def _adopted(self, job) -> bool:
+        """Is an attempt of this stage still at work in a Slurm job of its own
+        (a run whose driver died, say: a login node rebooted while its jobs
+        went on)? Then that job is waited for as if this run had submitted
+        it, and no second one is submitted: one live attempt per stage
+        directory. Its end is read from sacct like any job's."""
+        live = lifecycle.live_attempt(self._stage_dir(job))
+        if live is None or live.slurm_job is None:
+            return False   # none; or a process the job's runner waits for
+        from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+        self.run_job_pre(job)
+        self.logger.info(f"waypost: {job.rule.name} {dict(job.wildcards.items())}: Slurm job {live.slurm_job} "
+                         f"of an earlier run is still at work there ({live.where}); waiting for it instead of "
+                         "submitting another")
+        self.report_job_submission(SubmittedJobInfo(job, external_jobid=live.slurm_job,
+                                                    aux={"waypost_adopted": True}))
+        return True
 
     def _info(self, job):
         from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo

@@ -157,6 +157,21 @@ class RemoteStage:
             manifests = upstream - seen
             seen |= manifests
 
+    def refresh(self) -> None:
+        """The stage's ``_manifest.json`` and ``_running.json`` as the bucket
+        has them now (a local copy of one it no longer has is removed)."""
+        for rel in (MANIFEST, RUNNING):
+            local = os.path.join(self.local, rel)
+            try:
+                data = self.fs.cat_file(self._remote(rel))
+            except FileNotFoundError:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(local)
+                continue
+            with open(self._temp(local), "wb") as f:
+                f.write(data)
+            os.replace(self._temp(local), local)
+
     def pull_workspace(self) -> None:
         """The rest of the stage's workspace (as listed by ``pull``), to go on with a series."""
         wanted = [rel for rel in self._pulled if rel not in self._synced]

@@ -47,7 +47,7 @@ import signal
 import sys
 import time
 
-from . import manifest, slurm, workers
+from . import lifecycle, manifest, slurm, workers
 from . import policy as wpolicy
 from . import spec as wspec
 from .layout import LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_name, stage_root
@@ -430,16 +430,17 @@ class StageRun:
     def _path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def _save_running(self, lost_job: str | None = None) -> None:
+    def _save_running(self, lost_job: str | None = None, push: bool = True) -> None:
         """``_running.json``: this runner at work; or, with ``lost_job``, the
-        series a Slurm job that ended left (gone, as sacct says it is)."""
+        series a Slurm job that ended left (gone, as sacct says it is).
+        ``push``: to the bucket too, on a gs:// root."""
         manifest.write_json_atomic(self._path(RUNNING), {
             "pid": None if lost_job else os.getpid(), "host": None if lost_job else manifest.hostname(),
             "run": self.run_id, "series": self.series_no,
             "series_base": self.series_base, "outputs": [os.path.relpath(o, self.dir) for o in self.outputs],
             "slurm_job_id": lost_job or os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
             durable=False)  # a marker of work in progress: the manifest is what must survive a crash
-        if self.remote:
+        if self.remote and push:
             self.remote.push(self.outputs)
 
     def _heartbeat(self) -> None:
@@ -513,6 +514,13 @@ class StageRun:
             for attempt in self.history:
                 if attempt.get("state") is None:
                     self._close_interrupted(attempt)
+            last = self.history[-1] if self.history else {}
+            if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, self.outputs)):
+                # Its step had succeeded; the job ended while its manifest was
+                # being written: the series is finished, not run again.
+                self.series_no = running.get("series", 1)
+                self.series = [a for a in self.history if a.get("series") == self.series_no]
+                return "record"
             if retried:   # the same series goes on
                 self.series_no = running.get("series", 1)
                 self.series = [a for a in self.history if a.get("series") == self.series_no]
@@ -715,6 +723,13 @@ class StageRun:
         closed from sacct by the next runner, or here on the last chance)."""
         job = self.lost.job
         self.received_signal = None
+        live = lifecycle.live_attempt(self.spec.stage_dir)
+        if live and live.slurm_job != str(job):
+            # Another attempt is at work here (a dead driver's job, say): it
+            # records its own end; nothing of it is touched.
+            print(f"waypost: {self.name}: Slurm job {job} ended; an attempt is at work in {self.dir} "
+                  f"({live.where}), left to it", file=sys.stderr)
+            return 0
         recorded = self._recorded_job(job)
         if recorded:
             # A runner recorded this job. Its series is either over (its
@@ -722,7 +737,10 @@ class StageRun:
             # or one that needs a bigger allocation): on the last chance, end it.
             if not self.lost.last_chance or not os.path.exists(self._path(RUNNING)):
                 return 0
-            if self.start() is not None:
+            started = self.start()
+            if started == "record":     # its step had succeeded: the series is finished
+                return self.finish("SUCCESS")
+            if started is not None:
                 return 0
             return self._decide_and_end(last_chance=True)
         if self.start() is not None:      # done, decided, given up, on hold: nothing of ours to add
@@ -744,6 +762,15 @@ class StageRun:
         self.history.append(record)
         self.series.append(record)
         return self._decide_and_end(last_chance=self.lost.last_chance, why=record["error"])
+
+    def _done(self) -> bool:
+        """Is the stage finished: a SUCCESS manifest whose outputs are there?"""
+        try:
+            data = manifest.read(self.dir)
+        except manifest.ManifestError:
+            return False
+        return bool(data) and data["state"] == "SUCCESS" and not manifest.verify_outputs(self.dir, data,
+                                                                                         checksums=False)
 
     def _recorded_job(self, job: str) -> str | None:
         """Does a runner's record name this Slurm job: "open" (its attempt
@@ -782,11 +809,19 @@ class StageRun:
             return self.record_lost_job()
         if self.remote:
             self.remote.pull(self.inputs)
-        busy, where = manifest.attempt_in_flight(self.dir, me=os.getpid())
-        if busy:
-            print(f"waypost: {self.name}: another attempt is still running in {self.dir} ({where}); "
-                  "not starting a second one", file=sys.stderr)
-            return 75
+        # One live attempt per stage directory, whoever started it (a run
+        # whose driver died leaves its jobs at work): wait for it to end, as
+        # if this job were it, then go on from what it left.
+        waited = lifecycle.wait_until_gone(
+            self.spec.stage_dir, me=os.getpid(),
+            say=lambda live: print(f"waypost: {self.name}: an attempt is at work in {self.spec.stage_dir} "
+                                   f"({live.where}); waiting for it to end instead of starting a second one",
+                                   file=sys.stderr))
+        if waited and self.remote:
+            self.remote.refresh()     # what it left
+        if waited and self._done():
+            print(f"waypost: {self.name}: done by the attempt waited for ({waited.where})", file=sys.stderr)
+            return 0
         started = self.start()
         if started == "done":
             print(f"waypost: {self.name}: already done (its job was ended after the step finished)",
@@ -836,6 +871,11 @@ class StageRun:
                 action, reason = wpolicy.decide(self.policy, self.series)
             record["decision"] = {"action": action, "reason": reason}
             print(f"waypost: {self.name}: next: {action} ({reason})", file=sys.stderr)
+            if action == "done":
+                # Before hashing the outputs and writing the manifest: a job
+                # ended meanwhile (its time limit) leaves a series the next
+                # runner finishes instead of running the step again.
+                self._save_running(push=False)
             if record["state"] == "OOM" and action in ("restart", "rerun") and os.environ.get("SLURM_JOB_ID") \
                     and self.policy.memory_growth > 1:
                 # This allocation is too small: the next Slurm job, with
