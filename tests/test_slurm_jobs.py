@@ -342,3 +342,28 @@ def test_a_dead_drivers_job_is_adopted_never_doubled(slurm_cluster, tmp_path, pa
     again = subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
                             str(ONPREM), *FAST, "-n"], cwd=workdir, capture_output=True, text=True)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_node_failure_is_recorded_hwfailure_and_rerun_per_the_policy(slurm_cluster, tmp_path):
+    # The node goes down under a running job (NODE_FAIL), then comes back.
+    policy = {"max_attempts": 3, "cues": [{"action": "rerun", "when": "cmd.HWFAILURE"}]}
+    workdir = pipeline(tmp_path, {"a": "gated:2"}, {}, stages={"work": {"policy": policy}})
+    node = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, check=True).stdout.strip()
+    since = time.time()
+    proc = start(workdir, "--until", "work")
+    try:
+        job = wait_for(lambda: running_job(stage(workdir, "work", "a")), 120, "point a at work")
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=waypost-test"], check=True)
+        wait_for(lambda: any(r["JobIDRaw"] == job and r["State"] == "NODE_FAIL"
+                             for r in sacct("JobIDRaw", "State", since=since, workdir=workdir, ended=False)),
+                 60, "Slurm to say NODE_FAIL")
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)  # (up already: fine)
+    (workdir / "workflow" / "gate").touch()
+    code, out = finish(proc, timeout=300)
+    assert code == 0, out[-5000:]
+    record = read_manifest(stage(workdir, "work", "a"))
+    steps = [(a["action"], a["state"], a["slurm_job_id"]) for a in record["attempts"]]
+    assert steps[0] == ("cmd", "HWFAILURE", job) and steps[-1][:2] == ("rerun", "SUCCESS"), steps
+    assert "NODE_FAIL" in record["attempts"][0]["error"]        # Slurm's word is kept
+    assert record["state"] == "SUCCESS"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import zlib
 
-from snakemake_executor_plugin_waypost import _array_tasks
 from waypost import jobstep, slurm
 
 
@@ -30,9 +29,22 @@ def test_an_array_task_runs_its_own_step_file_and_the_first_task_the_base_one():
 
 
 def test_sacct_rows_of_pending_array_tasks_name_each_task():
-    assert _array_tasks("812_[2-4,7]") == ["812_2", "812_3", "812_4", "812_7"]
-    assert _array_tasks("812_[1-3%2]") == ["812_1", "812_2", "812_3"]
-    assert _array_tasks("812_5") == [] and _array_tasks("812") == []
+    assert slurm.array_tasks("812_[2-4,7]") == ["812_2", "812_3", "812_4", "812_7"]
+    assert slurm.array_tasks("812_[1-3%2]") == ["812_1", "812_2", "812_3"]
+    assert slurm.array_tasks("812_5") == [] and slurm.array_tasks("812") == []
+
+
+def test_one_map_of_slurm_states_unknown_never_success_node_failure_is_hardware():
+    rows = slurm.parse_sacct("901|901|NODE_FAIL|None\n902|902|CANCELLED by 0|None\n903|903|UNKNOWN|None\n"
+                             "904|904|DEADLINE|None\n905_1|906|OUT_OF_MEMORY|None\n907_[2-3]||PENDING|Priority\n"
+                             "908|908|COMPLETED|None\n909|909|SOMETHING_NEW|None\n")
+    ends = {job: row.ended for job, row in rows.items()}
+    assert ends["901"] == "HWFAILURE" and ends["902"] == "CANCELLED" and ends["904"] == "TIMEOUT"
+    assert ends["903"] is None                       # UNKNOWN: not an end, never a success
+    assert ends["905_1"] == ends["906"] == "OOM" and rows["905_1"].raw == "906"
+    assert ends["907_2"] is None and rows["907_3"].reason == "Priority" and rows["907_2"].raw is None
+    assert ends["908"] == "SUCCESS" and ends["909"] == "FAILED"   # a state the map does not know fails
+    assert rows["901"].reason == ""
 
 
 def test_slurm_times_in_minutes():

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shlex
 import sys
 
@@ -174,38 +173,37 @@ class Executor(SlurmExecutor):
         ids = sorted({str(j.external_jobid).split("_")[0] for j in active_jobs})
         async with self.status_rate_limiter:
             rows = await _sacct(ids)
-        if rows is None:                      # sacct did not answer: ask again next round
+        if rows is None:                      # sacct did not answer: unknown, never gone; ask again next round
             for job in active_jobs:
                 yield job
             return
         pending = [str(j.external_jobid) for j in active_jobs
-                   if rows.get(str(j.external_jobid), ("PENDING",))[0] == "PENDING"]
+                   if rows.get(str(j.external_jobid), wslurm.Row("PENDING")).state == "PENDING"]
         if pending:
             # slurmdbd hears a pending job's reason late or never: ask slurmctld
-            reasons = await _pending_reasons(pending)
-            for job_id, reason in reasons.items():
-                rows[job_id] = ("PENDING", reason, rows.get(job_id, (None, None, None))[2])
+            for job_id, reason in (await _pending_reasons(pending)).items():
+                rows[job_id] = wslurm.Row("PENDING", reason, rows[job_id].raw if job_id in rows else None)
         finished = False
         for job in active_jobs:
-            state, reason, raw = rows.get(str(job.external_jobid), (None, "", None))
-            if state is None or state in ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED",
-                                          "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"):
-                never = NEVER_STARTS.get(reason) if state == "PENDING" else None
+            row = rows.get(str(job.external_jobid))
+            if row is None or row.ended is None:     # not known to sacct yet, or not ended
+                never = NEVER_STARTS.get(row.reason) if row is not None and row.state == "PENDING" else None
                 if never:
                     await _run(["scancel", str(job.external_jobid)])
                     finished = True
-                    await self._failed(job, "CANCELLED", f"Slurm can never start it ({reason}: {never})", raw)
+                    await self._failed(job, "CANCELLED", f"Slurm can never start it ({row.reason}: {never})",
+                                       row.raw)
                     continue
                 yield job
                 continue
             finished = True
-            if state == "COMPLETED":
+            if row.ended == "SUCCESS":
                 self.report_job_success(job)
                 log = job.aux.get("slurm_logfile")
                 if log and not self.workflow.executor_settings.keep_successful_logs and log.exists():
                     log.unlink()
             else:
-                await self._failed(job, state, reason, raw)
+                await self._failed(job, row.state, row.reason, row.raw)
         # Ask again soon after a round where jobs ended (their dependents are
         # being submitted: a chain of short stages hops at this pace), and
         # back off geometrically, to MAX_STATUS_INTERVAL, while all run on.
@@ -221,8 +219,7 @@ class Executor(SlurmExecutor):
         where no runner did. ``raw``: its JobIDRaw (what its runner saw as
         ``SLURM_JOB_ID``; an array task's differs from ``<array>_<task>``)."""
         log = job.aux.get("slurm_logfile")
-        waypost_state = wslurm.STATES.get(state, "FAILED")
-        reason = "" if reason in ("None", "") else reason
+        waypost_state = wslurm.waypost_state(state) or "FAILED"
         if stage_job(job.job):
             last = job.job.restart_times <= job.job.attempt - 1
             argv = [*runner.command(sys.executable), "--lost-slurm-job", raw or str(job.external_jobid),
@@ -245,56 +242,21 @@ async def _run(argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
     return process.returncode, out.decode(errors="replace")
 
 
-async def _sacct(ids: list[str]) -> dict[str, tuple[str, str, str | None]] | None:
-    """Job id (array tasks as ``<job>_<task>``) → (State, Reason, JobIDRaw),
-    from one sacct query; None when sacct did not answer. Array tasks still
-    pending share one row and have no JobIDRaw of their own yet (None)."""
+async def _sacct(ids: list[str]) -> dict[str, wslurm.Row] | None:
+    """``slurm.parse_sacct`` of one sacct call (asynchronous); None when
+    sacct did not answer."""
     try:
-        code, out = await asyncio.wait_for(_run(
-            ["sacct", "-X", "-n", "-P", "-o", "JobID,JobIDRaw,State,Reason", "-j", ",".join(ids)]), timeout=60)
+        code, out = await asyncio.wait_for(_run(wslurm.sacct_command(ids)), timeout=60)
     except (TimeoutError, OSError):
         return None
-    if code != 0:
-        return None
-    rows = {}
-    for line in out.splitlines():
-        parts = line.split("|")
-        if len(parts) == 4:
-            job_id, raw, state, reason = (part.strip() for part in parts)
-            tasks = _array_tasks(job_id)
-            for one in tasks or [job_id, raw]:
-                rows[one] = (wslurm.normalize(state), reason, None if tasks else raw)
-    return rows
+    return wslurm.parse_sacct(out) if code == 0 else None
 
 
 async def _pending_reasons(ids: list[str]) -> dict[str, str]:
     """Job id → why it pends, as slurmctld says (``squeue``); {} when it
     does not answer."""
     try:
-        code, out = await asyncio.wait_for(_run(
-            ["squeue", "-h", "-t", "PENDING", "-r", "-o", "%i|%r", "-j", ",".join(sorted(
-                {i.split("_")[0] for i in ids}))]), timeout=60)
+        code, out = await asyncio.wait_for(_run(wslurm.squeue_pending_command(ids)), timeout=60)
     except (TimeoutError, OSError):
         return {}
-    if code != 0:
-        return {}
-    wanted, reasons = set(ids), {}
-    for line in out.splitlines():
-        job_id, _, reason = line.strip().partition("|")
-        if job_id in wanted:
-            reasons[job_id] = reason
-    return reasons
-
-
-def _array_tasks(job_id: str) -> list[str]:
-    """``123_[2-4,7%2]`` (array tasks still pending, in one sacct row) →
-    ``123_2 123_3 123_4 123_7``; [] for any other id."""
-    found = re.fullmatch(r"(\d+)_\[([0-9,-]+)(?:%\d+)?\]", job_id)
-    if not found:
-        return []
-    tasks = []
-    for part in found.group(2).split(","):
-        first, _, last = part.partition("-")
-        tasks += [f"{found.group(1)}_{i}" for i in range(int(first), int(last or first) + 1)]
-    return tasks
-
+    return wslurm.parse_squeue_pending(out, set(ids)) if code == 0 else {}

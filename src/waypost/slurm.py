@@ -1,22 +1,37 @@
-"""Slurm's own view of a job (``sacct``), mapped to waypost states."""
+"""waypost's one Slurm adapter: one ``sacct``/``squeue`` reader, one map from
+Slurm's job states to waypost's, and what the cluster offers (``waypost
+workers --check``). Every other module asks here: the executor (its status
+rounds, asynchronously: it runs the commands these build and reads their
+output with these parsers), the step runner and the lifecycle reader (how
+did this attempt's job end; is it still alive).
+"""
 
 from __future__ import annotations
 
 import re
 
-# sacct State → waypost state
+# Slurm 22.05's job states (sacct ``State``, squeue ``%T``). A job in one of
+# these has not ended; UNKNOWN (slurmctld lost track for a moment) is not an
+# end either, and never a success: ask again.
+ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "STOPPED",
+          "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "UNKNOWN"}
+# …and how each end is a waypost state. A node that failed under the job, or
+# one that never booted for it, is a hardware failure; a deadline a time out.
 STATES = {
     "COMPLETED": "SUCCESS",
     "FAILED": "FAILED",
     "TIMEOUT": "TIMEOUT",
+    "DEADLINE": "TIMEOUT",
     "PREEMPTED": "PREEMPTED",
     "NODE_FAIL": "HWFAILURE",
     "BOOT_FAIL": "HWFAILURE",
     "OUT_OF_MEMORY": "OOM",
     "CANCELLED": "CANCELLED",
-    "DEADLINE": "TIMEOUT",
+    "REVOKED": "CANCELLED",       # a federated sibling started elsewhere
+    "SPECIAL_EXIT": "FAILED",
 }
 TERMINAL = set(STATES)
+SACCT_FIELDS = ("JobID", "JobIDRaw", "State", "Reason")
 
 
 def normalize(raw: str) -> str:
@@ -24,33 +39,104 @@ def normalize(raw: str) -> str:
     return raw.strip().split(" ")[0].rstrip("+")
 
 
-def sacct_states(job_ids: list[str]) -> dict[str, str]:
-    """Job id → normalized sacct State of the whole job (no steps), under
-    its raw id and, for an array task, its ``<array>_<task>`` id too."""
+def waypost_state(slurm_state: str) -> str | None:
+    """The waypost state of a job that ended so (None: it has not ended).
+    A state this map does not know is a failure, never a success."""
+    state = normalize(slurm_state)
+    if state in ACTIVE or not state:
+        return None
+    return STATES.get(state, "FAILED")
+
+
+class Row:
+    """One job (or array task) as sacct says: its normalized ``state``,
+    Slurm's ``reason`` ('' for none) and ``raw`` id (JobIDRaw: what its
+    runner saw as ``SLURM_JOB_ID``; None for array tasks still pending,
+    which share one row)."""
+
+    __slots__ = ("raw", "reason", "state")
+
+    def __init__(self, state: str, reason: str = "", raw: str | None = None):
+        self.state, self.reason, self.raw = state, "" if reason in ("None", None) else reason, raw
+
+    @property
+    def ended(self) -> str | None:
+        return waypost_state(self.state)
+
+
+def sacct_command(job_ids: list[str]) -> list[str]:
+    return ["sacct", "-X", "-n", "-P", "-o", ",".join(SACCT_FIELDS), "-j", ",".join(job_ids)]
+
+
+def parse_sacct(text: str) -> dict[str, Row]:
+    """sacct's rows (``sacct_command``) by job id: each job under its JobID
+    and its JobIDRaw; an array task as ``<array>_<task>`` (and its raw id),
+    pending tasks of one row (``123_[2-4]``) each by name."""
+    rows: dict[str, Row] = {}
+    for line in text.splitlines():
+        parts = [part.strip() for part in line.split("|")]
+        if len(parts) != len(SACCT_FIELDS):
+            continue
+        job_id, raw, state, reason = parts
+        tasks = array_tasks(job_id)
+        for one in tasks or [job_id, raw]:
+            rows[one] = Row(normalize(state), reason, None if tasks else raw)
+    return rows
+
+
+def array_tasks(job_id: str) -> list[str]:
+    """``123_[2-4,7%2]`` (array tasks still pending, in one sacct row) →
+    ``123_2 123_3 123_4 123_7``; [] for any other id."""
+    found = re.fullmatch(r"(\d+)_\[([0-9,-]+)(?:%\d+)?\]", job_id)
+    if not found:
+        return []
+    tasks = []
+    for part in found.group(2).split(","):
+        first, _, last = part.partition("-")
+        tasks += [f"{found.group(1)}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return tasks
+
+
+def squeue_pending_command(job_ids: list[str]) -> list[str]:
+    """Why jobs pend, as slurmctld says (slurmdbd hears it late or never)."""
+    return ["squeue", "-h", "-t", "PENDING", "-r", "-o", "%i|%r", "-j",
+            ",".join(sorted({i.split("_")[0] for i in job_ids}))]
+
+
+def parse_squeue_pending(text: str, wanted: set[str]) -> dict[str, str]:
+    reasons = {}
+    for line in text.splitlines():
+        job_id, _, reason = line.strip().partition("|")
+        if job_id in wanted:
+            reasons[job_id] = reason
+    return reasons
+
+
+def sacct(job_ids: list[str]) -> dict[str, Row] | None:
+    """``parse_sacct`` of one sacct call; None when sacct did not answer
+    (not installed, slurmdbd down, a time out): unknown, never gone."""
     import shutil  # not at the top: the step runner imports this module at every step
     import subprocess
-    if not job_ids or not shutil.which("sacct"):
+    if not job_ids:
         return {}
+    if not shutil.which("sacct"):
+        return None
     try:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,JobIDRaw,State", "-j", ",".join(job_ids)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(sacct_command(job_ids), capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return {}
-    states = {}
-    for line in out.stdout.splitlines():
-        if line.count("|") == 2:
-            job, raw, state = line.split("|")
-            states[raw.strip()] = states[job.strip()] = normalize(state)
-    return states
+        return None
+    return parse_sacct(out.stdout) if out.returncode == 0 else None
 
 
 def final_state(job_id: str) -> tuple[str | None, str | None]:
-    """(waypost state, sacct state) of a finished Slurm job; (None, None)
-    when Slurm does not know it or it has not ended."""
-    raw = sacct_states([str(job_id)]).get(str(job_id))
-    if raw in TERMINAL:
-        return STATES[raw], raw
-    return None, raw
+    """(waypost state, sacct state) of a Slurm job that ended; (None, its
+    state) while it has not, (None, None) when Slurm does not know it or
+    sacct did not answer."""
+    rows = sacct([str(job_id)])
+    row = (rows or {}).get(str(job_id))
+    if row is None:
+        return None, None
+    return row.ended, row.state
 
 
 # --- what the cluster offers (``waypost workers --check``) ----------------------
