@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
+from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from test_cron import SOAK, cron, records, soak_crons
 
 
@@ -336,3 +336,77 @@ def test_config_precedence_is_the_same_with_and_without_configfile(tmp_path):
         given = subprocess.run(base + extra + ["--config", "root=from-cli"], cwd=tmp_path, capture_output=True,
                                text=True)
         assert "from-cli/en-xa/exp1/fetch_corpus" in given.stdout, (extra, given.stdout + given.stderr)
+
+
+GIVEN_UP_STUDY = '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+
+def points(experiment):
+    return ["k1", "k2", "k3"]
+
+
+rule solve:
+    output: out=wp.out("x.txt", instances=points)
+    shell: "test {wildcards.instance} != k2; echo {wildcards.instance} > {output.out}"
+
+
+rule collect:
+    input: xs=wp.each("solve", "x.txt")
+    output: out=wp.out("all.txt", funnel=True)
+    shell: "cat {input.xs} > {output.out}; echo run $WAYPOST_RUN_ID >> {output.out}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def test_a_given_up_point_counts_as_its_last_end_for_a_funnel_that_accepts_it(tmp_path):
+    # k2 fails for good (max_series 1): given up. The funnel accepts any end
+    # (all_done), so it is not held by k2: after `rerun --downstream` of
+    # another point, the next run redoes that point and the funnel.
+    (tmp_path / "workflow").mkdir()
+    (tmp_path / "workflow" / "Snakefile").write_text(GIVEN_UP_STUDY)
+    (tmp_path / "config").mkdir()
+    write_config(tmp_path, {"root": "results", "experiments": {"e": {}}, "stages": {
+        "solve": {"policy": {"max_attempts": 1, "max_series": 1}},
+        "collect": {"policy": {"depends": "all_done"}}}}, name="config/config.yaml")
+    snake = [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(LOCAL_PROFILE)]
+
+    def run(*args):
+        return subprocess.run([*snake, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    first = run()
+    stage = tmp_path / "results" / "_all" / "e"
+    assert read_manifest(stage / "solve" / "k2")["given_up"], first.stderr[-3000:]
+    made = (stage / "collect" / "all.txt").read_text()
+    assert made.startswith("k1\nk3\nrun "), made        # k2: an empty placeholder
+
+    again = run("-n")
+    assert "Nothing to be done" in again.stdout + again.stderr      # given up: not tried again
+    out = subprocess.run([sys.executable, "-m", "waypost.cli", "rerun", "solve", "--instance", "k1", "--downstream"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    planned_run = run("-n")
+    text = planned_run.stdout + planned_run.stderr
+    assert "on hold, not scheduled" not in text, text[-2000:]
+    assert {r: n for r, n in _job_stats(text).items() if r != "all"} == {"solve": 1, "collect": 1}, text[-2000:]
+    second = run()
+    assert second.returncode == 0, second.stderr[-3000:]
+    remade = (stage / "collect" / "all.txt").read_text()
+    assert remade.startswith("k1\nk3\nrun ") and remade != made
+    assert read_manifest(stage / "solve" / "k2")["attempts"] == read_manifest(stage / "solve" / "k2")["attempts"][:1]
+
+
+def _job_stats(out: str) -> dict[str, int]:
+    table = out.split("Job stats:", 1)[1].split("total", 1)[0] if "Job stats:" in out else ""
+    found = {}
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            found[parts[0]] = int(parts[1])
+    return found

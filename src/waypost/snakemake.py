@@ -952,7 +952,7 @@ class Pipeline:
         held = self._held()
         wanted, skipped, done = [], set(), None
         for stage, values, path in self._stage_outputs():
-            if stage in held.get((values["experiment"], values["pair"]), ()) and not self.present(path):
+            if held and self._is_held(held, stage, values) and not self.present(path):
                 skipped.add(stage)
                 continue
             if not self.presence or stage in forced or not self.present(path) \
@@ -970,11 +970,11 @@ class Pipeline:
                   + " (`waypost retry STAGE` to try again now)", file=sys.stderr)
         return wanted
 
-    def _held(self) -> dict[tuple[str, str], set[str]]:
-        """(experiment, pair) → the stages not to schedule there: those on
-        hold in the root's registry (layout.HELD: one listing), given up or
-        waiting out their series backoff, and every stage downstream of them,
-        funnels included."""
+    def _held(self) -> set[tuple]:
+        """The (experiment, pair, stage, instance) not to schedule (instance
+        None: none of the stage's): those on hold in the root's registry
+        (layout.HELD: one listing), given up or waiting out their series
+        backoff, and what needs their success (``_hold``)."""
         registry = layout.join(self.root, layout.HELD)
         now = time.time()
         if self.mirror is None:
@@ -987,19 +987,60 @@ class Pipeline:
             prefix = storage.filesystem(registry)[1] + "/"
             entries = {key[len(prefix):]: mtime_of(info) for key, info in storage.listing(self.root).items()
                        if key.startswith(prefix)}
-        held: dict[tuple[str, str], set[str]] = {}
+        held: set[tuple] = set()
         self._on_hold = []
         for name, until in sorted(entries.items()):
             parts = name.split("~")
             if len(parts) < 3 or (until and until <= now):
                 continue
             pair, experiment, stage = parts[:3]
+            instance = parts[3] if len(parts) > 3 else None
             self._on_hold.append(f"{layout.stage_name(*parts)} " + ("given up" if not until else
                                                  "waiting until " + time.strftime("%H:%M", time.localtime(until))))
-            below = self._downstream(stage)
-            held.setdefault((experiment, pair), set()).update({stage} | below)
-            held.setdefault((experiment, layout.ALL_PAIRS), set()).update(below)
+            # A given-up stage ended for good: its last end is what a funnel's
+            # `depends` looks at, as when it ended (one in its backoff will be
+            # redone: what is below waits for it).
+            state = None if until else self._last_state(layout.stage_dir(self.root, pair, experiment, stage,
+                                                                          instance))
+            self._hold(held, experiment, pair, stage, instance, state)
         return held
+
+    def _hold(self, held: set, experiment: str, pair: str, stage: str, instance: str | None,
+              state: str | None) -> None:
+        """Hold (experiment, pair, stage, instance) and what needs its
+        success: a consumer with instances at the same instance, any other
+        (a funnel over the instances, over the pairs) as a whole; not a
+        consumer whose ``depends`` accepts ``state`` (the held stage's last
+        end, None while it is to be redone), which goes on over it."""
+        key = (experiment, pair, stage, instance)
+        if key in held:
+            return
+        held.add(key)
+        for child, spec in self.stages.items():
+            if stage not in spec.parents:
+                continue
+            child_pair = layout.ALL_PAIRS if spec.funnel else pair
+            if state is not None and self._policy(experiment, child_pair, child).accepts(state):
+                continue
+            self._hold(held, experiment, child_pair, child, instance if spec.instances is not None else None, None)
+
+    @staticmethod
+    def _is_held(held: set, stage: str, values: dict) -> bool:
+        experiment, pair = values["experiment"], values["pair"]
+        return (experiment, pair, stage, None) in held or (experiment, pair, stage, values["instance"]) in held
+
+    def _last_state(self, stage_dir: str) -> str | None:
+        """A stage directory's recorded end (its manifest's state); None
+        when it can't be read."""
+        try:
+            if self.mirror is None:
+                data = manifest.read(stage_dir)
+            else:
+                fs, path = storage.filesystem(layout.join(stage_dir, layout.MANIFEST))
+                data = manifest.parse(fs.cat_file(path), stage_dir)
+        except (OSError, manifest.ManifestError):
+            return None
+        return (data or {}).get("state")
 
     def _stage_outputs(self, everything: bool = False):
         """(stage, values, output) of every stage job of the selected

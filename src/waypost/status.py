@@ -39,7 +39,7 @@ LOOKS = {
     "SKIPPED": ("skipped", "yellow", "#b7950b"),
 }
 FAILURE_LOOK = ("bold red", "#c62828")
-LEGEND_MARKS = ("n/m: instances done  ×N: attempts  *: provisional, redone next run\n"
+LEGEND_MARKS = ("n/m: instances done  ×N: attempts  *: provisional, redone with a parent\n"
                 "given up: max_series spent; no run starts it again until `waypost retry`")
 
 
