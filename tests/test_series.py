@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from test_cron import SOAK, cron, records, soak_crons
 
@@ -410,3 +411,74 @@ def _job_stats(out: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1].isdigit():
             found[parts[0]] = int(parts[1])
     return found
+
+
+ENSEMBLE = '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+
+def members(experiment):
+    return [str(m) for m in config["experiments"][experiment]["members"]]
+
+
+rule member:
+    output: m=wp.out("m.txt", instances=members)
+    shell: "echo member {wildcards.instance} > {output.m}"
+
+
+rule ensemble:
+    input: ms=wp.each("member", "m.txt")
+    output: e=wp.out("ensemble.txt")
+    shell: "cat {input.ms} > {output.e}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+@pytest.mark.parametrize("mode", ["presence", "mtime"])
+def test_a_stage_made_from_a_set_of_instances_is_redone_when_the_set_changes(tmp_path, mode):
+    (tmp_path / "workflow" / "schemas").mkdir(parents=True)
+    (tmp_path / "workflow" / "Snakefile").write_text(ENSEMBLE)
+    (tmp_path / "workflow" / "schemas" / "config.schema.yaml").write_text(yaml.safe_dump({"properties": {
+        "experiments": {"additionalProperties": {"properties": {"members": {"type": "array"}}}}}}))
+    (tmp_path / "config").mkdir()
+
+    def with_members(*names):
+        write_config(tmp_path, {"root": "results", "rerun_policy": mode, "experiments": {"x": {"members": list(names)}}},
+                     name="config/config.yaml")
+    snake = [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(LOCAL_PROFILE)]
+
+    def run(*args):
+        proc = subprocess.run([*snake, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout + proc.stderr
+    ensemble = tmp_path / "results" / "_all" / "x" / "ensemble" / "ensemble.txt"
+    with_members("a", "b")
+    run()
+    assert ensemble.read_text() == "member a\nmember b\n"
+    assert "Nothing to be done" in run("-n")                         # the same set: nothing to redo
+
+    with_members("a", "b", "c", "d")                                 # grown
+    planned_text = run("-n")
+    assert "x/ensemble: made from 2 inputs, now 4 (2 new, 0 gone): redone" in planned_text
+    assert _job_stats(planned_text) == {"member": 2, "ensemble": 1, "all": 1}, planned_text[-2000:]
+    plan = subprocess.run([sys.executable, "-m", "waypost.cli", "plan", "--profile", str(LOCAL_PROFILE), "--json"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    rows = {r["stage"]: r["why"] for r in json.loads(plan.stdout)["next_run"]}
+    assert rows["ensemble"] == "redo: made from 2 inputs, now 4 (2 new, 0 gone)", plan.stdout
+    run()
+    assert ensemble.read_text() == "member a\nmember b\nmember c\nmember d\n"
+
+    with_members("a", "c", "d")                                      # shrunk: nothing new to make
+    planned_text = run("-n")
+    assert "x/ensemble: made from 4 inputs, now 3 (0 new, 1 gone): redone" in planned_text
+    assert _job_stats(planned_text) == {"ensemble": 1, "all": 1}, planned_text[-2000:]
+    run()
+    assert ensemble.read_text() == "member a\nmember c\nmember d\n"
+    assert "Nothing to be done" in run("-n")

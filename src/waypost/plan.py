@@ -21,6 +21,8 @@ from .catalog import settings_diff
 
 JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
 FIELD = re.compile(r"^\s+(\w+): (.*)$")
+# The planner's own line for a stage made from a set of instances that changed.
+SET_CHANGED = re.compile(r"^waypost: (\S+): (made from .*): redone$")
 
 
 def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str]) -> tuple[int, str]:
@@ -34,6 +36,7 @@ def parse_jobs(text: str, axis_word: str = "pair") -> list[dict]:
     """The jobs of a dry run's output: rule, wildcards and reason (the
     workflow's axis wildcard under the engine's name, ``pair``)."""
     jobs, job = [], None
+    changed = {m.group(1): m.group(2) for m in map(SET_CHANGED.match, text.splitlines()) if m}
     for line in text.splitlines():
         header = JOB_HEADER.match(line.strip()) if not line.startswith(" ") else None
         if header:
@@ -50,6 +53,12 @@ def parse_jobs(text: str, axis_word: str = "pair") -> list[dict]:
             job["reason"] = field.group(2)
         elif job and not line.startswith(" "):
             job = None
+    for job in jobs:
+        w = job["wildcards"]
+        name = layout.stage_name(w.get("pair", layout.ALL_PAIRS), w.get("experiment", ""), job["rule"],
+                                 w.get("instance"))
+        if name in changed:
+            job["set_changed"] = changed[name]
     return [j for j in jobs if j["rule"] != "all"]
 
 
@@ -61,6 +70,8 @@ def why(job: dict, config: dict) -> str:
         source = wconfig.reuse_source(config, w["experiment"], w.get("pair", layout.ALL_PAIRS), job["rule"])
         if source:
             return f"reuse from {source}"
+    if job.get("set_changed"):
+        return f"redo: {job['set_changed']}"
     if reason.startswith("Forced execution") and w.get("experiment") in config["experiments"]:
         stage_dir = layout.stage_dir(config["root"], w.get("pair", layout.ALL_PAIRS), w["experiment"], job["rule"],
                                      w.get("instance"))

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
+from snakemake.iocontainers import Wildcards
 
 from . import config as wconfig
 from . import layout, manifest, reuse, runner, storage
@@ -61,6 +62,7 @@ class Stage:
     instances: object = None      # experiment → instance names, for a stage with instances
     parents: set = field(default_factory=set)
     order: int = 0
+    gathers: bool = False         # it reads every instance of a stage (wp.each): made from a set of them
 
 
 def _job_process(workflow) -> bool:
@@ -183,6 +185,8 @@ class Pipeline:
         self._finished = False
         self._forced: set | None = None   # see _forced_stages
         self._marker_cache: dict[str, tuple[bool, bool]] = {}   # see _markers
+        self._items: dict[str, list] = {}   # stage → its rule's inputs as written (see _inputs_of)
+        self._set_changes: dict[str, str | None] = {}   # stage dir → how its set of inputs changed
         self._on_hold: list[str] = []       # see _held
         self._default_class: dict[str, str] = {}   # stage → the worker class its rule names
         self._rule_resources: dict[str, object] = {}   # stage rules whose resources are still to fill
@@ -340,6 +344,7 @@ class Pipeline:
         consumer = self._declaring("each")
         layout.check_name(stage, "stage")
         consumer.parents.add(stage)
+        consumer.gathers = True
 
         def paths(wildcards):
             upstream = self._known(stage, consumer.name)
@@ -407,6 +412,8 @@ class Pipeline:
         every callable of every job, so fewer callables plan faster.
         """
         names = [name for name, _ in items]
+        self._items[stage] = items
+        gathers = self.stages[stage].gathers
 
         def job_inputs(wildcards):
             if self.reused_from(stage, wildcards):
@@ -414,23 +421,56 @@ class Pipeline:
             values = dict(wildcards.items())
             dir_pattern, output_patterns = self._own_files(stage)
             redo, recheck = self._markers(dir_pattern.format(**values))
-            if redo:
+            changed = gathers and not redo and self._set_changed(stage, wildcards) is not None
+            if redo or changed:
                 self._force(stage, values)
-            if self.presence and not (redo or recheck or stage in self._forced_stages()) and all(
+            if self.presence and not (redo or recheck or changed or stage in self._forced_stages()) and all(
                     self.present(p.format(**values) if plain else apply_wildcards(p, values))
                     for p, plain in output_patterns):
                 return {name: [] for name in names}
-            resolved = {}
-            for name, item in items:
-                if isinstance(item, list):
-                    found = [path for entry in item for path in _as_list(
-                        entry(wildcards) if callable(entry) else apply_wildcards(entry, values))]
-                else:
-                    found = item(wildcards) if callable(item) else apply_wildcards(item, values)
-                # One path stays a string: Snakemake makes a list of each named list.
-                resolved[name] = found if isinstance(found, str) else list(found)
-            return resolved
+            return self._resolve(stage, wildcards)
         return _presigned(job_inputs)
+
+    def _resolve(self, stage: str, wildcards) -> dict:
+        """A stage job's inputs, by name, from its rule's items (as written)."""
+        values = dict(wildcards.items())
+        resolved = {}
+        for name, item in self._items[stage]:
+            if isinstance(item, list):
+                found = [path for entry in item for path in _as_list(
+                    entry(wildcards) if callable(entry) else apply_wildcards(entry, values))]
+            else:
+                found = item(wildcards) if callable(item) else apply_wildcards(item, values)
+            # One path stays a string: Snakemake makes a list of each named list.
+            resolved[name] = found if isinstance(found, str) else list(found)
+        return resolved
+
+    def _set_changed(self, stage: str, wildcards) -> str | None:
+        """For a stage made from a set of instances (``wp.each``): how the
+        inputs it would read now differ from those its manifest says it was
+        made from (None: the same, or nothing recorded to compare with: no
+        manifest, a reused or adopted stage). Said once per job, in the run's
+        output: in presence and mtime mode alike, such a stage is redone."""
+        stage_dir = self._own_files(stage)[0].format(**dict(wildcards.items()))
+        if stage_dir not in self._set_changes:
+            data = self._recorded(stage_dir)
+            change = None
+            if data and data.get("state") == "SUCCESS" and not data.get("reused_from") and not data.get("adopted"):
+                recorded = {str(i.get("path")) for i in data.get("inputs") or [] if isinstance(i, dict)}
+                current = {self._as_recorded(p) for paths in self._resolve(stage, wildcards).values()
+                           for p in _as_list(paths)}
+                if recorded != current:
+                    change = (f"made from {len(recorded)} inputs, now {len(current)} "
+                              f"({len(current - recorded)} new, {len(recorded - current)} gone)")
+                    values = dict(wildcards.items())
+                    print(f"waypost: {layout.stage_name(self._pair(wildcards), values['experiment'], stage, values.get('instance'))}: "
+                          f"{change}: redone", file=sys.stderr)
+            self._set_changes[stage_dir] = change
+        return self._set_changes[stage_dir]
+
+    def _as_recorded(self, path: str) -> str:
+        """An input path as a manifest records it (a URL on a bucket root)."""
+        return layout.join(self.root, path) if self.mirror else path
 
     def _markers(self, stage_dir: str) -> tuple[bool, bool]:
         """``_read_markers``, once per stage directory and planning (the
@@ -956,7 +996,9 @@ class Pipeline:
                 skipped.add(stage)
                 continue
             if not self.presence or stage in forced or not self.present(path) \
-                    or any(self._markers(self._own_files(stage)[0].format(**values["wildcards"]))):
+                    or any(self._markers(self._own_files(stage)[0].format(**values["wildcards"]))) \
+                    or (self.stages[stage].gathers and self._set_changed(stage, Wildcards(
+                        fromdict=values["wildcards"])) is not None):
                 wanted.append(path)
             elif done is None:
                 done = path
@@ -1000,8 +1042,8 @@ class Pipeline:
             # A given-up stage ended for good: its last end is what a funnel's
             # `depends` looks at, as when it ended (one in its backoff will be
             # redone: what is below waits for it).
-            state = None if until else self._last_state(layout.stage_dir(self.root, pair, experiment, stage,
-                                                                          instance))
+            state = None if until else (self._recorded(layout.stage_dir(self.root, pair, experiment, stage,
+                                                                          instance)) or {}).get("state")
             self._hold(held, experiment, pair, stage, instance, state)
         return held
 
@@ -1029,18 +1071,20 @@ class Pipeline:
         experiment, pair = values["experiment"], values["pair"]
         return (experiment, pair, stage, None) in held or (experiment, pair, stage, values["instance"]) in held
 
-    def _last_state(self, stage_dir: str) -> str | None:
-        """A stage directory's recorded end (its manifest's state); None
-        when it can't be read."""
+    def _recorded(self, stage_dir: str) -> dict | None:
+        """A stage directory's manifest (a path as rules write it; on a
+        bucket root, relative to it); None when there is none or it can't
+        be read."""
         try:
             if self.mirror is None:
-                data = manifest.read(stage_dir)
-            else:
-                fs, path = storage.filesystem(layout.join(stage_dir, layout.MANIFEST))
-                data = manifest.parse(fs.cat_file(path), stage_dir)
+                return manifest.read(stage_dir)
+            url = layout.join(self.root, stage_dir) if not storage.is_remote(stage_dir) else stage_dir
+            if not storage.listed(layout.join(url, layout.MANIFEST)):
+                return None
+            fs, path = storage.filesystem(layout.join(url, layout.MANIFEST))
+            return manifest.parse(fs.cat_file(path), url)
         except (OSError, manifest.ManifestError):
             return None
-        return (data or {}).get("state")
 
     def _stage_outputs(self, everything: bool = False):
         """(stage, values, output) of every stage job of the selected
