@@ -4,6 +4,8 @@
 #   scripts/slurm-dev-cluster.sh start    install (if needed), configure, start; idempotent
 #   scripts/slurm-dev-cluster.sh stop     stop every daemon this script started; idempotent
 #   scripts/slurm-dev-cluster.sh status   sinfo + daemon states; exit 0 only if usable
+#   scripts/slurm-dev-cluster.sh restart DAEMON   stop one daemon (slurmctld, slurmdbd, ...) and start
+#                                         it again after WAYPOST_SLURM_DOWN_SECONDS (default 0): a fault to test
 #
 # Debian 12 (slurm-wlm 22.05, munge, mariadb), run as root, no systemd needed.
 # Daemons: munged -> mariadbd (unix socket only) -> slurmdbd -> slurmctld -> slurmd.
@@ -635,11 +637,22 @@ cmd_status() {
     return "$ok"
 }
 
+cmd_restart() {
+    local name=${1:-}
+    [[ " ${DAEMONS[*]} " == *" $name "* ]] || die "" "restart: expected one of: ${DAEMONS[*]}"
+    need_root
+    mkdir -p "$RUN"
+    stop_daemon "$name" 15 && say "$name: stopped" || say "$name: not running"
+    sleep "${WAYPOST_SLURM_DOWN_SECONDS:-0}"
+    cmd_start
+}
+
 case ${1:-} in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    restart) cmd_restart "${2:-}" ;;
     *)
-        echo "usage: $0 start|stop|status" >&2
+        echo "usage: $0 start|stop|status|restart DAEMON" >&2
         exit 2 ;;
 esac

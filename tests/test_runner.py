@@ -290,3 +290,27 @@ def test_runner_usage_and_help_are_human(tmp_path):
     spec_file = tmp_path / "step"
     spec_file.write_bytes(step_input(tmp_path / "p/e/s", f"echo ok > {tmp_path}/o", [tmp_path / "o"]))
     assert subprocess.run([*RUNNER, "--spec", str(spec_file)], capture_output=True).returncode == 0
+
+
+def test_a_series_whose_step_succeeded_is_finished_not_rerun_after_the_job_ended(tmp_path):
+    # Slurm ended the job (its time limit) after the step succeeded, while
+    # the runner hashed the outputs and wrote the manifest: what is left is
+    # the running record with the ended attempt and its decision, and the
+    # outputs. The next runner (another run) finishes the series.
+    stage = tmp_path / "p/e/s"
+    out = stage / "out.txt"
+    assert run_step(stage, f"echo first > {out}", outputs=[out]).returncode == 0
+    record = manifest.read(str(stage))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (stage / "_running.json").write_text(json.dumps({
+        "pid": gone.pid, "host": manifest.hostname(), "run": record["run"], "series": 1, "series_base": 0,
+        "outputs": ["out.txt"], "slurm_job_id": None, "attempts": record["attempts"]}))
+    (stage / "_manifest.json").unlink()
+    proc = run_step(stage, f"echo again > {out}", outputs=[out], env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "first\n"                      # not run again
+    finished = manifest.read(str(stage))
+    assert finished["state"] == "SUCCESS" and len(finished["attempts"]) == 1
+    assert finished["outputs"][0]["sha256"] == manifest.sha256_file(str(out))
+    assert not (stage / "_running.json").exists() and not (stage / ".attempts").exists()

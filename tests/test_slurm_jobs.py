@@ -367,3 +367,28 @@ def test_a_node_failure_is_recorded_hwfailure_and_rerun_per_the_policy(slurm_clu
     assert steps[0] == ("cmd", "HWFAILURE", job) and steps[-1][:2] == ("rerun", "SUCCESS"), steps
     assert "NODE_FAIL" in record["attempts"][0]["error"]        # Slurm's word is kept
     assert record["state"] == "SUCCESS"
+
+
+def test_slurmctld_stopped_and_started_mid_run_is_unknown_never_gone(slurm_cluster, tmp_path):
+    # slurmctld goes away for a while as the points run: running jobs live on,
+    # the run waits (unknown is never gone), and converges once it is back:
+    # one job per point, one attempt each.
+    points = {"a": "gated:2", "b": "gated:2"}
+    workdir = pipeline(tmp_path, points, {})
+    since = time.time()
+    proc = start(workdir)
+    jobs = wait_for(lambda: (lambda found: found if len(found) == 2 else None)(
+        {p: running_job(stage(workdir, "work", p)) for p in points if running_job(stage(workdir, "work", p))}),
+        120, "both points at work")
+    restart = subprocess.run(["bash", str(REPO / "scripts" / "slurm-dev-cluster.sh"), "restart", "slurmctld"],
+                             capture_output=True, text=True, env={**os.environ, "WAYPOST_SLURM_DOWN_SECONDS": "8"})
+    assert restart.returncode == 0, restart.stdout + restart.stderr
+    assert proc.poll() is None                                   # the run waited through it
+    (workdir / "workflow" / "gate").touch()
+    code, out = finish(proc, timeout=300)
+    assert code == 0, out[-5000:]
+    assert _work_jobs(since, workdir) == sorted(jobs.values())
+    for point, job in jobs.items():
+        record = read_manifest(stage(workdir, "work", point))
+        assert [(a["state"], a["slurm_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
+    assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
