@@ -482,3 +482,50 @@ def test_a_stage_made_from_a_set_of_instances_is_redone_when_the_set_changes(tmp
     run()
     assert ensemble.read_text() == "member a\nmember c\nmember d\n"
     assert "Nothing to be done" in run("-n")
+
+
+HOPELESS = '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+
+rule solve:
+    output: out=wp.out("x.txt", instances=["k1", "k2"])
+    shell: "if [ {wildcards.instance} = k2 ]; then echo diverged > $WAYPOST_STAGE_DIR/residual; exit 1; fi; echo ok > {output.out}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def test_a_check_can_give_a_stage_up_for_good(tmp_path):
+    # A check sees the point is hopeless; its cue gives it up at once: no
+    # further series in later runs (max_series would allow 5) until
+    # `waypost retry`, which says what the next run will do.
+    (tmp_path / "workflow").mkdir()
+    (tmp_path / "workflow" / "Snakefile").write_text(HOPELESS)
+    (tmp_path / "config").mkdir()
+    policy = {"max_attempts": 3, "max_series": 5,
+              "checks": {"converging": "! grep -q diverged $WAYPOST_STAGE_DIR/residual 2>/dev/null"},
+              "cues": [{"action": "give_up", "when": "converging.FAILED"}, {"action": "rerun", "when": "cmd.FAILED"}]}
+    write_config(tmp_path, {"root": "results", "experiments": {"e": {}}, "stages": {"solve": {"policy": policy}}},
+                 name="config/config.yaml")
+    snake = [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(LOCAL_PROFILE)]
+    first = subprocess.run(snake, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert first.returncode != 0
+    hopeless = read_manifest(tmp_path / "results/_all/e/solve/k2")
+    assert hopeless["given_up"] and len(hopeless["attempts"]) == 1, hopeless
+    assert hopeless["attempts"][0]["decision"]["action"] == "give_up"
+    assert "given up by cue 1 (give_up when converging.FAILED)" in hopeless["reason"]
+    again = subprocess.run([*snake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "Nothing to be done" in again.stdout + again.stderr and "e/solve/k2 given up" in again.stderr
+    out = subprocess.run([sys.executable, "-m", "waypost.cli", "retry", "solve", "--instance", "k2"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "the next run: a fresh start (its workspace archived under .attempts/ first)" in out.stdout, out.stdout
+    planned_again = subprocess.run([*snake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert _job_stats(planned_again.stdout + planned_again.stderr).get("solve") == 1

@@ -352,15 +352,20 @@ def test_a_node_failure_is_recorded_hwfailure_and_rerun_per_the_policy(slurm_clu
     since = time.time()
     proc = start(workdir, "--until", "work")
     try:
-        job = wait_for(lambda: running_job(stage(workdir, "work", "a")), 120, "point a at work")
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=waypost-test"], check=True)
-        wait_for(lambda: any(r["JobIDRaw"] == job and r["State"] == "NODE_FAIL"
-                             for r in sacct("JobIDRaw", "State", since=since, workdir=workdir, ended=False)),
-                 60, "Slurm to say NODE_FAIL")
+        try:
+            job = wait_for(lambda: running_job(stage(workdir, "work", "a")), 120, "point a at work")
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=waypost-test"],
+                           check=True)
+            wait_for(lambda: any(r["JobIDRaw"] == job and r["State"] == "NODE_FAIL"
+                                 for r in sacct("JobIDRaw", "State", since=since, workdir=workdir, ended=False)),
+                     60, "Slurm to say NODE_FAIL")
+        finally:   # (back up by itself already, ReturnToService=2: fine)
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        (workdir / "workflow" / "gate").touch()
+        code, out = finish(proc, timeout=300)
     finally:
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)  # (up already: fine)
-    (workdir / "workflow" / "gate").touch()
-    code, out = finish(proc, timeout=300)
+        if proc.poll() is None:
+            proc.kill()
     assert code == 0, out[-5000:]
     record = read_manifest(stage(workdir, "work", "a"))
     steps = [(a["action"], a["state"], a["slurm_job_id"]) for a in record["attempts"]]

@@ -739,10 +739,11 @@ def cmd_retry(args) -> int:
     wconfig.check_names(cfg, args.experiment, args.pair, args.stage)
     reach(cfg["root"])
     done = steer.retry(cfg, args.stage, args.experiment, args.pair, args.instance, args.dry_run)
-    for directory, what in done:
-        print(f"{_shown(directory)}: {what}; {'would get' if args.dry_run else 'gets'} a new count of series")
-    print(f"{len(done)} stage(s) {'would be' if args.dry_run else 'will be'} tried again by the next run, "
-          "in place (workspace, checkpoints and history kept)")
+    for directory, what, then in done:
+        print(f"{_shown(directory)}: {what}; {'would get' if args.dry_run else 'gets'} a new count of series; "
+              f"the next run: {then}")
+    print(f"{len(done)} stage(s) {'would be' if args.dry_run else 'will be'} tried again by the next run "
+          "(their history kept)")
     return 0
 
 

@@ -16,9 +16,12 @@ and pair) holds:
   workspace archived under ``.attempts/<n>/``, the canonical path reused);
 - ``checks``: name → shell command, run after every attempt; exit 0 makes the
   check SUCCESS, anything else FAILED (TIMEOUT past ``check_timeout``);
-- ``cues``: ordered ``{action: restart|rerun|fail, when: CONDITION}``; the
-  first whose condition holds decides. With none matching, a SUCCESS attempt
-  is done and anything else fails the stage;
+- ``cues``: ordered ``{action: restart|rerun|fail|give_up, when: CONDITION}``;
+  the first whose condition holds decides. ``fail`` ends the series (the next
+  run starts another, up to ``max_series``); ``give_up`` ends it for good: the
+  stage is given up at once, and no run starts another series until
+  ``waypost retry`` (a check that knows a point is hopeless). With none
+  matching, a SUCCESS attempt is done and anything else fails the stage;
 - ``depends``: which parent states this stage accepts (``all_success``,
   ``all_done`` or a condition over ``parent.STATE``), checked per parent;
 - ``runtime`` (minutes, per attempt; grows by ``runtime_growth``) and
@@ -31,7 +34,7 @@ from collections import namedtuple
 
 from . import conditions
 
-ACTIONS = ("restart", "rerun", "fail")
+ACTIONS = ("restart", "rerun", "fail", "give_up")
 RERUN_MODES = ("dirty", "clean", "new")
 DEPENDS_PRESETS = {
     "all_success": "parent.SUCCESS",
@@ -175,7 +178,7 @@ def begin_series(policy: Policy, previous: list[dict]) -> tuple[str, str]:
 
 def decide(policy: Policy, series: list[dict]) -> tuple[str, str]:
     """The next action after the last attempt of ``series``: ``done``,
-    ``restart``, ``rerun`` or ``fail``, and why."""
+    ``restart``, ``rerun``, ``fail`` or ``give_up``, and why."""
     last = series[-1]
     states = {"cmd": last["state"], **(last.get("checks") or {})}
     counts = counters(series)
@@ -190,3 +193,16 @@ def decide(policy: Policy, series: list[dict]) -> tuple[str, str]:
     if action in ("restart", "rerun") and counts["attempt"] >= policy.max_attempts:
         return "fail", f"{reason}, but max_attempts ({policy.max_attempts}) reached"
     return action, reason
+
+
+def describe_start(policy: Policy, action: str) -> str:
+    """What a series that begins with ``action`` (``begin_series``) does
+    with the stage's workspace, in a user's words."""
+    if action == "restart":
+        how = "the step's command" if policy.restart == "same" else "the restart command"
+        return f"restart in place with {how} (workspace and checkpoints kept)"
+    if action == "rerun":
+        return {"dirty": "rerun in place (the workspace as it is)",
+                "clean": "rerun in a clean workspace (the failed attempts' files removed, logs kept)",
+                "new": "rerun in a new workspace (the old one archived under .attempts/)"}[policy.rerun]
+    return "a fresh start (its workspace archived under .attempts/ first)"

@@ -662,7 +662,11 @@ class StageRun:
             "WAYPOST_STAGE": self.spec.stage,
             "WAYPOST_INSTANCE": self.spec.instance or "",
             "WAYPOST_ACTION": action,
-            "WAYPOST_ATTEMPT": str(counts["attempt"]),
+            # One numbering: the attempt's number as the tables show it
+            # (across series), and its place in its series (the cues' `attempt`).
+            "WAYPOST_ATTEMPT": str(self.series[-1]["number"] if self.series else 1),
+            "WAYPOST_SERIES": str(self.series_no),
+            "WAYPOST_SERIES_ATTEMPT": str(counts["attempt"]),
             "WAYPOST_ATTEMPT_RESTART": str(counts["attempt.restart"]),
             "WAYPOST_ATTEMPT_RERUN": str(counts["attempt.rerun"]),
             "WAYPOST_PREVIOUS_STATE": previous,
@@ -801,7 +805,8 @@ class StageRun:
                 self.remote.close()
             return 0
         last = self.series[-1]["state"]
-        return self.finish("FAILED" if last == "SUCCESS" else last, reason=why)
+        return self.finish("FAILED" if last == "SUCCESS" else last, reason=why,
+                           give_up=reason if action == "give_up" else None)
 
     def run(self) -> int:
         self.received_signal = None
@@ -812,7 +817,14 @@ class StageRun:
         # One live attempt per stage directory, whoever started it (a run
         # whose driver died leaves its jobs at work): wait for it to end, as
         # if this job were it, then go on from what it left.
-        waited = lifecycle.wait_until_gone(
+        live = lifecycle.live_attempt(self.spec.stage_dir, me=os.getpid())
+        if live and live.unknown:
+            # Whether it is still at work can't be known (another host, sacct
+            # silent): never taken for gone, nor waited on for a lease.
+            print(f"waypost: {self.name}: an attempt may still be at work in {self.spec.stage_dir} "
+                  f"({live.where}); not starting a second one", file=sys.stderr)
+            return 75
+        waited = live and lifecycle.wait_until_gone(
             self.spec.stage_dir, me=os.getpid(),
             say=lambda live: print(f"waypost: {self.name}: an attempt is at work in {self.spec.stage_dir} "
                                    f"({live.where}); waiting for it to end instead of starting a second one",
@@ -886,9 +898,12 @@ class StageRun:
                 return 1
         last = self.series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
-        return self.finish(final)
+        return self.finish(final, give_up=reason if action == "give_up" else None)
 
-    def finish(self, state: str, reason: str | None = None) -> int:
+    def finish(self, state: str, reason: str | None = None, give_up: str | None = None) -> int:
+        """Write the manifest (last): the series ended ``state``. ``give_up``:
+        the policy gave the stage up for good (a ``give_up`` cue: why), so no
+        run starts another series until ``waypost retry``."""
         outputs = manifest.describe_outputs(self.dir, self.outputs) if state == "SUCCESS" else []
         inputs = describe_inputs(self.inputs)
         if self.remote:
@@ -911,7 +926,11 @@ class StageRun:
         hold = None       # the root's registry (layout.HELD): until when it waits (0: given up)
         if state != "SUCCESS" and self.series:
             spent = self.series_no - self.series_base
-            if spent >= self.policy.max_series:
+            if give_up:
+                record["given_up"] = True
+                hold = 0.0
+                reason = (f"{reason}; " if reason else "") + f"given up by {give_up}"
+            elif spent >= self.policy.max_series:
                 record["given_up"] = True
                 hold = 0.0
                 reason = (f"{reason}; " if reason else "") + \

@@ -21,9 +21,10 @@ import os
 import socket
 
 from . import layout, manifest, stagetree, storage
-from .config import check_names
+from .config import check_names, stage_settings
 from .config import reuse_source as config_reuse_source
 from .config import source_of_instance as config_source_of_instance
+from .policy import Policy, begin_series, describe_start
 
 
 class SteerError(RuntimeError):
@@ -169,12 +170,13 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
 
 
 def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
-          instance: str | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
+          instance: str | None = None, dry_run: bool = False) -> list[tuple[str, str, str]]:
     """Give stages that did not succeed a new count of series: those given
-    up (``max_series`` reached) or waiting out a ``series_backoff`` may start
-    again at the next run, in place: their workspace, checkpoints and
-    history stay, and the policy decides how the next series begins.
-    Returns (dir, what it was)."""
+    up (``max_series`` reached, or a ``give_up`` cue) or waiting out a
+    ``series_backoff`` may start again at the next run. Their history stays;
+    the policy decides how the next series begins (``policy.begin_series``
+    over the last one: a restart in place, a rerun, or a fresh start).
+    Returns (dir, what it was, what the next run will do)."""
     check_names(config, experiments, pairs, stage)
     tree = stagetree.open(config["root"])
     found = []
@@ -196,6 +198,10 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         spent = max(a.get("series", 1) for a in data["attempts"])
         what = ("given up" if data.get("given_up") else
                 f"waiting until {data['next_series_after']}" if data.get("next_series_after") else data["state"])
+        last_no = max(a.get("series", 1) for a in data["attempts"])
+        policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"])["policy"])
+        action, why = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
+        then = f"{describe_start(policy, action)}: {why}"
         if not dry_run:
             record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
             record["series_base"] = spent
@@ -205,7 +211,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
             if any(tree.exists(layout.join(directory, o)) for o in _declared_outputs(tree, directory)):
                 # placeholders a funnel went on over: the planner must force the job
                 tree.write_marker(layout.join(directory, layout.UNFINISHED), f"{data['state']}\n")
-        done.append((tree.key(directory), what))
+        done.append((tree.key(directory), what, then))
     return done
 
 
