@@ -109,7 +109,7 @@ def mine(tmp_path) -> Path:
     ("../x", "leaves its stage directory"), ("a/../../x", "leaves its stage directory"), ("..", "leaves"),
     ("/etc/passwd", "absolute"), ("a//b", "normalised"), ("a/./b", "normalised"), (".", "normalised"),
     ("dir/", "normalised"), ("", "empty"), ("a\\..\\b", "backslash"), ("a\x00b", "NUL"),
-    ("x" * 5000, "longer than"), ("\ud800", "lone surrogate"),
+    ("x" * 5000, "longer than"), ("\ud800", "lone surrogate"), ("a\tb", "control character"),
 ])
 def test_relative_paths(path, why):
     problem = trust.relative_problem(path)
@@ -169,6 +169,10 @@ BAD = [
     ({"state": "DONE"}, "field state is 'DONE', expected one of SUCCESS"),
     ({"settings": {"a": json.loads("[" * 80 + "]" * 80)}}, "nested deeper than 64 levels"),
     ({"next_series_after": "soon"}, "field next_series_after is 'soon'"),
+    ({"experiment": "\x1b]0;owned\x07"}, "field experiment is '\\x1b]0;owned\\x07', which does not match"),
+    ({"stage": "../../x"}, "field stage is '../../x'"),
+    ({"outputs": [{"path": "a\nb", "size": 1, "sha256": "0" * 64}]}, "lists output 'a\\nb', which has a control"),
+    ({"outputs": [{"path": "a", "size": 1, "sha256": "0" * 64 + "\n"}]}, "outputs[0].sha256 is"),
 ]
 
 

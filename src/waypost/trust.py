@@ -11,7 +11,7 @@ checked here before it becomes a path on disk or an object name:
   an object name a bucket listing gives relative to the stage or root it
   was listed under, must be relative and normalised: no absolute path, no
   ``..``, no empty or ``.`` part, no backslash (a separator to some
-  filesystems), no NUL (``relative_problem``);
+  filesystems), no NUL or other control character (``relative_problem``);
 - a location a manifest records (an input, its producer's manifest, a
   reuse source) may be the run's own spelling of a root (``results``,
   ``../shared/results``, ``/data/results``, ``gs://bucket/prefix``), but
@@ -34,9 +34,9 @@ import re
 import stat
 
 # The most waypost reads of one manifest: a funnel over 10,000 inputs
-# records about 3 MB (300 bytes per input on disk, 400 in a bucket), so
+# records about 3 MB (290 bytes per input on disk, 350 in a bucket), so
 # 16 MiB leaves room for 40,000 while a planted file of gigabytes is never
-# read into memory.
+# read into memory (and one of 16 MiB parses in well under a second).
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 # The deepest nesting of lists and objects in a manifest (waypost writes
 # about 6; a stage's settings add their own few levels).
@@ -59,9 +59,14 @@ def _encodable(path: str) -> bool:
         return False
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _name_problem(path: str) -> str | None:
     if "\x00" in path:
         return "has a NUL character"
+    if _CONTROL.search(path):
+        return "has a control character"
     if "\\" in path:
         return "has a backslash, which some filesystems read as a separator"
     if not path.isascii() and not _encodable(path):
@@ -71,7 +76,7 @@ def _name_problem(path: str) -> str | None:
 
 # A path every part of which is a plain name (not empty, not "." or "..",
 # no "/", backslash or NUL): what relative_problem accepts, in one match.
-_PART = r"(?!\.\.?(?:/|\Z))[^/\\\x00]+"
+_PART = r"(?!\.\.?(?:/|\Z))[^/\\\x00-\x1f\x7f]+"
 _PLAIN = re.compile(rf"{_PART}(?:/{_PART})*")
 
 
@@ -119,6 +124,8 @@ def location_problem(location: object) -> str | None:
         return problem and problem.replace("its stage directory", "its bucket")
     if "\x00" in location:
         return "has a NUL character"
+    if _CONTROL.search(location):
+        return "has a control character"
     if not location.isascii() and not _encodable(location):
         return "is no file name this system can write (a lone surrogate)"
     if ".." not in location:
