@@ -654,8 +654,10 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
     run("retry", lambda: steer.retry(config, "s", experiments=["e"], dry_run=True), steer.SteerError)
     results.append(("drift", plan.drift(config, {"s": "sha256:000000000000"}, [])))
     results.append(("reuse check", reuse.source_problem(str(stage))))
-    args = SimpleNamespace(stage_dir=str(tmp / "mine/p/e2/s"), local_dir=None, reuse_from=str(stage), output=[],
-                           experiment="e2", pair="p", stage="s", instance=None)
+    # The reuse job's arguments (as the runner's options, and as a step spec's fields).
+    args = SimpleNamespace(stage_dir=str(tmp / "mine/p/e2/s"), local_dir=None, mirror=None, reuse_from=str(stage),
+                           input=[], output=[], inputs=[], outputs=[], experiment="e2", pair="p", stage="s",
+                           instance=None)
     results.append(("reuse", reuse.take(args)))
     results.append(("blocking", remote_stage.blocking_manifests(text)))
     results.append(("inputs", runner.describe_inputs([str(stage / "out.txt")])))
