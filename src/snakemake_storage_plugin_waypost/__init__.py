@@ -124,4 +124,5 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
 
     def list_candidate_matches(self) -> Iterable[str]:
         prefix = storage.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
-        return [storage.GCS_PREFIX + name for name in self.fs.find(prefix)]
+        bucket = prefix.split("/", 1)[0]   # names with "..", empty parts, ... never become wildcards
+        return [storage.GCS_PREFIX + name for name in storage.plain_names(bucket, self.fs.find(prefix))]

@@ -27,7 +27,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 
-from . import layout, manifest, storage
+from . import layout, manifest, storage, trust
 from .layout import CATALOG_DB
 from .parallel import chunks, in_workers
 
@@ -102,22 +102,26 @@ def _scan(path: str, found: dict, stamps: bool) -> dict[str, os.DirEntry] | None
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return None
     if layout.MANIFEST in entries:
-        found[path] = _stamp(entries[layout.MANIFEST].stat()) if stamps else None
+        found[path] = _stamp(entries[layout.MANIFEST].stat(follow_symlinks=False)) if stamps else None
     if layout.ATTEMPTS in entries:
         _archives(path, found, stamps)
     return entries
 
 
 def _archives(path: str, found: dict, stamps: bool) -> None:
-    """Record the manifests of a directory's archives (``.attempts/<n>``)."""
+    """Record the manifests of a directory's archives (``.attempts/<n>``;
+    never through a symbolic link)."""
+    attempts = os.path.join(path, layout.ATTEMPTS)
     try:
-        with os.scandir(os.path.join(path, layout.ATTEMPTS)) as it:
-            archives = [e.path for e in it if e.name.isdigit()]
+        with os.scandir(attempts) as it:
+            archives = [e.path for e in it if e.name.isdigit() and e.is_dir(follow_symlinks=False)]
     except (NotADirectoryError, FileNotFoundError, PermissionError):
+        return
+    if archives and os.path.islink(attempts):   # (asked only where there are archives: most have none)
         return
     for archive in archives:
         try:
-            st = os.stat(os.path.join(archive, layout.MANIFEST))
+            st = os.lstat(os.path.join(archive, layout.MANIFEST))
         except (FileNotFoundError, NotADirectoryError):
             continue   # a workspace archived without a manifest of its own
         found[archive] = _stamp(st) if stamps else None
@@ -127,7 +131,7 @@ def _scan_instance(path: str, found: dict, stamps: bool) -> None:
     """``_scan`` of a directory one level below a stage's, in two system
     calls rather than a listing (most are instances without archives)."""
     try:
-        st = os.stat(os.path.join(path, layout.MANIFEST))
+        st = os.lstat(os.path.join(path, layout.MANIFEST))
         found[path] = _stamp(st) if stamps else None
     except (FileNotFoundError, NotADirectoryError):
         pass
@@ -156,13 +160,25 @@ def _local_manifests(pair_dirs: list[str], stamps: bool = True) -> dict[str, str
     return found
 
 
-def _remote_manifests(fs, prefix: str) -> dict[str, str]:
-    """{stage dir URL: generation} from one listing of the prefix."""
+def _remote_manifests(fs, prefix: str, refused: dict | None = None) -> dict[str, str]:
+    """{stage dir URL: generation} from one listing of the prefix. A
+    manifest too big to read, or whose name is no plain relative path below
+    the prefix (``..``, an empty part: trust.relative_problem), goes into
+    ``refused`` instead ({stage dir URL: (stamp, why)}), never read."""
     found = {}
     depth = prefix.count("/")
     fs.invalidate_cache(prefix)  # others write to the bucket: never answer from an old listing
     for path, info in fs.find(prefix, detail=True).items():
         if not path.endswith("/" + layout.MANIFEST):
+            continue
+        problem = trust.relative_problem(path[len(prefix) + 1:]) if path.startswith(prefix + "/") else "is not below it"
+        if problem is None and int(info.get("size") or 0) > trust.MAX_MANIFEST_BYTES:
+            problem = f"{trust.too_big(storage.url_of(fs, path), info['size'])}; not read"
+        elif problem:
+            problem = f"{storage.url_of(fs, path)}: an object name that {problem}; not read"
+        if problem:
+            if refused is not None:
+                refused[storage.url_of(fs, path.rsplit("/", 1)[0])] = (str(info.get("generation")), problem)
             continue
         levels = path.count("/") - depth
         rel = path[len(prefix):]
@@ -234,6 +250,8 @@ def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
     for location, stamp, text in read:
         path = storage.join(location, layout.MANIFEST)
         try:
+            if isinstance(text, manifest.ManifestError):
+                raise text
             if isinstance(text, Exception):
                 raise manifest.ManifestError(f"{path}: unreadable manifest ({text})")
             rows.append(_row(location, root, stamp, manifest.parse(text, path)))
@@ -245,11 +263,14 @@ def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
 def _read_local(locations: list[str]):
     """(location, stamp, bytes or the exception) for local stage dirs. Each
     manifest is stamped from the file it was read from (fstat), so the stamp
-    always matches the bytes."""
+    always matches the bytes; one that is a symbolic link, no regular file or
+    too big is not read (trust.read_regular)."""
     for location in locations:
         try:
-            with open(os.path.join(location, layout.MANIFEST), "rb", buffering=0) as f:
-                yield location, _stamp(os.fstat(f.fileno())), f.readall()
+            text, st = trust.read_regular(os.path.join(location, layout.MANIFEST))
+            yield location, _stamp(st), text
+        except trust.Untrusted as exc:
+            yield location, "untrusted", manifest.ManifestError(f"{exc}; {manifest.UNUSED}")
         except OSError as exc:
             yield location, "unreadable", exc
 
@@ -324,9 +345,10 @@ class Catalog:
         known = dict(self.db.execute("SELECT location, stamp FROM manifests WHERE root = ?", (root_key,)))
         known.update(self.db.execute("SELECT location, stamp FROM problems WHERE root = ?", (root_key,)))
         cold = not known and not remote
+        refused: dict[str, tuple[str, str]] = {}
         try:
             if remote:
-                listed = _remote_manifests(fs, base)
+                listed = _remote_manifests(fs, base, refused)
             else:
                 pairs = _pair_dirs(base)
                 listed = {}
@@ -343,6 +365,11 @@ class Catalog:
             loaded = _per_pairs(_load_pairs, root_key, pairs)
         else:
             loaded = in_workers(_load_local, root_key, chunks(changed, CHUNK), len(changed) >= PARALLEL_FROM)
+        if refused:   # (a bucket's) never read: problems of their own, as if read
+            unread = sorted(loc for loc, (stamp, _) in refused.items() if known.get(loc) != stamp)
+            loaded = [*loaded, ([], [(loc, root_key, refused[loc][0], refused[loc][1]) for loc in unread])]
+            listed = {**listed, **{loc: stamp for loc, (stamp, _) in refused.items()}}
+            changed += unread
         gone = [loc for loc in known if loc not in listed]
         stale = [(loc,) for loc in changed + gone if loc in known]
         with self.db:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
-from . import __version__
+from . import __version__, trust
 from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST, RUNNING
 
 SCHEMA_VERSION = 1
@@ -34,6 +35,10 @@ def new_run_id() -> str:
 
 class ManifestError(ValueError):
     """A manifest that cannot be read or does not have the expected shape."""
+
+
+# How every message of a manifest waypost won't use ends.
+UNUSED = "not using this manifest"
 
 
 def now_iso() -> str:
@@ -164,30 +169,313 @@ def manifest_path(stage_dir: str) -> str:
 
 
 def read(stage_dir: str) -> dict | None:
-    """The manifest of a stage directory; None when there is none.
+    """The manifest of a local stage directory; None when there is none.
 
-    Raises ManifestError when the file exists but is not a usable manifest.
+    Raises ManifestError when the file exists but is not a usable manifest
+    (see ``parse``), or is a symbolic link, not a regular file, or over
+    ``trust.MAX_MANIFEST_BYTES``.
     """
     path = manifest_path(stage_dir)
     try:
-        with open(path, "rb") as f:
-            text = f.read()
+        text, _ = trust.read_regular(path)
     except FileNotFoundError:
         return None
+    except trust.Untrusted as exc:
+        raise ManifestError(f"{exc}; {UNUSED}") from None
     except OSError as exc:
         raise ManifestError(f"{path}: unreadable manifest ({exc})") from exc
     return parse(text, path)
 
 
-def parse(text: bytes | str, path: str) -> dict:
-    """A manifest from its bytes; ManifestError naming ``path`` if it isn't one."""
+def load(location: str) -> dict | None:
+    """The manifest of a stage directory anywhere (a local path or a gs://
+    URL), read as ``read`` reads one (at most ``trust.MAX_MANIFEST_BYTES``);
+    None when there is none; ManifestError when it is unusable, or can't be
+    read (StorageError's one line)."""
+    from . import storage
+
+    if not storage.is_remote(location):
+        return read(location)
+    url = storage.join(location, MANIFEST)
     try:
-        data = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{path}: unreadable manifest ({exc})") from exc
-    if not isinstance(data, dict) or data.get("state") not in STATES or not isinstance(data.get("attempts"), list):
-        raise ManifestError(f"{path}: not a waypost manifest (missing state or attempts)")
+        fs, path = storage.filesystem(url)
+        text = fs.cat_file(path, start=0, end=trust.MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        raise ManifestError(str(storage.explain(exc, url))) from None
+    return parse(text, url)
+
+
+def parse(text: bytes | str, path: str) -> dict:
+    """The one way waypost turns a manifest's bytes into a record: the
+    manifest at ``path`` (its file or URL, for the messages) checked against
+    the manifest schema (``schemas/manifest.schema.json``: the types and keys
+    of the fields waypost uses; fields it doesn't know are kept as they are)
+    and the path rules of ``trust`` (every path it records inside its stage
+    directory). Returns the manifest as a dict; raises ManifestError with one
+    line naming the manifest (or its stage directory) and what is wrong:
+    bytes over ``trust.MAX_MANIFEST_BYTES``, not JSON (NaN and Infinity
+    included), nested deeper than ``trust.MAX_DEPTH``, a wrong type, a
+    missing key, an absurd size or a path that leaves the stage directory.
+    Never anything else (no traceback for any input)."""
+    if len(text) > trust.MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{trust.too_big(path, len(text))}; {UNUSED}")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ManifestError(f"{path}: unreadable manifest (nested too deeply); {UNUSED}") from None
+    except ValueError as exc:   # not JSON, not UTF-8, a number of thousands of digits, NaN
+        raise ManifestError(f"{path}: unreadable manifest ({_shown(str(exc))[1:-1]}); {UNUSED}") from None
+    if type(data) is not dict:
+        raise ManifestError(f"{path}: not a waypost manifest ({_kind(data)}, not an object); {UNUSED}")
+    fail = _validator()(data)
+    if fail is not None:
+        where = path[:-len(MANIFEST) - 1] if path.endswith("/" + MANIFEST) else path
+        raise ManifestError(f"{where}: {fail.message()}; {UNUSED}")
     return data
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _shallow(data, limit: int) -> bool:
+    """Are lists and objects nested at most ``limit`` deep in ``data``?"""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return False
+        for child in (value.values() if type(value) is dict else value):
+            if type(child) is dict or type(child) is list:
+                stack.append((child, depth + 1))
+    return True
+
+
+# --- the schema, compiled ----------------------------------------------------
+# The manifest schema is a JSON Schema (draft 2020-12; tests check that
+# jsonschema agrees with this reader), compiled here into plain functions:
+# jsonschema itself takes ~30x longer per manifest, and the step runner reads
+# a manifest per input at every step. The subset below is all it uses; any
+# other keyword fails the compilation, so the schema can't say more than is
+# checked. ``x-waypost-path`` names a path rule of ``trust`` (PATH_RULES).
+
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", "manifest.schema.json")
+_IGNORED = {"$schema", "$id", "$defs", "title", "description", "$comment", "default", "examples"}
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number",
+          bool: "a boolean", type(None): "null"}
+_TYPE_WORDS = {"object": "an object", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "a boolean", "null": "null"}
+
+
+def _kind(value) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+class _Fail:
+    """Why a value does not fit (``what``), and where in the manifest (``at``, innermost first)."""
+
+    __slots__ = ("at", "path", "what")
+
+    def __init__(self, what: str, path: bool = False):
+        self.what, self.path, self.at = what, path, []
+
+    def message(self) -> str:
+        if self.path:
+            return f"manifest {self.what}"
+        where = ""
+        for key in reversed(self.at):
+            if type(key) is int:
+                where += f"[{key}]"
+            elif key.isidentifier() and len(key) <= 64:
+                where += f".{key}" if where else key
+            else:   # a key waypost doesn't know may hold anything: quoted
+                where += f"[{_shown(key)}]"
+        return f"manifest field {where} {self.what}" if where else f"manifest {self.what}"
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 200 else value[:200] + "...")
+
+
+def _relative_rule(label: str, dot: bool = False, engine: bool = False):
+    def check(value):
+        problem = trust.relative_problem(value, dot=dot)
+        if problem is None and engine:
+            first = value.split("/", 1)[0]
+            if first in ENGINE_FILES or first.startswith(".tmp-"):
+                problem = f"is waypost's own {first!r}"
+        return None if problem is None else _Fail(f"lists {label} {_shown(value)}, which {problem}", path=True)
+    return check
+
+
+def _location_rule(label: str, manifest_file: bool = False):
+    def check(value):
+        problem = trust.location_problem(value)
+        if problem is None and manifest_file and value.rsplit("/", 1)[-1] != MANIFEST:
+            problem = f"is not a {MANIFEST}"
+        return None if problem is None else _Fail(f"lists {label} {_shown(value)}, which {problem}", path=True)
+    return check
+
+
+def _input_rule(value):
+    """An input lies in the stage directory of the manifest it names."""
+    record, path = value.get("manifest"), value.get("path")
+    if type(record) is not str or type(path) is not str:
+        return None
+    directory = record[:-len(MANIFEST)].rstrip("/")
+    rest = path[len(directory) + 1:] if path.startswith(directory + "/") and directory else None
+    if rest is None or trust.relative_problem(rest) is not None:
+        return _Fail(f"lists input {_shown(path)}, which is not in the stage directory of its manifest "
+                     f"{_shown(record)}", path=True)
+    return None
+
+
+PATH_RULES = {
+    "output": _relative_rule("output", engine=True),
+    "directory member": _relative_rule("directory member"),
+    "workspace": _relative_rule("an attempt's workspace", dot=True),
+    "log": _relative_rule("an attempt's log"),
+    "reuse source": _location_rule("reuse source"),
+    "input location": _location_rule("input"),
+    "input's manifest": _location_rule("input manifest", manifest_file=True),
+    "input": _input_rule,
+}
+
+
+_KEYWORDS = {"type", "enum", "properties", "required", "items", "minimum", "maximum", "maxLength", "maxItems",
+             "pattern", "$ref", "additionalProperties", "x-waypost-path"}
+_PY_TYPES = {"object": (dict,), "array": (list,), "string": (str,), "integer": (int,), "number": (int, float),
+             "boolean": (bool,), "null": (type(None),)}
+
+
+def _names(spec: dict) -> list[str]:
+    kind = spec.get("type")
+    return [kind] if isinstance(kind, str) else list(kind or ())
+
+
+def _simple(spec: dict) -> bool:
+    """Is a schema node a type and nothing more (no integers or numbers: 1.0 and inf need a look)?"""
+    names = _names(spec)
+    return bool(names) and not set(spec) - _IGNORED - {"type"} and not {"integer", "number"} & set(names)
+
+
+def compile_schema(schema: dict, paths: bool = True):
+    """A function of a parsed JSON value: None when it fits ``schema``,
+    else a _Fail (``paths``: with the ``x-waypost-path`` rules). Lists and
+    objects the schema says nothing of inside (a stage's settings, fields
+    waypost doesn't know) are checked for nesting: at most
+    ``trust.MAX_DEPTH`` levels."""
+    defs: dict = {}
+    deep = trust.MAX_DEPTH
+
+    def ref(name: str):
+        if name not in defs:
+            defs[name] = None   # while it compiles: a definition that refers to itself looks it up when called
+            defs[name] = node(schema["$defs"][name])
+        return defs[name] or (lambda v: defs[name](v))
+
+    def node(spec: dict):
+        unknown = set(spec) - _IGNORED - _KEYWORDS
+        if unknown or spec.get("additionalProperties", True) is not True:
+            raise ValueError(f"manifest schema: unsupported keyword(s) {sorted(unknown) or ['additionalProperties']}")
+        if "$ref" in spec:
+            return ref(spec["$ref"].removeprefix("#/$defs/"))
+        names = _names(spec)
+        types = frozenset(t for n in names for t in _PY_TYPES[n]) if names else None
+        integral = "integer" in names and "number" not in names   # floats only where integral (1.0)
+        if integral:
+            types = types | {float}
+        expected = " or ".join(_TYPE_WORDS[n] for n in names)
+        enum = list(spec["enum"]) if "enum" in spec else None
+        low, high = spec.get("minimum"), spec.get("maximum")
+        longest, pattern = spec.get("maxLength"), spec.get("pattern")
+        search = re.compile(pattern).search if pattern else None
+        most = spec.get("maxItems")
+        # a field that only has a type (and no integers) is checked in place, without a call
+        props = {name: (frozenset(t for n in _names(sub) for t in _PY_TYPES[n]), " or ".join(map(_TYPE_WORDS.get, _names(sub))))
+                 if _simple(sub) else node(sub) for name, sub in (spec.get("properties") or {}).items()}
+        required = tuple(spec.get("required") or ())
+        item = node(spec["items"]) if "items" in spec else None
+        rule = PATH_RULES[spec["x-waypost-path"]] if paths and "x-waypost-path" in spec else None
+
+        def check(v):
+            t = type(v)
+            if types is not None and t not in types:
+                return _Fail(f"is {_kind(v)}, expected {expected}")
+            if enum is not None and not any(t is type(a) and v == a for a in enum):
+                return _Fail(f"is {_shown(v) if t is str else _kind(v)}, expected one of {', '.join(map(str, enum))}")
+            if t is str:
+                if longest is not None and len(v) > longest:
+                    return _Fail(f"is {len(v)} characters long, expected at most {longest}")
+                if search is not None and not search(v):
+                    return _Fail(f"is {_shown(v)}, which does not match {pattern}")
+            elif t is dict:
+                for name in required:
+                    if name not in v:
+                        return _Fail(f"has no {name!r}")
+                for name, value in v.items():
+                    sub = props.get(name)
+                    if type(sub) is tuple:
+                        if type(value) not in sub[0]:
+                            fail = _Fail(f"is {_kind(value)}, expected {sub[1]}")
+                            fail.at.append(name)
+                            return fail
+                        if (type(value) is dict or type(value) is list) and not _shallow(value, deep):
+                            fail = _Fail(f"is nested deeper than {deep} levels")
+                            fail.at.append(name)
+                            return fail
+                    elif sub is not None:
+                        fail = sub(value)
+                        if fail is not None:
+                            fail.at.append(name)
+                            return fail
+                    elif (type(value) is dict or type(value) is list) and not _shallow(value, deep):
+                        fail = _Fail(f"is nested deeper than {deep} levels")
+                        fail.at.append(name)
+                        return fail
+            elif t is list:
+                if most is not None and len(v) > most:
+                    return _Fail(f"has {len(v)} items, expected at most {most}")
+                if item is not None:
+                    for i, x in enumerate(v):
+                        fail = item(x)
+                        if fail is not None:
+                            fail.at.append(i)
+                            return fail
+                elif not _shallow(v, deep):
+                    return _Fail(f"is nested deeper than {deep} levels")
+            elif t is float or t is int:
+                if t is float and (v != v or v in (float("inf"), float("-inf")) or (integral and not v.is_integer())):
+                    return _Fail(f"is {_kind(v) if v == v and abs(v) != float('inf') else 'not a finite number'}, "
+                                 f"expected {expected}")
+                if (low is not None and v < low) or (high is not None and v > high):
+                    bounds = (f"{low} to {high}" if low is not None and high is not None
+                              else f"at least {low}" if low is not None else f"at most {high}")
+                    return _Fail(f"is {v if abs(v) < 1e18 else 'absurdly large'}, expected {bounds}")
+            if rule is not None and v is not None:
+                return rule(v)
+            return None
+        return check
+
+    return node(schema)
+
+
+_compiled = None
+
+
+def schema() -> dict:
+    """The manifest schema (``schemas/manifest.schema.json``)."""
+    with open(SCHEMA_FILE, "rb") as f:
+        return json.loads(f.read())
+
+
+def _validator():
+    global _compiled
+    if _compiled is None:
+        _compiled = compile_schema(schema())
+    return _compiled
 
 
 def verify_outputs(stage_dir: str, data: dict, checksums: bool = True) -> list[str]:
@@ -239,14 +527,19 @@ def workspace_entries(stage_dir: str) -> list[str]:
 
 def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
     """Move everything in the stage dir (but ``keep``) into ``.attempts/<n>/``;
-    never delete. Returns the archive path relative to the stage dir, or None
+    never delete. Entries are renamed, so a symbolic link moves as a link
+    (never followed); an ``.attempts`` that is a link is refused
+    (ManifestError). Returns the archive path relative to the stage dir, or None
     if there was nothing to archive."""
     entries = [e for e in workspace_entries(stage_dir) if e not in keep]
     if not entries:
         return None
     attempts_dir = os.path.join(stage_dir, ATTEMPTS)
+    if os.path.islink(attempts_dir):   # it would move the workspace out of the stage dir
+        raise ManifestError(f"{attempts_dir} is a symbolic link (to {os.path.realpath(attempts_dir)}); waypost "
+                            "archives only into a directory of the stage directory's own: remove the link")
     os.makedirs(attempts_dir, exist_ok=True)
-    n = 1 + max((int(e) for e in os.listdir(attempts_dir) if e.isdigit()), default=0)
+    n = 1 + max((int(e) for e in os.listdir(attempts_dir) if e.isascii() and e.isdigit()), default=0)
     target = os.path.join(attempts_dir, str(n))
     os.makedirs(target)
     for entry in entries:

@@ -30,13 +30,12 @@ transient errors retried with backoff.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sys
 import threading
 
-from . import storage
+from . import storage, trust
 from .layout import ATTEMPTS, MANIFEST, RUNNING
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
@@ -88,12 +87,24 @@ class RemoteStage:
         return f"{self.path}/{rel}"
 
     def _listing(self) -> dict[str, dict]:
-        """The stage's objects, archives included (relative name → info)."""
+        """The stage's objects, archives included (relative name → info).
+        An object whose name no local path can stand for (``..``, an empty
+        or ``.`` part, a backslash: trust.relative_problem) is left out, and
+        so left alone: never pulled, archived or removed."""
         try:
             found = self.fs.find(self.path, detail=True)
         except FileNotFoundError:
             return {}
-        return {name[len(self.path) + 1:]: info for name, info in found.items()}
+        listing = {}
+        for name, info in found.items():
+            rel = name[len(self.path) + 1:]
+            problem = trust.relative_problem(rel) if name.startswith(self.path + "/") else "is not below it"
+            if problem:
+                print(f"waypost: {self.url}: object {rel or name!r} {problem}; left alone (not pulled, archived "
+                      "or removed)", file=sys.stderr)
+                continue
+            listing[rel] = info
+        return listing
 
     @staticmethod
     def _workspace(listing: dict) -> dict:
@@ -150,7 +161,9 @@ class RemoteStage:
                     with open(self._temp(local), "wb") as f:
                         f.write(data)
                     os.replace(self._temp(local), local)
-                    upstream.update(self.local_of(url) for url in blocking_manifests(data))
+                    for url in blocking_manifests(data, storage.GCS_PREFIX + self._name(local)):
+                        if trust.inside(os.path.abspath(self.local_of(url)), self.mirror):   # (parse saw to it)
+                            upstream.add(self.local_of(url))
             # Past an input that did not succeed: the manifests of the stages
             # that blocked it, and so on upstream (at their local copies, for
             # a step that reports the first failure: the reference report).
@@ -244,12 +257,16 @@ class RemoteStage:
         local = {rel: st for rel, st in self._local_files().items() if rel.split("/")[0] not in keep}
         fresh = {rel: os.path.join(self.local, rel) for rel, st in local.items()
                  if rel not in remote or self._synced.get(rel) != st}
+        for rel in [rel for rel in fresh if trust.escapes(self.local, rel)]:   # a link out: never followed
+            print(f"waypost: {self.url}: {rel} is a symbolic link out of the stage directory; not archived",
+                  file=sys.stderr)
+            del fresh[rel]
         target, _ = archive_objects(self.fs, self.path, listing, keep, fresh)
         if target is None:
             return None
         for entry in {rel.split("/")[0] for rel in local}:
             path = os.path.join(self.local, entry)
-            shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
         self._synced = {rel: st for rel, st in self._synced.items() if rel.split("/")[0] in keep}
         return target
 
@@ -264,7 +281,11 @@ class RemoteStage:
         from .manifest import ManifestError, sha256_file
 
         remote = storage.is_remote(source)
-        sources = [storage.join(source, o["path"]) for o in outputs]
+        try:   # on disk: each the file itself, inside the source stage dir (trust.resolve_inside)
+            sources = [storage.join(source, o["path"]) if remote else
+                       trust.resolve_inside(source, o["path"], "a reused output") for o in outputs]
+        except trust.Untrusted as exc:
+            raise ManifestError(f"{exc}; not reused") from None
         targets = [self._remote(o["path"]) for o in outputs]
         if remote:
             found = {s: self.fs.info(storage.filesystem(s)[1]) for s in sources}
@@ -329,7 +350,7 @@ def archive_objects(fs, path: str, listing: dict[str, dict], keep: tuple[str, ..
     if not remote and not uploads:
         return None, []
     numbers = [int(rel.split("/")[1]) for rel in listing
-               if rel.startswith(ATTEMPTS + "/") and rel.split("/")[1].isdigit()]
+               if rel.startswith(ATTEMPTS + "/") and rel.split("/")[1].isascii() and rel.split("/")[1].isdigit()]
     target = f"{ATTEMPTS}/{1 + max(numbers, default=0)}"
     moved = [rel for rel in remote if rel not in uploads]
     if moved:
@@ -341,14 +362,18 @@ def archive_objects(fs, path: str, listing: dict[str, dict], keep: tuple[str, ..
     return target, remote
 
 
-def blocking_manifests(text: bytes) -> list[str]:
+def blocking_manifests(text: bytes, url: str = "manifest") -> list[str]:
     """The manifests (gs:// URLs) of the inputs that kept a stage from
-    success, from its manifest: none for a SUCCESS stage, or an unreadable one."""
+    success, from its manifest (at ``url``): none for a SUCCESS stage, or one
+    that can't be read or used (``manifest.parse``: every URL it lists is a
+    normalised one, so its local copy stays in the mirror)."""
+    from .manifest import ManifestError, parse
+
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse(text, url)
+    except ManifestError:
         return []
-    if not isinstance(data, dict) or data.get("state") == "SUCCESS":
+    if data.get("state") == "SUCCESS":
         return []
     return [os.path.dirname(i["path"]) + "/" + MANIFEST for i in data.get("inputs") or []
             if isinstance(i, dict) and i.get("state") not in ("SUCCESS", "ADOPTED")

@@ -21,20 +21,40 @@ import socket
 import sys
 import time
 
-from . import layout, manifest, remote_stage, stagetree, storage
+from . import layout, manifest, remote_stage, stagetree, storage, trust
 
 
 def read_source(location: str) -> dict:
-    """The source stage's manifest; ManifestError when there is none or it
-    can't be read."""
-    path = storage.join(location, layout.MANIFEST)
+    """The source stage's manifest (``manifest.load``: every path it lists
+    inside the source stage dir); ManifestError when there is none or it
+    can't be read or used."""
+    data = manifest.load(location)
+    if data is None:
+        path = storage.join(location, layout.MANIFEST)
+        raise manifest.ManifestError(f"{path}: no manifest (not a finished waypost stage)")
+    return data
+
+
+def _source_file(source: str, rel: str) -> str:
+    """Where to take a source stage's output from: on disk the file itself,
+    which must be inside the source stage dir (a symbolic link that stays
+    inside is followed to it; one that leads out, or to nothing, is refused:
+    ManifestError); in a bucket its URL."""
+    if storage.is_remote(source):
+        return storage.join(source, rel)
     try:
-        text = storage.read_bytes(path)
-    except FileNotFoundError:
-        raise manifest.ManifestError(f"{path}: no manifest (not a finished waypost stage)") from None
-    except Exception as exc:
-        raise manifest.ManifestError(str(storage.explain(exc, path))) from None
-    return manifest.parse(text, path)
+        return trust.resolve_inside(source, rel, "a reused output")
+    except trust.Untrusted as exc:
+        raise manifest.ManifestError(f"{exc}; not reused") from None
+
+
+def _target_file(stage_dir: str, rel: str) -> str:
+    """Where a reused output goes: below the stage dir, through no link out of it."""
+    target = os.path.join(stage_dir, rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if not trust.inside(os.path.realpath(os.path.dirname(target)), os.path.realpath(stage_dir)):
+        raise manifest.ManifestError(f"{target}: a symbolic link in the stage directory leads out of it; not reused")
+    return target
 
 
 def source_problem(location: str) -> str | None:
@@ -88,7 +108,11 @@ def take(args) -> int:
         print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
         return 1
     os.makedirs(stage_dir, exist_ok=True)
-    archived = remote.archive() if remote else manifest.archive_workspace(stage_dir)
+    try:
+        archived = remote.archive() if remote else manifest.archive_workspace(stage_dir)
+    except manifest.ManifestError as exc:   # an .attempts that is a link out of the stage dir
+        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        return 1
     if archived:
         print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
     running = os.path.join(stage_dir, layout.RUNNING)
@@ -98,11 +122,11 @@ def take(args) -> int:
     staged, how, crc32cs = [], set(), {}
     try:
         for out in [] if remote else data.get("outputs", []):
-            target = os.path.join(stage_dir, out["path"])
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            origin = _source_file(source, out["path"])
+            target = _target_file(stage_dir, out["path"])
             temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
             staged.append((temp, target))
-            how.add(_bring(storage.join(source, out["path"]), temp))
+            how.add(_bring(origin, temp))
             size, (digest, crc32c) = os.path.getsize(temp), manifest.digests_file(temp)
             if size != out.get("size") or digest != out.get("sha256"):
                 raise manifest.ManifestError(f"{storage.join(source, out['path'])}: differs from its manifest "
@@ -132,7 +156,7 @@ def take(args) -> int:
                "host": socket.gethostname(), "workspace": ".", "log": None,
                "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "how": " and ".join(sorted(how)) or "nothing"}
     outputs = []
-    for o in data["outputs"]:
+    for o in data.get("outputs", []):
         # The source's crc32c (from a source recorded before waypost kept them: the copy's, where it was read).
         crc32c = o.get("crc32c") or crc32cs.get(o["path"])
         outputs.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
@@ -185,7 +209,11 @@ def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str,
     for stage in stages:
         for pair in chosen:
             cell = status.stage_cell(root, source, pair, stage, tree)
-            if cell["state"] != "SUCCESS" or any(c.get("provisional") for c in [cell, *cell.get("instances", {}).values()]):
+            cells = [cell, *cell.get("instances", {}).values()]
+            unusable = [c["error"] for c in cells if c.get("error")]   # a manifest waypost won't use: why
+            if unusable:
+                problems += unusable
+            elif cell["state"] != "SUCCESS" or any(c.get("provisional") for c in cells):
                 problems.append(f"{layout.stage_dir(root, pair, source, stage)}: {cell['state']}"
                                 + (" (provisional)" if cell["state"] == "SUCCESS" else ""))
         if source_root:

@@ -19,7 +19,7 @@ import json
 import os
 from bisect import bisect_left
 
-from . import layout, manifest, storage
+from . import layout, manifest, storage, trust
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
 
 
@@ -104,6 +104,11 @@ class LocalTree(Tree):
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
+
+    def escapes(self, stage_dir: str, rel: str) -> str | None:
+        """Where a stage dir's file (``rel``) really is, when a symbolic link
+        takes it out of the stage dir; None when it is inside (trust.escapes)."""
+        return trust.escapes(stage_dir, rel)
 
     def size(self, path: str) -> int | None:
         """A file's size; None when it isn't there."""
@@ -209,11 +214,14 @@ class LocalTree(Tree):
     def archives(self, directory: str) -> list[str]:
         """The numbered archives of a stage dir (``.attempts/<n>``), oldest first."""
         attempts = os.path.join(directory, ATTEMPTS)
+        if os.path.islink(attempts):   # never followed out of the stage dir (nor pruned through)
+            return []
         try:
             names = os.listdir(attempts)
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             return []
-        return sorted((n for n in names if n.isdigit() and os.path.isdir(os.path.join(attempts, n))), key=int)
+        return sorted((n for n in names if n.isascii() and n.isdigit() and os.path.isdir(os.path.join(attempts, n))
+                       and not os.path.islink(os.path.join(attempts, n))), key=int)
 
     def usage(self, path: str) -> tuple[int, int, float | None]:
         """(bytes, files, newest modification time) of everything below a
@@ -318,8 +326,16 @@ class BucketTree(Tree):
             found = self.fs.find(self.base, detail=True)
         except FileNotFoundError:
             found = {}
-        self._index({name[len(self.base) + 1:]: info for name, info in found.items()
-                     if name.startswith(self.base + "/") and info.get("type", "file") == "file"})
+        objects, self.refused = {}, {}   # refused: names no path can stand for, left alone (trust)
+        for name, info in found.items():
+            if name.startswith(self.base + "/") and info.get("type", "file") == "file":
+                rel = name[len(self.base) + 1:]
+                problem = trust.relative_problem(rel)
+                if problem:
+                    self.refused[rel] = problem
+                else:
+                    objects[rel] = info
+        self._index(objects)
         self._read: dict[str, dict[str, bytes | Exception]] = {}  # MANIFEST / RUNNING → their contents
 
     def _index(self, objects: dict[str, dict]) -> None:
@@ -363,6 +379,9 @@ class BucketTree(Tree):
     def exists(self, path: str) -> bool:
         return self._rel(path) in self.objects
 
+    def escapes(self, stage_dir: str, rel: str) -> str | None:
+        return None   # objects have no links
+
     def size(self, path: str) -> int | None:
         info = self.objects.get(self._rel(path))
         return None if info is None else info["size"]
@@ -387,25 +406,22 @@ class BucketTree(Tree):
         if leaf not in self._read:
             names = [n for n in self.objects
                      if n.rsplit("/", 1)[-1] == leaf and not any(p.startswith(".") for p in n.split("/"))]
-            got = storage.read_many(self.fs, [f"{self.base}/{n}" for n in names]) if names else {}
-            self._read[leaf] = {n: got[f"{self.base}/{n}"] for n in names}
+            big = {n for n in names if int(self.objects[n].get("size") or 0) > trust.MAX_MANIFEST_BYTES}
+            got = storage.read_many(self.fs, [f"{self.base}/{n}" for n in names if n not in big]) if names else {}
+            self._read[leaf] = {n: trust.Untrusted(trust.too_big(f"{self.root}/{n}", self.objects[n]["size"]))
+                                if n in big else got[f"{self.base}/{n}"] for n in names}
         return self._read[leaf]
 
     def manifest(self, directory: str) -> dict | None:
         rel = self._rel(directory)
         url = layout.join(directory.rstrip("/"), MANIFEST)
         if rel is None:  # another root's (an input from elsewhere): read it alone
-            try:
-                return manifest.parse(storage.read_bytes(url), url)
-            except FileNotFoundError:
-                return None
-            except manifest.ManifestError:
-                raise
-            except Exception as exc:
-                raise manifest.ManifestError(str(storage.explain(exc, url))) from None
+            return manifest.load(directory) if storage.is_remote(directory) else manifest.read(directory)
         name = self._in(rel, MANIFEST)
         if name not in self.objects:
             return None
+        if int(self.objects[name].get("size") or 0) > trust.MAX_MANIFEST_BYTES:
+            raise manifest.ManifestError(f"{trust.too_big(url, self.objects[name]['size'])}; {manifest.UNUSED}")
         if any(part.startswith(".") for part in name.split("/")):   # in an archive: not in the batch
             try:
                 text = self.fs.cat_file(f"{self.base}/{name}")
@@ -519,7 +535,7 @@ class BucketTree(Tree):
             return []
         attempts = self._in(rel, ATTEMPTS)
         names = self.children.get(attempts, ())
-        return sorted((n for n in names if n.isdigit() and f"{attempts}/{n}" in self.children), key=int)
+        return sorted((n for n in names if n.isascii() and n.isdigit() and f"{attempts}/{n}" in self.children), key=int)
 
     def usage(self, path: str) -> tuple[int, int, float | None]:
         """(bytes, objects, newest object time) below a directory, from the

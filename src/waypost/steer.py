@@ -20,7 +20,7 @@ import getpass
 import os
 import socket
 
-from . import layout, manifest, stagetree, storage
+from . import layout, manifest, stagetree, storage, trust
 from .config import check_names, stage_settings
 from .config import reuse_source as config_reuse_source
 from .config import source_of_instance as config_source_of_instance
@@ -121,7 +121,11 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
     done = []
     for directory in selected:
-        archived = "(dry run)" if dry_run else tree.archive(directory)
+        try:
+            archived = "(dry run)" if dry_run else tree.archive(directory)
+        except manifest.ManifestError as exc:   # an .attempts that is a link out (manifest.archive_workspace)
+            raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _ in done)}" if done
+                                         else "; nothing was changed")) from None
         if archived:
             done.append((directory, archived))
             if not dry_run:
@@ -147,6 +151,12 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
              if not any(manifest.is_engine_file(part) for part in f.split("/"))]
     if not files:
         raise SteerError(f"{stage_dir}: no files to adopt")
+    if not tree.remote:   # adopt never follows a link out of the stage dir (one that stays inside: its file)
+        away = trust.links_out(stage_dir, skip=tuple(layout.ENGINE_FILES))
+        if away:
+            raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
+                                                          "directory or to nothing" for rel, real in away)
+                             + "; nothing adopted (copy the file in, or hard-link it, instead)")
     alive, where = tree.in_flight(stage_dir)
     if alive:
         raise SteerError(f"{stage_dir}: an attempt is running ({where}); nothing was changed")

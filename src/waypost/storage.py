@@ -170,14 +170,26 @@ def root_of(url: str) -> str | None:
 
 def listing(root: str) -> dict[str, dict]:
     """Every object under a gs:// root (fsspec name → info), listed once per
-    process: a snapshot for planning, never for deciding anything later."""
+    process: a snapshot for planning, never for deciding anything later.
+    Objects whose names no local path can stand for (``..``, an empty or
+    ``.`` part, a backslash: see ``plain_names``) are not in it."""
     if root not in _listings:
         fs, path = filesystem(root)
         try:
-            _listings[root] = fs.find(path, detail=True)
+            found = fs.find(path, detail=True)
         except FileNotFoundError:
-            _listings[root] = {}
+            found = {}
+        _listings[root] = {name: found[name] for name in plain_names(path, found)}
     return _listings[root]
+
+
+def plain_names(prefix: str, names) -> list[str]:
+    """The object names (fsspec paths) below ``prefix`` whose part below it
+    is a plain relative path (trust.relative_problem): the ones waypost may
+    turn into a local path or a Snakemake wildcard."""
+    from .trust import relative_problem
+    start = len(prefix.rstrip("/")) + 1
+    return [name for name in names if name.startswith(prefix.rstrip("/") + "/") and not relative_problem(name[start:])]
 
 
 def listed(url: str) -> bool:

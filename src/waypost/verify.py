@@ -1,8 +1,11 @@
 """Stage directories whose manifest cannot be trusted, found and set aside.
 
 A stage is not done when its ``_manifest.json`` is unreadable (truncated,
-corrupt), or says SUCCESS while an output it lists is missing, has another
-size, or (with checksums) other contents. Such a stage's files are archived
+corrupt) or unusable (``manifest.parse``: a path that leaves the stage
+directory, a wrong type; none of the files it lists is then read), or says
+SUCCESS while an output it lists is missing, is a symbolic link out of the
+stage directory (not followed), has another size, or (with checksums) other
+contents. Such a stage's files are archived
 under ``.attempts/<n>/`` (never deleted), so its outputs are gone and the next
 run redoes it. On disk the contents are the sha256, cached by (path, size,
 mtime) in ``.waypost/verified.json``, so a big unchanged model is hashed
@@ -91,7 +94,8 @@ def _check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = 
     try:
         data = tree.manifest(stage_dir)
     except manifest.ManifestError as exc:
-        return str(exc), None
+        what = str(exc)   # (said once: the stage dir heads verify's line)
+        return what[len(stage_dir) + 2:] if what.startswith(stage_dir + ": ") else what, None
     if data is None or data["state"] != "SUCCESS":
         return None, None
     outputs = data.get("outputs", [])
@@ -100,6 +104,9 @@ def _check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = 
     how = "contents" if cache is not None or crc else "sizes"
     for out in outputs:
         path = layout.join(stage_dir, out["path"])
+        away = tree.escapes(stage_dir, out["path"])
+        if away:   # never read (nor sized) out of the stage dir
+            return f"{out['path']} is a symbolic link out of its stage directory (to {away})", how
         size = tree.size(path)
         if size is None:
             return f"{out['path']} is missing", how
@@ -128,7 +135,10 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
         if what:
             problem = Problem(stage_dir, what)
             if repair:
-                problem.archived = tree.archive(stage_dir)
+                try:
+                    problem.archived = tree.archive(stage_dir)
+                except manifest.ManifestError as exc:   # an .attempts that is a link out: not archived through it
+                    problem.what += f" (not set aside: {exc})"
             problems.append(problem)
     if cache:
         cache.save()
