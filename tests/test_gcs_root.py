@@ -245,13 +245,19 @@ def test_param_study_restart_rerun_and_next_run_on_a_bucket(bucket, tmp_path):
     summary = fs().cat_file(f"{key(root)}/_all/sweep/summary_report/summary.md").decode()
     assert "2/2 instances complete" in summary
 
-    # A point that never finishes: its extract runs over it, and the next run
-    # redoes exactly the two (the marker in the bucket is dated after the placeholders).
+    # A point that never finishes: its extract runs over it; the summary, made
+    # from 2 points before, is made again from the 3 (the set grew). The next
+    # run redoes the point and its extract (the marker in the bucket is dated
+    # after the placeholders), and the summary with them: it is provisional.
     write_config(tmp_path, study_config(root, [40, 150, 600], max_attempts=2, runtime=0.004, runtime_growth=1))
-    snakemake(tmp_path, *flags(root), snakefile=snakefile)
+    grown = snakemake(tmp_path, *flags(root), snakefile=snakefile)
+    assert "sweep/summary_report: made from 2 inputs, now 3 (1 new, 0 gone): redone" in grown.stderr
     assert manifest(root, f"{sim}/alpha1.0-cells600")["state"] == "TIMEOUT"
     assert manifest(root, "_all/sweep/data_extract/alpha1.0-cells600")["provisional"] is True
-    assert planned(tmp_path, *flags(root), snakefile=snakefile) == {"simulate": 1, "data_extract": 1}
+    assert len(manifest(root, "_all/sweep/summary_report")["inputs"]) == 3
+    assert manifest(root, "_all/sweep/summary_report")["provisional"] is True
+    assert planned(tmp_path, *flags(root), snakefile=snakefile) == {"simulate": 1, "data_extract": 1,
+                                                                    "summary_report": 1}
 
     # The next run's series begins as the policy says (restart in place, from
     # the bucket's checkpoints); with max_series 2 it is then given up, and

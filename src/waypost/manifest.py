@@ -621,3 +621,17 @@ def marker_in_flight(text: bytes | str, me: int | None = None, age: float | None
 
 def is_engine_file(name: str) -> bool:
     return name in ENGINE_FILES or name.startswith(".tmp-")
+
+
+# The set of inputs a stage was made from, as one short value: its manifest's
+# object carries it as metadata in a bucket, so a planning compares a funnel's
+# set with the one it would read now from the root's one listing.
+INPUT_SET_KEY = "waypost-inputs"
+
+
+def input_set(paths) -> str:
+    """``N:digest`` of a set of input paths (order and repeats don't count)."""
+    import hashlib
+    unique = sorted(set(paths))
+    return f"{len(unique)}:{hashlib.sha256(chr(10).join(unique).encode()).hexdigest()[:16]}"
+

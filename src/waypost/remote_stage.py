@@ -226,7 +226,22 @@ class RemoteStage:
         if stale:
             self.fs.rm([self._remote(r) for r in stale])
         if MANIFEST in local:
-            self._upload([MANIFEST])
+            self._upload_manifest()
+
+    def _upload_manifest(self) -> None:
+        """``_manifest.json`` up, with the set of inputs it records as the
+        object's metadata (``manifest.INPUT_SET_KEY``: a planning compares it
+        from the listing, without a download)."""
+        from . import manifest
+        metadata = {}
+        try:
+            data = manifest.read(self.local) or {}
+            metadata[manifest.INPUT_SET_KEY] = manifest.input_set(
+                str(i.get("path")) for i in data.get("inputs") or [] if isinstance(i, dict))
+        except manifest.ManifestError:
+            pass
+        self.fs.put_file(os.path.join(self.local, MANIFEST), self._remote(MANIFEST), metadata=metadata)
+        self._record([MANIFEST])
 
     @contextlib.contextmanager
     def syncing(self, outputs: list[str]):

@@ -780,12 +780,15 @@ class StageRun:
         """Does a runner's record name this Slurm job: "open" (its attempt
         has no end yet), "closed", or None."""
         records = []
-        for name in (RUNNING, MANIFEST):
-            try:
-                with open(self._path(name)) as f:
-                    records += json.load(f).get("attempts") or []
-            except (OSError, ValueError):
-                continue
+        try:
+            with open(self._path(RUNNING)) as f:
+                records += json.load(f).get("attempts") or []
+        except (OSError, ValueError, AttributeError):
+            pass
+        try:
+            records += (manifest.read(self.dir) or {}).get("attempts") or []
+        except manifest.ManifestError:
+            pass
         states = [a.get("state") for a in records if str(a.get("slurm_job_id")) == str(job)]
         if not states:
             return None

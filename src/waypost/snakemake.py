@@ -453,12 +453,15 @@ class Pipeline:
         output: in presence and mtime mode alike, such a stage is redone."""
         stage_dir = self._own_files(stage)[0].format(**dict(wildcards.items()))
         if stage_dir not in self._set_changes:
-            data = self._recorded(stage_dir)
+            current = {self._as_recorded(p) for paths in self._resolve(stage, wildcards).values()
+                       for p in _as_list(paths)}
+            # In a bucket the manifest's object says its set in the listing:
+            # read the manifest only when the set differs (or isn't said).
+            said = self._listed_input_set(stage_dir)
+            data = None if said == manifest.input_set(current) else self._recorded(stage_dir)
             change = None
             if data and data.get("state") == "SUCCESS" and not data.get("reused_from") and not data.get("adopted"):
                 recorded = {str(i.get("path")) for i in data.get("inputs") or [] if isinstance(i, dict)}
-                current = {self._as_recorded(p) for paths in self._resolve(stage, wildcards).values()
-                           for p in _as_list(paths)}
                 if recorded != current:
                     change = (f"made from {len(recorded)} inputs, now {len(current)} "
                               f"({len(current - recorded)} new, {len(recorded - current)} gone)")
@@ -467,6 +470,15 @@ class Pipeline:
                           f"{change}: redone", file=sys.stderr)
             self._set_changes[stage_dir] = change
         return self._set_changes[stage_dir]
+
+    def _listed_input_set(self, stage_dir: str) -> str | None:
+        """The set of inputs a bucket's manifest object says it records (its
+        metadata, in the planning's listing); None on a local root or when it
+        says none."""
+        if self.mirror is None:
+            return None
+        info = storage.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
+        return ((info or {}).get("metadata") or {}).get(manifest.INPUT_SET_KEY)
 
     def _as_recorded(self, path: str) -> str:
         """An input path as a manifest records it (a URL on a bucket root)."""
@@ -1081,9 +1093,8 @@ class Pipeline:
             url = layout.join(self.root, stage_dir) if not storage.is_remote(stage_dir) else stage_dir
             if not storage.listed(layout.join(url, layout.MANIFEST)):
                 return None
-            fs, path = storage.filesystem(layout.join(url, layout.MANIFEST))
-            return manifest.parse(fs.cat_file(path), url)
-        except (OSError, manifest.ManifestError):
+            return manifest.load(url)
+        except (OSError, manifest.ManifestError, storage.StorageError):
             return None
 
     def _stage_outputs(self, everything: bool = False):
