@@ -21,7 +21,8 @@ import operator
 import re
 from collections import namedtuple
 
-STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", "SKIPPED")
+from .states import END_STATES as STATES  # the one list: waypost.states
+
 COUNTERS = ("attempt", "attempt.restart", "attempt.rerun", "series")
 FUNCTIONS = ("any", "all", "not")
 OPERATORS = {"==": operator.eq, "!=": operator.ne, "<=": operator.le, ">=": operator.ge,

@@ -19,7 +19,6 @@ from . import __version__, trust
 from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST, RUNNING
 
 SCHEMA_VERSION = 1
-STATES = ("SUCCESS", "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", "SKIPPED")
 HASH_CHUNK = 1 << 20
 
 

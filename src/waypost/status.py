@@ -22,7 +22,7 @@ from . import layout, manifest, stagetree, storage
 from .config import check_names
 
 DONE = ("SUCCESS", "adopted")
-FAILURES = ("FAILED", "TIMEOUT", "OOM", "HWFAILURE", "PREEMPTED", "CANCELLED")
+FAILURES = ("FAILED", "TIMEOUT", "OOM", "HWFAILURE", "PREEMPTED", "CANCELLED")   # states.FAILURES, in the legend's order
 # Worst first: the order in which an aggregate cell picks its state.
 SEVERITY = ["corrupt", "FAILED", "OOM", "TIMEOUT", "HWFAILURE", "PREEMPTED", "CANCELLED", "SKIPPED",
             "interrupted", "running", "missing", "adopted", "SUCCESS"]
