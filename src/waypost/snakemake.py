@@ -449,7 +449,7 @@ class Pipeline:
         """For a stage made from a set of instances (``wp.each``): how the
         inputs it would read now differ from those its manifest says it was
         made from (None: the same, or nothing recorded to compare with: no
-        manifest, a reused or adopted stage). Said once per job, in the run's
+        manifest, a reused or adopted stage, none recorded). Said once per job, in the run's
         output: in presence and mtime mode alike, such a stage is redone."""
         stage_dir = self._own_files(stage)[0].format(**dict(wildcards.items()))
         if stage_dir not in self._set_changes:
@@ -462,7 +462,9 @@ class Pipeline:
             change = None
             if data and data.get("state") == "SUCCESS" and not data.get("reused_from") and not data.get("adopted"):
                 recorded = {str(i.get("path")) for i in data.get("inputs") or [] if isinstance(i, dict)}
-                if recorded != current:
+                # No inputs recorded: not a set the runner made it from (a
+                # manifest written by hand or a tool): nothing to compare.
+                if recorded and recorded != current:
                     change = (f"made from {len(recorded)} inputs, now {len(current)} "
                               f"({len(current - recorded)} new, {len(recorded - current)} gone)")
                     values = dict(wildcards.items())
