@@ -6,6 +6,7 @@ own records."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, finish, read_manifest
+
+from waypost import manifest
 
 ONPREM = REPO / "profiles" / "onprem"
 FAST = ["--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5", "--waypost-no-account"]
@@ -397,3 +400,111 @@ def test_slurmctld_stopped_and_started_mid_run_is_unknown_never_gone(slurm_clust
         record = read_manifest(stage(workdir, "work", point))
         assert [(a["state"], a["slurm_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
     assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
+
+
+SOAK_POINTS = 10
+SOAK_FAULTS = ("scancel", "node down", "driver kill", "slurmctld restart")
+
+
+def _soak_invariants(workdir: Path, since: float, figures: dict) -> None:
+    """What must hold after every cron, whatever was done to the run."""
+    rows = sacct("JobIDRaw", "Comment", "Start", "End", "State", since=since, workdir=workdir, ended=False)
+    by_point: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["Comment"].startswith("rule_work_wildcards_e_"):
+            by_point.setdefault(row["Comment"].rsplit("_", 1)[1], []).append(row)
+    for point, jobs in by_point.items():
+        # Never two live attempts in one directory: its jobs' running spans never overlap.
+        spans = sorted((j["Start"], j["End"] if j["End"] not in ("Unknown", "") else "9999")
+                       for j in jobs if j["Start"] not in ("Unknown", "None", ""))
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start >= end, f"two jobs of work/{point} ran at once: {jobs}"
+        directory = stage(workdir, "work", point)
+        # Never an archive of a live attempt: every archived running record's job had ended.
+        for archived in directory.glob(".attempts/*/_running.json"):
+            job = json.loads(archived.read_text()).get("slurm_job_id")
+            live = [j for j in jobs if j["JobIDRaw"] == str(job) and j["State"] in ("RUNNING", "PENDING")]
+            assert not live, f"{archived} was archived while its job {job} was at work"
+        data = read_manifest(directory) if (directory / "_manifest.json").exists() else None
+        if data and data["state"] == "SUCCESS":
+            # Every SUCCESS with its outputs present and their checksums matching.
+            assert manifest.verify_outputs(str(directory), data) == [], directory
+    figures["jobs"] = sum(len(j) for j in by_point.values())
+
+
+def test_soak_on_slurm_with_random_faults_keeps_its_invariants_and_converges(slurm_cluster, tmp_path):
+    # Crons run one after another; into each a seeded fault comes while its
+    # points run: a job scancelled, the node down then back, the driver
+    # SIGKILLed (the next cron starts at once), slurmctld restarted. After
+    # every cron the invariants hold; in the end every point is done and
+    # every one of its Slurm jobs is in its manifest's attempts.
+    import random
+    rng = random.Random(28)
+    points = {f"p{i}": "sleep:6" for i in range(SOAK_POINTS)}
+    policy = {"max_attempts": 4, "max_series": 8,
+              "cues": [{"action": "restart", "when": "any(cmd.TIMEOUT, cmd.PREEMPTED, cmd.HWFAILURE, cmd.CANCELLED)"}]}
+    workdir = pipeline(tmp_path, points, {}, stages={"work": {"policy": policy}})
+    node = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, check=True).stdout.strip()
+    cron_cmd = [sys.executable, "-m", "waypost.cli", "cron", "--profile", str(ONPREM), "--", *FAST]
+    since, figures, faults = time.time(), {}, []
+    for round_no in range(len(SOAK_FAULTS) * 2):
+        fault = SOAK_FAULTS[round_no % len(SOAK_FAULTS)]
+        if round_no:   # some points to do again, so the cron has work to be hit in (refused where one is at work)
+            again = [arg for p in rng.sample(sorted(points), 4) for arg in ("--instance", p)]
+            subprocess.run([sys.executable, "-m", "waypost.cli", "rerun", "work", *again], cwd=workdir,
+                           capture_output=True, text=True)
+        run = subprocess.Popen(cron_cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+        try:
+            at_work = wait_for(lambda run=run: [p for p in points if running_job(stage(workdir, "work", p))] or
+                               (run.poll() is not None and ["(none)"]), 120, "a point at work")
+            time.sleep(rng.uniform(0, 1.5))
+            if at_work != ["(none)"] and run.poll() is None:
+                faults.append(fault)
+                job = running_job(stage(workdir, "work", rng.choice(at_work)))
+                if fault == "scancel" and job:
+                    subprocess.run(["scancel", job])
+                elif fault == "node down":
+                    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=soak"])
+                    time.sleep(2)
+                    subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+                elif fault == "driver kill":
+                    os.killpg(run.pid, 9)
+                elif fault == "slurmctld restart":
+                    subprocess.run(["bash", str(REPO / "scripts" / "slurm-dev-cluster.sh"), "restart", "slurmctld"],
+                                   capture_output=True, env={**os.environ, "WAYPOST_SLURM_DOWN_SECONDS": "3"})
+            run.communicate(timeout=600)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, 9)
+                run.communicate()
+        _soak_invariants(workdir, since, figures)
+    # No more faults: crons until one has nothing to do.
+    calm = 0
+    while True:
+        calm += 1
+        assert calm <= 8, "the soak did not converge"
+        out = subprocess.run(cron_cmd, cwd=workdir, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        _soak_invariants(workdir, since, figures)
+        if json.loads((workdir / ".waypost" / "cron.log").read_text().splitlines()[-1])["nothing_to_do"]:
+            break
+    rows = sacct("JobIDRaw", "Comment", since=since, workdir=workdir)
+    attempts = 0
+    for point in points:
+        data = read_manifest(stage(workdir, "work", point))
+        assert data["state"] == "SUCCESS", (point, data["attempts"])
+        # Its manifest's attempts, and those of the runs `waypost rerun` archived.
+        records = [data, *(json.loads(m.read_text()) for m in stage(workdir, "work", point).glob(
+            ".attempts/*/_manifest.json"))]
+        recorded = {str(a.get("slurm_job_id")) for r in records for a in r["attempts"]}
+        jobs = {r["JobIDRaw"] for r in rows if r["Comment"] == f"rule_work_wildcards_e_{point}"}
+        assert jobs <= recorded, f"work/{point}: Slurm jobs {sorted(jobs - recorded)} are in no attempt of its manifest"
+        attempts += len(data["attempts"])
+    assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
+    summary = {"points": SOAK_POINTS, "faults": faults, "slurm_jobs_of_work": figures["jobs"],
+               "attempts": attempts, "calm_crons": calm}
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "soak-slurm.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print("soak on slurm:", summary)
