@@ -938,8 +938,15 @@ EXIT_CODES = """exit codes (every command):
   2  usage or config error: a bad option, an invalid config, an unknown
      experiment, pair or stage name (checked the same way by every command)
 Once Snakemake has started, `run` exits with Snakemake's code; `cron` exits
-non-zero only when the workflow could not run at all (docs/operations.md)."""
+non-zero only when the workflow could not run at all (docs/operations.md).
 
+reference (in waypost's repository, and the manual's Reference section):
+  docs/reference/cli.md     every command and option (`waypost COMMAND --help`)
+  docs/reference/config.md  every config key, its default and meaning"""
+
+#: What ``waypost COMMAND --help`` ends with.
+COMMAND_EPILOG = ("all options of every command: docs/reference/cli.md; every config key, its default and "
+                  "meaning: docs/reference/config.md (in waypost's repository, and the manual's Reference section)")
 INSTANCE_HELP = "only this instance{} (repeatable; shell patterns work: --instance 'nu0.01-*'){}"
 
 
@@ -1101,7 +1108,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "copies of the installed package's, the same from any directory")
     p.add_argument("--target", default="~/.config/snakemake", help="where Snakemake looks (default: %(default)s)")
     p.set_defaults(func=cmd_profiles_install)
+    for command in _commands(parser):
+        command.epilog = command.epilog or COMMAND_EPILOG
     return parser
+
+
+def _commands(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from _commands(command)
 
 
 def main(argv: list[str] | None = None) -> int:
