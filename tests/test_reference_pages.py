@@ -1,6 +1,6 @@
 """The reference pages are committed with their generated tables (they read
 on disk as on the site), made again from the code they describe; `waypost
---help` points to them."""
+--help` points to them; the study page shows the example as it is."""
 
 from __future__ import annotations
 
@@ -64,3 +64,11 @@ def test_help_points_to_the_reference():
                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}).stdout
     assert "all options of every command: docs/reference/cli.md" in sub and "docs/reference/config.md" in sub
 
+
+def test_the_study_page_shows_the_example_as_it_is():
+    page = (DOCS / "studies.md").read_text()
+    example = REPO / "examples" / "param-study"
+    for part in ("workflow/Snakefile", "config/config.yaml"):
+        assert (example / part).read_text().rstrip() in page, f"docs/studies.md: examples/param-study/{part} differs"
+    lines = sum(len((example / part).read_text().splitlines()) for part in ("workflow/Snakefile", "config/config.yaml"))
+    assert lines <= 70, f"the study is {lines} lines of Snakefile and config"
