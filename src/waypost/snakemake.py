@@ -1159,7 +1159,8 @@ class Pipeline:
             if stage not in spec.parents:
                 continue
             child_pair = layout.ALL_PAIRS if spec.funnel else pair
-            if state is not None and self._policy(experiment, child_pair, child).accepts(state):
+            if state is not None and self._policy(experiment, child_pair, child,
+                                                  instance if spec.instances is not None else None).accepts(state):
                 continue
             self._hold(held, experiment, child_pair, child, instance if spec.instances is not None else None, None)
 
