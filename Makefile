@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs-build docs venv profiles param-study bench
+.PHONY: demo test lint docs-build docs venv profiles param-study bench reference
 
 $(BIN)/waypost: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ lint: venv
 export NO_MKDOCS_2_WARNING := 1
 docs-build: venv
 	$(BIN)/mkdocs build --strict --site-dir site 2>&1 | grep -v "^INFO" ; test $${PIPESTATUS[0]} = 0
+
+# The reference pages (docs/reference/config.md, cli.md) are committed with
+# their generated tables: this makes them again from the code (a docs build
+# does too, and fails in strict mode when it had to: commit them).
+reference: venv
+	$(BIN)/python docs/hooks.py
 
 # Serve it at http://127.0.0.1:8000 while you edit it.
 docs: venv

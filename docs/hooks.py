@@ -1,7 +1,11 @@
-"""MkDocs hooks: the reference pages' tables, generated at build time from
-the code, so they can't drift from it.
+"""MkDocs hooks: the reference pages' tables, generated from the code, so
+they can't drift from it, and committed, so they read on disk as on the site.
 
-A page asks for one with a marker line:
+A page holds a generated block between two marker lines; the text between
+them is the generator's, rewritten by ``make reference`` (``python
+docs/hooks.py``) and by every docs build, which warns when it had to (so a
+strict build, as ``make test`` runs it, fails on a stale committed page;
+``tests/test_reference_pages.py`` says the same):
 
 - ``<!-- reference: config -->``: every key of waypost's config schema
   (``src/waypost/schemas/config.schema.yaml``, as merged for a workflow
@@ -10,45 +14,105 @@ A page asks for one with a marker line:
 - ``<!-- reference: workflow-config PATH -->``: the keys a workflow's own
   schema adds (PATH relative to the repository);
 - ``<!-- reference: cli -->``: every ``waypost`` command and option, from
-  the argparse parser.
+  the argparse parser;
 
-A schema key without a description fails the build (mkdocs runs strict).
+each block ending with ``<!-- /reference -->``. A schema key without a
+description fails the generation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
+import sys
 import tempfile
 
 from waypost import cli, policy
 from waypost import config as wconfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MARKER = re.compile(r"^<!-- reference: ([a-z-]+)(?: (\S+))? -->$", re.M)
+DOCS = os.path.join(REPO, "docs")
+BEGIN = re.compile(r"^<!-- reference: ([a-z-]+)(?: (\S+))? -->$", re.M)
+END = "<!-- /reference -->"
+NOTE = ("<!-- generated from the code by `make reference` (and by every docs build): edit the code, "
+        "not the text up to the end marker -->")
 AXIS = wconfig.Axis("<axis>", "<axis>s")   # the reference is for any workflow's axis word
+HELP_WIDTH = "100"   # argparse wraps help to the terminal's width: the pages are made at this one
+log = logging.getLogger("mkdocs.hooks.reference")
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:
-    def expand(match: re.Match) -> str:
-        kind, arg = match.group(1), match.group(2)
-        if kind == "config":
-            with tempfile.TemporaryDirectory() as empty:   # a workflow without a schema of its own
-                schema = wconfig.schema_for(empty, AXIS)
-            # defaults the engine applies itself (a stage's policy merges over the global one, key by key)
-            implied = {"policy": policy.DEFAULTS, "retention": schema["properties"]["retention"]["default"]}
-            return schema_reference(schema, "config", implied)
-        if kind == "workers":
-            return schema_reference(wconfig.load_yaml(os.path.join(
-                REPO, "src", "waypost", "schemas", "workers.schema.yaml")), "workers")
-        if kind == "workflow-config":
-            return schema_reference(wconfig.load_yaml(os.path.join(REPO, arg)), "workflow", defs_heading=False)
-        if kind == "cli":
-            return cli_reference()
-        raise ValueError(f"{page.file.src_path}: unknown reference marker {match.group(0)!r}")
-    return MARKER.sub(expand, markdown)
+def expand(kind: str, arg: str | None, where: str) -> str:
+    """The generated text of one block."""
+    if kind == "config":
+        with tempfile.TemporaryDirectory() as empty:   # a workflow without a schema of its own
+            schema = wconfig.schema_for(empty, AXIS)
+        # defaults the engine applies itself (a stage's policy merges over the global one, key by key)
+        implied = {"policy": policy.DEFAULTS, "retention": schema["properties"]["retention"]["default"]}
+        return schema_reference(schema, "config", implied)
+    if kind == "workers":
+        return schema_reference(wconfig.load_yaml(os.path.join(
+            REPO, "src", "waypost", "schemas", "workers.schema.yaml")), "workers")
+    if kind == "workflow-config":
+        return schema_reference(wconfig.load_yaml(os.path.join(REPO, arg)), "workflow", defs_heading=False)
+    if kind == "cli":
+        return cli_reference()
+    raise ValueError(f"{where}: unknown reference marker {kind!r}")
+
+
+def regenerate(text: str, where: str) -> str:
+    """A page with each of its generated blocks made again."""
+    out, at = [], 0
+    for begin in BEGIN.finditer(text):
+        if begin.start() < at:
+            continue
+        end = text.find("\n" + END, begin.end())
+        if end < 0:
+            raise ValueError(f"{where}: {begin.group(0)} has no {END} line after it")
+        generated = expand(begin.group(1), begin.group(2), where).rstrip("\n")
+        out += [text[at:begin.end()], "\n", NOTE, "\n\n", generated, "\n"]
+        at = end + 1
+    return "".join(out) + text[at:]
+
+
+def pages(docs_dir: str = DOCS) -> list[str]:
+    """The pages (relative to ``docs_dir``) that hold generated blocks."""
+    found = []
+    for folder, _, files in os.walk(docs_dir):
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if name.endswith(".md"):
+                with open(path, encoding="utf-8") as f:
+                    if BEGIN.search(f.read()):
+                        found.append(os.path.relpath(path, docs_dir))
+    return sorted(found)
+
+
+def write_pages(docs_dir: str = DOCS, out_dir: str | None = None) -> list[str]:
+    """Each page with generated blocks made again, written to ``out_dir``
+    (the same relative paths), or in place where it changed; the pages
+    whose committed text was stale."""
+    stale = []
+    for page in pages(docs_dir):
+        with open(os.path.join(docs_dir, page), encoding="utf-8") as f:
+            text = f.read()
+        fresh = regenerate(text, page)
+        if fresh != text:
+            stale.append(page)
+        target = os.path.join(out_dir or docs_dir, page)
+        if out_dir or fresh != text:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(fresh)
+    return stale
+
+
+def on_pre_build(config) -> None:
+    for page in write_pages(config["docs_dir"]):
+        log.warning(f"docs/{page}: its generated reference was stale and is written again: commit it "
+                    "(`make reference` does the same)")
 
 
 # -- schemas ----------------------------------------------------------------
@@ -119,7 +183,9 @@ def _type(node: dict, anchor: str) -> str:
     if "enum" in node:
         return " \\| ".join(f"`{json.dumps(v)}`" for v in node["enum"])
     if "oneOf" in node or "anyOf" in node:
-        return " or ".join(_type(alt, anchor) for alt in node.get("oneOf") or node["anyOf"])
+        return " or ".join("{" + ", ".join(f"`{key}`" for key in alt["properties"]) + "}"
+                           if alt.get("type") == "object" and alt.get("properties") else _type(alt, anchor)
+                           for alt in node.get("oneOf") or node["anyOf"])
     kind = node.get("type", "any")
     if isinstance(kind, list):
         kind = " or ".join(kind)
@@ -162,17 +228,25 @@ def _table(rows: list[tuple]) -> str:
 # -- the command line --------------------------------------------------------
 
 def cli_reference() -> str:
-    with tempfile.TemporaryDirectory() as elsewhere:       # no workflow's recorded axis: --pair
-        here = os.getcwd()
-        os.chdir(elsewhere)
-        try:
-            parser = cli.build_parser()
-        finally:
-            os.chdir(here)
-    out = [_fenced(parser.format_help())]
-    for name, sub in _subcommands(parser):
-        out += ["", f"### `waypost {name}`", "", _escape(sub.description or ""), "",
-                _fenced(sub.format_usage().replace("usage: ", "")), "", _options(sub)]
+    width = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_WIDTH
+    try:
+        with tempfile.TemporaryDirectory() as elsewhere:       # no workflow's recorded axis: --pair
+            here = os.getcwd()
+            os.chdir(elsewhere)
+            try:
+                parser = cli.build_parser()
+            finally:
+                os.chdir(here)
+        out = [_fenced(parser.format_help())]
+        for name, sub in _subcommands(parser):
+            out += ["", f"### `waypost {name}`", "", _escape(sub.description or ""), "",
+                    _fenced(sub.format_usage().replace("usage: ", "")), "", _options(sub)]
+    finally:
+        if width is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = width
     return "\n".join(out) + "\n"
 
 
@@ -212,7 +286,7 @@ def _fenced(text: str) -> str:
     return f"```text\n{text.rstrip()}\n```"
 
 
-if __name__ == "__main__":   # print the generated tables, to look at them without a build
-    print(schema_reference(wconfig.schema_for(tempfile.mkdtemp(), AXIS), "config", {"policy": policy.DEFAULTS}))
-    print(schema_reference(wconfig.load_yaml(os.path.join(REPO, "src/waypost/schemas/workers.schema.yaml")), "workers"))
-    print(cli_reference())
+if __name__ == "__main__":   # make reference: the committed pages made again
+    stale = write_pages()
+    print("\n".join(f"wrote docs/{page}" for page in stale) or "the reference pages are current")
+    sys.exit(0)

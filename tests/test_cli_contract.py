@@ -221,3 +221,59 @@ def test_cron_and_plan_carry_the_profiles_config_with_their_own(tmp_path):
     command = record["command"]
     at = command.index("--config")
     assert command[at + 1:at + 3] == ["pool=cloud", "rerun_policy=presence"], command
+
+
+# The reference pipeline's instances: train_teacher's 0 and 1; evaluate's backward, student, teacher-0, teacher-1.
+ALL_INSTANCES = "0, 1, backward, student, teacher-0, teacher-1"
+UNKNOWN_INSTANCES = {
+    ("status", "--instance", "0", "--instance", "teacher-9"):
+        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 (instances: {ALL_INSTANCES}; "
+        "or a shell pattern, quoted)",
+    ("status", "--experiment", "exp1", "--instance", "teacher-9"):
+        f"unknown instance 'teacher-9': not an instance of experiment exp1 (instances: {ALL_INSTANCES}; "
+        "or a shell pattern, quoted)",
+    ("find", "--instance", "teacher-*", "--instance", "teacher-9"):
+        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 (instances: {ALL_INSTANCES}; "
+        "or a shell pattern, quoted)",
+    ("plan", "--profile", str(LOCAL_PROFILE), "--instance", "teacher-9"):
+        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 (instances: {ALL_INSTANCES}; "
+        "or a shell pattern, quoted)",
+    ("rerun", "train_teacher", "--all", "--instance", "0", "--instance", "2", "-n"):
+        "unknown instance '2': not an instance of experiments exp1, exp2 (instances: 0, 1; or a shell pattern, "
+        "quoted)",
+    ("retry", "train_teacher", "--experiment", "exp1", "--instance", "2", "-n"):
+        "unknown instance '2': not an instance of experiment exp1 (instances: 0, 1; or a shell pattern, quoted)",
+    ("rerun", "train_teacher", "--all", "--instance", "../0", "-n"):
+        "instance '../0' is neither a valid name (letters, digits, '.', '_' or '-', starting with a letter or digit) "
+        "nor a shell pattern",
+}
+
+
+def test_instance_filters_repeat_take_patterns_and_name_unknown_ones(shared):
+    """`--instance` on status, find, plan, rerun and retry: repeatable, shell
+    patterns, and an unknown name is the one answer (exit 2, nothing changed)."""
+    before = sorted(str(p.relative_to(shared)) for p in (shared / "results").rglob("*"))
+    wrong = {}
+    for args, message in UNKNOWN_INSTANCES.items():
+        proc = waypost(shared, *args, check=False)
+        if proc.returncode != 2 or proc.stderr.strip() != f"waypost: {message}":
+            wrong[" ".join(args)] = (proc.returncode, proc.stderr[-600:])
+    assert not wrong, json.dumps(wrong, indent=1)
+
+    # both instances, not the last one alone: 2 experiments × 2 pairs × 2 teachers
+    out = waypost(shared, "rerun", "train_teacher", "--all", "--instance", "0", "--instance", "1", "-n").stdout
+    assert "8 stage(s) would be redone" in out
+    out = waypost(shared, "rerun", "evaluate", "--experiment", "exp1", "--instance", "teacher-?",
+                  "--instance", "student", "-n").stdout
+    assert "6 stage(s) would be redone" in out and "backward" not in out
+    grid = json.loads(waypost(shared, "status", "--json", "--experiment", "exp1", "--instance", "teacher-*").stdout)
+    cells = grid["experiments"]["exp1"]["en-xa"]
+    assert list(cells) == ["evaluate"] and sorted(cells["evaluate"]["instances"]) == ["teacher-0", "teacher-1"]
+    rows = json.loads(waypost(shared, "find", "--json", "--no-archived", "--stage", "evaluate", "--instance", "student",
+                              "--instance", "backward").stdout)
+    assert sorted({r["instance"] for r in rows}) == ["backward", "student"] and len(rows) == 8
+    plan = json.loads(waypost(shared, "plan", "--profile", str(LOCAL_PROFILE), "--json", "--instance", "student").stdout)
+    assert plan["next_run"] == [] and plan["drift"] == []
+    proc = waypost(shared, "retry", "train_teacher", "--instance", "0", "-n", check=False)
+    assert proc.returncode == 1 and "nothing to retry: no stage train_teacher/0 that ended without success" in proc.stderr
+    assert sorted(str(p.relative_to(shared)) for p in (shared / "results").rglob("*")) == before

@@ -20,7 +20,8 @@ def study_config(**changes) -> dict:
     # 150-cell points take ~0.1 s of a 0.6 s limit, the 600-cell one ~8 s.
     config = yaml.safe_load((EXAMPLE / "config" / "config.yaml").read_text())
     config["experiments"]["sweep"]["grid"] = {"alpha": [1.0], "cells": [40, 150, 600]}
-    config["experiments"]["sweep"]["bad_nodes"] = {"alpha1.0-cells40": 3, "alpha1.0-cells150": 1000}
+    config["experiments"]["sweep"]["per_instance"] = {"alpha1.0-cells40": {"simulate": {"bad_node_after": 3}},
+                                                      "alpha1.0-cells150": {"simulate": {"bad_node_after": 1000}}}
     config["stages"]["simulate"]["policy"].update(runtime=0.01, max_attempts=10)
     for key, value in changes.items():
         config["stages"]["simulate"]["policy"][key] = value
@@ -73,6 +74,7 @@ def test_param_study_restarts_reruns_and_funnels(tmp_path):
 def test_param_study_max_attempts_then_funnel_then_next_run(tmp_path):
     config = study_config(max_attempts=2, runtime=0.004, runtime_growth=1)
     config["experiments"]["sweep"]["grid"]["cells"] = [40, 600]
+    del config["experiments"]["sweep"]["per_instance"]["alpha1.0-cells150"]   # (not a point now)
     write_config(tmp_path, config)
     snakemake(tmp_path, snakefile=EXAMPLE_SNAKEFILE)  # data_extract accepts the failure: the run goes on
 
@@ -92,6 +94,7 @@ def test_param_study_max_attempts_then_funnel_then_next_run(tmp_path):
 
     config = study_config(max_attempts=8, runtime=0.05)
     config["experiments"]["sweep"]["grid"]["cells"] = [40, 600]
+    del config["experiments"]["sweep"]["per_instance"]["alpha1.0-cells150"]   # (not a point now)
     write_config(tmp_path, config)
     snakemake(tmp_path, snakefile=EXAMPLE_SNAKEFILE)
     big = read_manifest(sim_dir(tmp_path, "alpha1.0-cells600"))

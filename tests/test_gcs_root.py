@@ -219,7 +219,8 @@ def study_config(root: str, cells: list[int], **policy) -> dict:
     config = yaml.safe_load((EXAMPLE / "config" / "config.yaml").read_text())
     config["root"] = root
     config["experiments"]["sweep"]["grid"] = {"alpha": [1.0], "cells": cells}
-    config["experiments"]["sweep"]["bad_nodes"] = {"alpha1.0-cells40": 3, "alpha1.0-cells150": 1000}
+    config["experiments"]["sweep"]["per_instance"] = {"alpha1.0-cells40": {"simulate": {"bad_node_after": 3}},
+                                                      "alpha1.0-cells150": {"simulate": {"bad_node_after": 1000}}}
     config["stages"]["simulate"]["policy"].update({"runtime": 0.01, "max_attempts": 10, **policy})
     return config
 

@@ -399,9 +399,10 @@ class Catalog:
     def find(self, *, stage: str | None = None, pair: str | None = None, experiment: str | None = None,
              state: str | None = None, since: str | None = None, until: str | None = None,
              config_hash: str | None = None, root: str | None = None, limit: int | None = None,
-             archived: bool = True) -> list[dict]:
+             archived: bool = True, instance: list[str] | None = None) -> list[dict]:
         """Manifests matching every given filter, newest first. ``pair``,
-        ``stage`` and ``experiment`` take shell-style patterns (``en-*``);
+        ``stage`` and ``experiment`` take shell-style patterns (``en-*``),
+        ``instance`` a list of names or patterns (any of them);
         ``since``/``until`` are ISO dates or times (UTC); without
         ``archived``, only current manifests (no ``.attempts/<n>``)."""
         where, args = [], []
@@ -409,6 +410,10 @@ class Catalog:
             if value is not None:
                 where.append(f"{column} GLOB ?" if any(c in value for c in "*?[") else f"{column} = ?")
                 args.append(value)
+        if instance:
+            where.append("(" + " OR ".join("instance GLOB ?" if any(c in v for c in "*?[") else "instance = ?"
+                                           for v in instance) + ")")
+            args += [v.replace("[!", "[^") for v in instance]   # (SQLite's GLOB negates with ^)
         for column, value in (("state", state), ("config_hash", config_hash), ("root", root)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -426,6 +431,10 @@ class Catalog:
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [_item(row) for row in self.db.execute(sql, args)]
+
+    def instances(self) -> set[str]:
+        """Every instance name the catalog holds."""
+        return {row[0] for row in self.db.execute("SELECT DISTINCT instance FROM manifests WHERE instance IS NOT NULL")}
 
     def get(self, location: str) -> dict | None:
         """The row of one location (a stage, instance or archive directory)."""

@@ -105,6 +105,8 @@ def cmd_status(args) -> int:
     if args.sizes:
         return render_sizes(cfg, args)
     grid = status.collect(cfg, workflow_facts(args)["funnels"], args.experiment, args.pair)
+    if args.instance:
+        only_instances(cfg, grid, args.instance, args.experiment)
     if args.attempts:   # the archives' manifests: read for these stages only
         _attach_archives(cfg, [cell for stage in args.attempts for *_, cell in _stage_cells(grid, stage)])
         if args.json:
@@ -129,6 +131,28 @@ def cmd_status(args) -> int:
         return 0
     render_status(grid)
     return 0
+
+
+def only_instances(cfg: dict, grid: dict, patterns: list[str], experiment: str | None = None) -> None:
+    """``status --instance``: the grid's cells of those instances alone (a
+    stage with none of them, or without instances, left out), each stage's
+    state and attempts over them. A name that is no instance there, nor a
+    point of the grid, is the usual error."""
+    from . import status
+
+    found = {name for columns in grid["experiments"].values() for cells in columns.values()
+             for cell in cells.values() for name in cell.get("instances") or {}}
+    wconfig.check_instance_names(cfg, patterns, experiment, found)
+    for columns in grid["experiments"].values():
+        for cells in columns.values():
+            for stage, cell in list(cells.items()):
+                kept = {name: cells[stage]["instances"][name]
+                        for name in wconfig.match_instances(patterns, cell.get("instances") or {})}
+                if not kept:
+                    del cells[stage]
+                    continue
+                cells[stage] = {**cell, "instances": kept, "state": status.worst([c["state"] for c in kept.values()]),
+                                "attempts": sum(c.get("attempts", 0) for c in kept.values())}
 
 
 def _attach_archives(cfg: dict, cells: list[dict]) -> None:
@@ -543,11 +567,17 @@ def cmd_find(args) -> int:
                 print(f"waypost: catalog: skipped {problem}", file=sys.stderr)
     if args.lineage:
         return render_lineage(cat.lineage(args.lineage), args.json) or (1 if unread else 0)
+    if args.stage and "/" in args.stage:   # stage/instance, as the tables show them
+        args.stage, instance = args.stage.split("/", 1)
+        args.instance = [*(args.instance or []), instance]
     rows = cat.find(stage=args.stage, pair=args.pair, experiment=args.experiment, state=args.state,
                     since=args.since, until=args.until, config_hash=args.config_hash, limit=args.limit,
-                    archived=not args.no_archived)
+                    archived=not args.no_archived, instance=args.instance)
     if not rows:
         _check_find_names(cfg, cat, args)
+    if args.instance:   # each: one that is nowhere is a typo, whatever the others found
+        wconfig.check_instance_names(cfg, args.instance, args.experiment if args.experiment in cfg["experiments"]
+                                     else None, cat.instances())
     if args.html:
         # The page is over the whole catalog (lineage needs every stage); the
         # filters given here are its first view.
@@ -591,12 +621,13 @@ def _compare_with_config(rows: list[dict], cfg: dict, against: str | None) -> No
     one that has its pair; None where nothing compares."""
     from . import catalog
 
+    settings_of = wconfig.step_settings_of(cfg)
     for row in rows:
         other = against or (row["experiment"] if row["experiment"] in cfg["experiments"] else
                             next((e for e, x in cfg["experiments"].items() if row["pair"] in x["pairs"]), None))
         if other and row["stage"] in cfg["stages"] and (row["pair"] in cfg["experiments"][other]["pairs"]
                                                         or row["pair"] == "_all"):
-            current = wconfig.step_settings(cfg, other, row["pair"], row["stage"])
+            current = settings_of(other, row["pair"], row["stage"], row.get("instance"))
             row["differs"] = catalog.settings_diff(row["settings"], current)
             row["compared_with"] = other
         else:
@@ -679,6 +710,7 @@ def _check_find_names(cfg: dict, cat, args) -> None:
             wconfig.check_names(cfg, pairs=name)
         else:
             wconfig.check_names(cfg, **{kind: name})
+
 
 
 def cmd_reuse(args) -> int:
@@ -798,8 +830,13 @@ def cmd_plan(args) -> int:
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
     rows = plan.next_run(plan.parse_jobs(text, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
+    if args.instance:
+        found = {name for r in rows for name in r["instances"]} | instances_on_disk(cfg, workflow_facts(args))
+        wconfig.check_instance_names(cfg, args.instance, None, found)
+        rows = [{**r, "instances": wconfig.match_instances(args.instance, r["instances"])} for r in rows]
+        rows = [r for r in rows if r["instances"]]
 
-    drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"])
+    drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"], args.instance)
     groups = plan.collapse(drifted, cfg)
     unknown_note = (f"code version unknown (recorded before per-stage code versions): {code_unknown} done "
                     f"stage(s)" if code_unknown else "")
@@ -810,13 +847,14 @@ def cmd_plan(args) -> int:
         sys.stdout.write("\n")
         return drift_code
     console = Console(width=args.width)
+    axis = cfg.get("_axis")   # (a workflow without an axis: no column for it)
     if rows:
         table = Table(title=f"next run: {sum(max(1, len(r['instances'])) for r in rows)} job(s)", title_justify="left")
-        for column in ("experiment", wconfig.axis_words(cfg)[0], "stage", "why"):
+        for column in ("experiment", *([axis["word"]] if axis else []), "stage", "why"):
             table.add_column(column, overflow="fold")
         for r in rows:
-            stage = r["stage"] + (f" [{', '.join(sorted(r['instances']))}]" if r["instances"] else "")
-            table.add_row(r["experiment"], _pair_heading(r["pair"], cfg.get("_axis")), escape(stage),
+            stage = r["stage"] + (f" [{_names_shown(r['instances'])}]" if r["instances"] else "")
+            table.add_row(r["experiment"], *([_pair_heading(r["pair"], axis)] if axis else []), escape(stage),
                           escape(r["why"]))
         console.print(table)
     else:
@@ -824,13 +862,13 @@ def cmd_plan(args) -> int:
     if drifted:
         table = Table(title="done, but made with other settings, code or inputs than now "
                             "(kept in presence mode; `waypost rerun STAGE` redoes one)", title_justify="left")
-        for column in ("experiment", wconfig.axis_words(cfg)[0], "stage", "made", "what differs"):
+        for column in ("experiment", *([axis["word"]] if axis else []), "stage", "made", "what differs"):
             table.add_column(column, overflow="fold")
         for g in groups:   # cells of a stage with the same differences: one row, with their count
             made = " … ".join(dict.fromkeys(m[:16].replace("T", " ") for m in g["made"]))
             table.add_row(", ".join(g["experiments"]),
-                          ", ".join(_pair_heading(p, cfg.get("_axis")) for p in g["pairs"]),
-                          escape(g["stage"] + (f" [{', '.join(sorted(g['instances']))}]" if g["instances"] else "")
+                          *([", ".join(_pair_heading(p, axis) for p in g["pairs"])] if axis else []),
+                          escape(g["stage"] + (f" [{_names_shown(g['instances'])}]" if g["instances"] else "")
                                  + (f" ×{g['count']}" if g["count"] > 1 else "")),
                           made + (f" (reused from {', '.join(g['reused_from'])})" if g["reused_from"] else ""),
                           escape("\n".join(g["what"])))
@@ -842,6 +880,34 @@ def cmd_plan(args) -> int:
     if unknown_note:
         console.print(unknown_note)
     return drift_code
+
+
+def instances_on_disk(cfg: dict, facts: dict) -> set[str]:
+    """The names of the instance directories of the workflow's stages with
+    instances, in every experiment (one listing of each stage directory)."""
+    from . import stagetree
+
+    tree = stagetree.open(cfg["root"], snapshot=True)
+    found = set()
+    for experiment, spec in cfg["experiments"].items():
+        for pair in [*spec["pairs"], layout.ALL_PAIRS]:
+            for stage in facts.get("instanced") or []:
+                stage_dir = layout.stage_dir(cfg["root"], pair, experiment, stage)
+                if tree.isdir(stage_dir):
+                    found.update(name for name, _ in tree.state_dirs(stage_dir) if name is not None)
+    return found
+
+
+def _natural(name: str) -> list:
+    """A sort key that puts cells50 before cells150."""
+    import re
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _names_shown(names: list[str], shown: int = 8) -> str:
+    """Instance names for a table cell: the first few, then how many more."""
+    names = sorted(names, key=_natural)
+    return ", ".join(names[:shown]) + (f", … +{len(names) - shown}" if len(names) > shown else "")
 
 
 def cmd_run(args) -> int:
@@ -872,7 +938,16 @@ EXIT_CODES = """exit codes (every command):
   2  usage or config error: a bad option, an invalid config, an unknown
      experiment, pair or stage name (checked the same way by every command)
 Once Snakemake has started, `run` exits with Snakemake's code; `cron` exits
-non-zero only when the workflow could not run at all (docs/operations.md)."""
+non-zero only when the workflow could not run at all (docs/operations.md).
+
+reference (in waypost's repository, and the manual's Reference section):
+  docs/reference/cli.md     every command and option (`waypost COMMAND --help`)
+  docs/reference/config.md  every config key, its default and meaning"""
+
+#: What ``waypost COMMAND --help`` ends with.
+COMMAND_EPILOG = ("all options of every command: docs/reference/cli.md; every config key, its default and "
+                  "meaning: docs/reference/config.md (in waypost's repository, and the manual's Reference section)")
+INSTANCE_HELP = "only this instance{} (repeatable; shell patterns work: --instance 'nu0.01-*'){}"
 
 
 def _recorded_axis() -> tuple[str, str]:
@@ -907,6 +982,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attempts", nargs="+", metavar="STAGE", help="list the attempt history of these stages")
     p.add_argument("--experiment", help="only this experiment")
     p.add_argument(*one, dest="pair", help=f"only this {word} (its stages, no funnels)")
+    p.add_argument("--instance", action="append", help=INSTANCE_HELP.format(" of the stages with instances", ""))
     p.add_argument("--sizes", action="store_true", help="the archived workspaces (.attempts/) of each stage: "
                    "how many, how big (walks them: only when asked)")
     p.set_defaults(func=cmd_status)
@@ -932,9 +1008,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = with_config(sub.add_parser("find", help="stages that already exist, in every root of the catalog"))
-    p.add_argument("--stage", help="a stage (shell patterns work: train_*)")
+    p.add_argument("--stage", help="a stage (shell patterns work: train_*), or STAGE/INSTANCE")
     p.add_argument(*one, dest="pair", help=f"a {word} (shell patterns work)")
     p.add_argument("--experiment", help="an experiment (shell patterns work)")
+    p.add_argument("--instance", action="append", help=INSTANCE_HELP.format("", "; --stage STAGE/INSTANCE works too"))
     p.add_argument("--state", help="SUCCESS, FAILED, TIMEOUT, ...")
     p.add_argument("--since", help="made at or after this UTC date/time (2026-11-01 or 2026-11-01T12:00)")
     p.add_argument("--until", help="made before this UTC date/time")
@@ -967,7 +1044,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("stage")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
     p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable)")
-    p.add_argument("--instance", help="only this instance of the stage")
+    p.add_argument("--instance", action="append", help=INSTANCE_HELP.format(" of the stage", ""))
     p.add_argument("--all", action="store_true", help="in every experiment (needed when the config has more "
                    f"than one and no --experiment, --{word} or --instance narrows it)")
     p.add_argument("--downstream", action="store_true", help="and every stage made from their outputs (also in "
@@ -980,7 +1057,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("stage")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
     p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable)")
-    p.add_argument("--instance", help="only this instance of the stage")
+    p.add_argument("--instance", action="append", help=INSTANCE_HELP.format(" of the stage", ""))
     p.add_argument("-n", "--dry-run", action="store_true", help="say what would be tried again")
     p.set_defaults(func=cmd_retry)
 
@@ -988,7 +1065,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("stage")
     p.add_argument("--experiment", required=True)
     p.add_argument(*one, dest="pair", default="_all", help="(default: the per-experiment slot, for funnels)")
-    p.add_argument("--instance")
+    p.add_argument("--instance", help="the instance, for a stage with instances")
     p.add_argument("--note", help="why, for the record")
     p.add_argument("--force", action="store_true", help="even over a stage waypost finished itself")
     p.set_defaults(func=cmd_adopt)
@@ -1004,6 +1081,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_config(sub.add_parser("plan", help="what the next run would do and why; done stages that drifted"))
     p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
     p.add_argument("--check", action="store_true", help="exit 1 when a done stage drifted (for scripts and CI)")
+    p.add_argument("--instance", action="append", help="only the jobs and drift of this instance (repeatable; "
+                   "shell patterns work: --instance 'nu0.01-*')")
     p.add_argument("--width", type=int, help="table width (default: the terminal's)")
     p.add_argument("--json", action="store_true")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
@@ -1029,7 +1108,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "copies of the installed package's, the same from any directory")
     p.add_argument("--target", default="~/.config/snakemake", help="where Snakemake looks (default: %(default)s)")
     p.set_defaults(func=cmd_profiles_install)
+    for command in _commands(parser):
+        command.epilog = command.epilog or COMMAND_EPILOG
     return parser
+
+
+def _commands(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from _commands(command)
 
 
 def main(argv: list[str] | None = None) -> int:

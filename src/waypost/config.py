@@ -21,9 +21,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import itertools
 import json
+import math
 import os
+import re
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -305,10 +309,13 @@ def axis_words(config: dict) -> tuple[str, str]:
     return (axis["word"], axis["key"]) if axis else ("axis value", "axis values")
 
 
-def check_semantics(config: dict, source: str, axis: Axis | None = None, stages: list[str] | None = None) -> None:
+def check_semantics(config: dict, source: str, axis: Axis | None = None, stages: list[str] | None = None,
+                    instanced: list[str] | None = None, instances: dict | None = None) -> None:
     """What the schema can't say: names that must be the workflow's stages
-    (``stages``, when known) or an experiment's axis values, and policies
-    that parse. ``config`` is in the engine's axis names (see ``prepare``)."""
+    (``stages``, when known), an experiment's axis values or its instances
+    (``instances``: experiment → names, when known; else its grid's
+    points, when it has a grid), and policies that parse. ``config`` is in
+    the engine's axis names (see ``prepare``)."""
     from .policy import Policy, PolicyError
 
     word, key, per = (axis.word, axis.key, axis.per) if axis else ("axis value", "axis values", "per_" + "axis")
@@ -342,11 +349,33 @@ def check_semantics(config: dict, source: str, axis: Axis | None = None, stages:
                                     f"(expected one of this experiment's {key}: {', '.join(pairs) or 'none'})")
                 if origin == name:
                     problems.append(f"{source}: experiments.{name}.reuse.{stage}: an experiment can't reuse its own stage")
+        overrides = experiment.get("per_instance") or {}
+        known_instances = (instances or {}).get(name)
+        if known_instances is None and "_points" in experiment:
+            known_instances = experiment["_points"]
+        for key, settings in overrides.items():
+            where = f"experiments.{name}.per_instance.{key}"
+            if not INSTANCE_PATTERN.fullmatch(key) or ".." in key:
+                problems.append(f"{source}: {where}: {key!r} is neither an instance name ({NAME_RULE}) nor a "
+                                "shell pattern of one (*, ?, [...])")
+                continue
+            if known_instances is not None and not any(_matches(key, i) for i in known_instances):
+                problems.append(f"{source}: {where}: names no instance of experiment {name} "
+                                f"({_some(known_instances, 'its instances')})")
+            for stage, values in (settings or {}).items():
+                unknown_stage(f"{where}.{stage}", stage)
+                if instanced is not None and stage in known and stage not in instanced:
+                    problems.append(f"{source}: {where}.{stage}: stage {stage} has no instances (per_instance is "
+                                    f"for the stages with instances: {', '.join(instanced) or 'none'})")
+                for axis_name in set(values or {}) & set(experiment.get("grid") or {}):
+                    problems.append(f"{source}: {where}.{stage}.{axis_name}: {axis_name} is an axis of the grid: a "
+                                    "point's value is in its name (change the grid instead)")
         # Axis values without overrides share their settings: check the first.
         first_shared = next((pair for pair in pairs if pair not in per_pair), ALL_PAIRS)
-        for pair in [first_shared, *per_pair]:
+        scopes = [(first_shared, ()), *((pair, ()) for pair in per_pair), *((first_shared, (key,)) for key in overrides)]
+        for pair, matched in scopes:
             for stage in known:
-                policy = stage_settings(config, name, pair, stage)["policy"]
+                policy = stage_settings(config, name, pair, stage, matched=matched)["policy"]
                 text = json.dumps(policy, sort_keys=True)
                 if text not in checked:
                     try:
@@ -354,18 +383,179 @@ def check_semantics(config: dict, source: str, axis: Axis | None = None, stages:
                         checked[text] = None
                     except PolicyError as exc:
                         checked[text] = str(exc)
-                        where = f"experiment {name}" + (f", {word} {pair}" if pair != ALL_PAIRS else "")
+                        where = f"experiment {name}" + (f", {word} {pair}" if pair != ALL_PAIRS else "") \
+                            + (f", instance {matched[0]}" if matched else "")
                         problems.append(f"{source}: policy of stage {stage} ({where}): {exc}")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
 
+# --- grids and instances ---------------------------------------------------
+
+#: An instance name, or a shell pattern of one (``per_instance`` keys, ``--instance``).
+INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9._*?\[\]!-]+")
+#: Where a prepared experiment keeps its grid's points: name → {axis: value}, in order.
+POINTS_KEY = "_points"
+#: The most points one grid may have.
+MAX_POINTS = 1_000_000
+
+
+def is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+def _matches(key: str, instance: str) -> bool:
+    return key == instance or (is_pattern(key) and fnmatchcase(instance, key))
+
+
+def _some(names, what: str, shown: int = 6) -> str:
+    names = list(names)
+    if not names:
+        return f"{what}: none"
+    more = f", … ({len(names)} in all)" if len(names) > shown else ""
+    return f"{what}: {', '.join(names[:shown])}{more}"
+
+
+def _round6(value: float) -> float:
+    """``value`` rounded to 6 significant digits (a grid's spaced values)."""
+    if value == 0:
+        return 0.0
+    return round(value, 5 - math.floor(math.log10(abs(value))))
+
+
+def axis_values(spec, where: str) -> list:
+    """One grid axis's values: its list, or ``{from, to, count}`` evenly
+    spaced (both ends included; whole numbers when both ends are, else
+    rounded to 6 significant digits). ConfigError (at ``where``) when they
+    repeat."""
+    if isinstance(spec, list):
+        values = list(spec)
+    else:
+        first, last, count = spec["from"], spec["to"], spec["count"]
+        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (first, last))
+        step = (last - first) / (count - 1) if count > 1 else 0
+        values = [first if i == 0 else last if i == count - 1 else
+                  round(first + i * step) if whole else _round6(first + i * step) for i in range(count)]
+        if len(set(values)) < count:
+            limit = (f"at most {abs(last - first) + 1} whole numbers lie between them" if whole else
+                     "they are rounded to 6 significant digits")
+            raise ConfigError(f"{where}: {count} values from {first} to {last} repeat ({limit}): "
+                              "expected a smaller count, or other ends")
+    seen: dict[str, object] = {}
+    for value in values:
+        text = _value_text(value)
+        if text in seen:
+            raise ConfigError(f"{where}: {seen[text]!r} and {value!r} make the same instance name part {text!r}")
+        seen[text] = value
+    return values
+
+
+def _value_text(value) -> str:
+    return str(value)
+
+
+def grid_points(grid: dict, where: str) -> dict[str, dict]:
+    """A grid's points, in order (the first axis slowest): instance name
+    (``nu0.01-amp0.5``: each axis and its value, joined by ``-``) → the
+    point's values. ConfigError naming ``where`` and the key when values
+    repeat, a range is bad or a name can't be a directory name."""
+    axes = {}
+    for name, spec in grid.items():
+        if name in ENGINE_KEYS:
+            raise ConfigError(f"{where}.{name}: {name!r} is one of waypost's stage settings "
+                              f"({', '.join(ENGINE_KEYS)}): name the axis otherwise")
+        values = axis_values(spec, f"{where}.{name}")
+        for value in values:
+            part = f"{name}{_value_text(value)}"
+            if not NAME_PART.fullmatch(part):
+                raise ConfigError(f"{where}.{name}: the value {value!r} makes the instance name part {part!r}, "
+                                  f"which is not a valid name ({NAME_RULE})")
+        axes[name] = values
+    size = math.prod(len(v) for v in axes.values())
+    if size > MAX_POINTS:
+        raise ConfigError(f"{where}: {size:,} points; a grid has at most {MAX_POINTS:,}")
+    names = list(axes)
+    return {"-".join(f"{n}{_value_text(v)}" for n, v in zip(names, combo)): dict(zip(names, combo))
+            for combo in itertools.product(*axes.values())}
+
+
+NAME_PART = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def expand_grids(config: dict, source: str) -> None:
+    """Each experiment's ``grid`` as its points (``POINTS_KEY``)."""
+    for name, experiment in config["experiments"].items():
+        if experiment.get("grid"):
+            experiment[POINTS_KEY] = grid_points(experiment["grid"], f"{source}: experiments.{name}.grid")
+
+
+def points(config: dict, experiment: str) -> dict[str, dict]:
+    """An experiment's grid points: instance name → values (empty without a grid)."""
+    return config["experiments"][experiment].get(POINTS_KEY) or {}
+
+
+def grid_point(config: dict, experiment: str, instance: str | None) -> dict | None:
+    """The grid values of an instance that is a point of the experiment's grid."""
+    found = config["experiments"][experiment].get(POINTS_KEY)
+    return found.get(instance) if found and instance is not None else None
+
+
+def override_keys(config: dict, experiment: str, instance: str | None) -> tuple[str, ...]:
+    """The experiment's ``per_instance`` keys that match an instance (its
+    name, or a pattern), in the order written: the later wins."""
+    overrides = config["experiments"][experiment].get("per_instance") if instance is not None else None
+    if not overrides:
+        return ()
+    return tuple(key for key in overrides if _matches(key, instance))
+
+
+def per_point_keys(config: dict, stage: str) -> set[str]:
+    """The settings of ``stage`` that may differ from instance to instance:
+    grid axes, and what a ``per_instance`` override sets for it."""
+    keys = set()
+    for experiment in config["experiments"].values():
+        keys |= set(experiment.get("grid") or {})
+        for settings in (experiment.get("per_instance") or {}).values():
+            keys |= set((settings or {}).get(stage) or {})
+    return keys
+
+
+def match_instances(patterns: list[str] | None, names):
+    """The names matching any of ``patterns`` (each a name or a shell
+    pattern); all of them when there are none."""
+    if not patterns:
+        return list(names)
+    return [name for name in names if any(_matches(p, name) for p in patterns)]
+
+
+def check_instance_names(config: dict, names: list[str] | None, experiments=None, found=()) -> None:
+    """The one check of the instance names a command was given: each that
+    is not a shell pattern must be a grid point of the given experiments
+    (all, when none are given) or be in ``found`` (instance directories
+    there are). ConfigError naming the first that is neither."""
+    chosen = _names(experiments) or list(config["experiments"])
+    for name in names or []:
+        if not INSTANCE_PATTERN.fullmatch(name) or ".." in name:
+            raise ConfigError(f"instance {name!r} is neither a valid name ({NAME_RULE}) nor a shell pattern")
+        if is_pattern(name):
+            continue
+        known = {}
+        for experiment in chosen:
+            known.update(dict.fromkeys(points(config, experiment)))
+        known.update(dict.fromkeys(sorted(set(found) - set(known))))
+        if name not in known:
+            where = f"experiment {chosen[0]}" if len(chosen) == 1 else f"experiments {', '.join(chosen)}"
+            raise ConfigError(f"unknown instance {name!r}: not an instance of {where} "
+                              f"({_some(known, 'instances')}; or a shell pattern, quoted)")
+
+
 def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, axis: Axis | None = None,
-            stages: list[str] | None = None) -> dict:
+            stages: list[str] | None = None, instanced: list[str] | None = None) -> dict:
     """Validate a loaded config and fill in its defaults, with the axis moved
     to the engine's names. ``stages``: the workflow's stages, when known
     (the Snakefile knows them once its rules are read: see
-    ``Pipeline.finish``, which calls ``complete``). ``check=False`` skips the
+    ``Pipeline.finish``, which calls ``complete``), and those of them with
+    instances (``instanced``). ``check=False`` skips the
     schema validation: for a cluster job's own Snakemake process, whose main
     process validated the same files when it submitted the job."""
     schema = schema_for(os.path.abspath(workflow_dir), axis)
@@ -373,25 +563,30 @@ def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, ax
         validate(config, schema, source)
     config = apply_defaults(config, schema, stages)
     _to_engine_axis(config, axis)
+    expand_grids(config, source)
     if stages is not None:
-        check_semantics(config, source, axis, stages)
+        check_semantics(config, source, axis, stages, instanced)
     return config
 
 
-def complete(config: dict, workflow_dir: str, source: str, axis: Axis | None, stages: list[str]) -> dict:
+def complete(config: dict, workflow_dir: str, source: str, axis: Axis | None, stages: list[str],
+             instanced: list[str] | None = None, instances: dict | None = None) -> dict:
     """A prepared config (``prepare`` without ``stages``) once the workflow's
     stages are known: each has its settings with their defaults, in the
-    workflow's order, and every stage name the config uses is checked."""
+    workflow's order, and every stage name the config uses is checked;
+    ``instances``: experiment → the instance names of its stages, which
+    the ``per_instance`` overrides must match."""
     schema = schema_for(os.path.abspath(workflow_dir), axis)
     filled = apply_defaults({"stages": config.get("stages", {})}, {**schema, "properties": {}}, stages)
     config = {**config, "stages": filled["stages"]}
-    check_semantics(config, source, axis, stages)
+    check_semantics(config, source, axis, stages, instanced, instances)
     return config
 
 
-def load(path: str, workflow_dir: str, axis: Axis | None = None, stages: list[str] | None = None) -> dict:
+def load(path: str, workflow_dir: str, axis: Axis | None = None, stages: list[str] | None = None,
+         instanced: list[str] | None = None) -> dict:
     config, source = with_reuse_files(load_yaml(path), path)
-    return prepare(config, workflow_dir, source, axis=axis, stages=stages)
+    return prepare(config, workflow_dir, source, axis=axis, stages=stages, instanced=instanced)
 
 
 # `waypost reuse` writes its pointers here, next to the config file; they are
@@ -472,8 +667,13 @@ def check_names(config: dict, experiments=None, pairs=None, stages=None, allow_a
             raise ConfigError(f"unknown stage {name!r} (expected one of: {', '.join(config['stages'])})")
 
 
-def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
-    """Global stage settings ← the experiment's ← the pair's (last wins).
+def stage_settings(config: dict, experiment: str, pair: str, stage: str, instance: str | None = None,
+                   matched: tuple[str, ...] | None = None) -> dict:
+    """Global stage settings ← the experiment's ← the pair's ← the
+    ``per_instance`` overrides that match the instance, in the order written
+    ← the instance's grid values, when it is a point of the grid (last
+    wins). ``matched``: the overrides to apply (``override_keys``), without
+    the grid values (which are added per point: see Pipeline).
 
     ``policy`` is always there: the global ``policy`` with the stage's own
     merged over it.
@@ -482,6 +682,11 @@ def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict
     settings = merge({"policy": config.get("policy", {})}, config["stages"].get(stage, {}))
     settings = merge(settings, exp.get("stages", {}).get(stage, {}))
     settings = merge(settings, exp.get("per_pair", {}).get(pair, {}).get(stage, {}))
+    for key in (override_keys(config, experiment, instance) if matched is None else matched):
+        settings = merge(settings, (exp["per_instance"][key] or {}).get(stage) or {})
+    point = grid_point(config, experiment, instance) if matched is None else None
+    if point:
+        settings.update(point)
     return settings
 
 
@@ -489,10 +694,29 @@ def stage_settings(config: dict, experiment: str, pair: str, stage: str) -> dict
 ENGINE_KEYS = ("policy", "worker", "resources", "retention")
 
 
-def step_settings(config: dict, experiment: str, pair: str, stage: str) -> dict:
+def step_settings(config: dict, experiment: str, pair: str, stage: str, instance: str | None = None) -> dict:
     """What a stage's step is given (and its manifest records): its settings
-    without the engine's keys."""
-    return {k: v for k, v in stage_settings(config, experiment, pair, stage).items() if k not in ENGINE_KEYS}
+    (of one instance) without the engine's keys."""
+    return {k: v for k, v in stage_settings(config, experiment, pair, stage, instance).items()
+            if k not in ENGINE_KEYS}
+
+
+def step_settings_of(config: dict):
+    """``step_settings`` for one config, made once per experiment, pair,
+    stage and set of matching overrides (a grid point's values on top): for
+    commands that compare many manifests with the config. Its answers are
+    shared: not to be changed."""
+    cache: dict[tuple, dict] = {}
+
+    def of(experiment: str, pair: str, stage: str, instance: str | None = None) -> dict:
+        matched = override_keys(config, experiment, instance)
+        key = (experiment, pair, stage, matched)
+        if key not in cache:
+            cache[key] = {k: v for k, v in stage_settings(config, experiment, pair, stage, matched=matched).items()
+                          if k not in ENGINE_KEYS}
+        point = grid_point(config, experiment, instance)
+        return {**cache[key], **point} if point else cache[key]
+    return of
 
 
 #: A stage's code version (``Pipeline.stage_code_version``) is this prefix and

@@ -129,22 +129,36 @@ def _short(code_version: str) -> str:
     return code_version[len(wconfig.CODE_PREFIX):]
 
 
-def drift(config: dict, code_versions: dict[str, str], funnels: list[str]) -> tuple[list[dict], int]:
+def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
+          instances: list[str] | None = None) -> tuple[list[dict], int]:
     """Done stages made with other settings, code or inputs than now, one row
     each (on a gs:// root: from one listing and one batch read of the
     manifests), and how many done stages recorded a code version of before
     per-stage ones (``git describe`` of the repository: not comparable, so
-    not drift). ``code_versions``: stage → its code version now."""
+    not drift). ``code_versions``: stage → its code version now. Each
+    instance is compared with its own settings (its ``per_instance``
+    overrides, its grid values); an instance no longer of its experiment's
+    grid is left out (nothing reads it). ``instances``: only those
+    (names or shell patterns)."""
     rows, digests, unknown = [], {}, 0
     root = config["root"]
     tree = stagetree.open(root)
+    settings_of = wconfig.step_settings_of(config)
     for experiment, exp in config["experiments"].items():
+        points = wconfig.points(config, experiment)
         for pair in [*exp["pairs"], layout.ALL_PAIRS]:
             for stage in config["stages"]:
-                if (stage in funnels) != (pair == layout.ALL_PAIRS):
+                # (without an axis, every stage lives in the experiment's one slot)
+                if exp["pairs"] and (stage in funnels) != (pair == layout.ALL_PAIRS):
                     continue
-                current = wconfig.step_settings(config, experiment, pair, stage)
-                for instance, directory in tree.state_dirs(layout.stage_dir(root, pair, experiment, stage)):
+                dirs = tree.state_dirs(layout.stage_dir(root, pair, experiment, stage))
+                if instances:
+                    dirs = [(i, d) for i, d in dirs if i is not None and wconfig.match_instances(instances, [i])]
+                on_grid = bool(points) and any(instance in points for instance, _ in dirs)
+                for instance, directory in dirs:
+                    if on_grid and instance not in points:
+                        continue   # a point the grid no longer has: nothing reads it
+                    current = settings_of(experiment, pair, stage, instance)
                     try:
                         data = tree.manifest(directory)
                     except manifest.ManifestError:
@@ -166,7 +180,7 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str]) -> tu
                                    os.path.basename(i["path"])) not in (None, i["sha256"])]
                     if changed:
                         what.append("inputs redone since: " + ", ".join(changed))
-                    if pair == layout.ALL_PAIRS:
+                    if pair == layout.ALL_PAIRS and exp["pairs"]:
                         what += _funnel_missing_values(tree, data, exp["pairs"])
                     if what:
                         rows.append({"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,

@@ -197,6 +197,13 @@ class Pipeline:
         self._named_pairs = {name: set(spec.get("per_pair", {})).union(
             *(where for where in spec.get("reuse", {}).values() if isinstance(where, dict)))
             for name, spec in config["experiments"].items()}
+        # Per instance, only where an experiment's per_instance overrides match
+        # it (see _scope); a grid point's own values on top (see _point).
+        self._overridden = {name: bool(spec.get("per_instance")) for name, spec in config["experiments"].items()}
+        self._overridden_by: dict[str, list[str]] = {name: [] for name in config["experiments"]}   # see finish
+        self._matched: dict[tuple, tuple] = {}
+        self._points = {name: wconfig.points(config, name) for name in config["experiments"]}
+        self._point_keys: dict[str, set] = {}
         self._settings: dict[tuple, dict] = {}
         self._policies: dict[tuple, object] = {}
         self._tolerated: dict[tuple, bool] = {}
@@ -585,11 +592,19 @@ class Pipeline:
                 self._finished = True
                 self._record_graph()
                 return
-            prepared = wconfig.complete(dict(self.config), self.workflow_dir, self.source, self.axis, names)
+            instanced = [name for name, spec in self.stages.items() if spec.instances is not None]
+            instances = self._instance_names(instanced)
+            prepared = wconfig.complete(dict(self.config), self.workflow_dir, self.source, self.axis, names,
+                                        instanced, instances)
         except (StageError, wconfig.ConfigError) as exc:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
         self.config.update(prepared)
+        for experiment, known in instances.items():   # one instance per set of overrides that match some
+            groups: dict[tuple, str] = {}
+            for instance in known:
+                groups.setdefault(wconfig.override_keys(self.config, experiment, instance), instance)
+            self._overridden_by[experiment] = [instance for matched, instance in groups.items() if matched]
         for stage in names:
             self._fill_resources(stage)
         self._finished = True
@@ -597,6 +612,26 @@ class Pipeline:
             return  # a cluster job: the main process checked the rest already
         self._check_reuse()
         self._record_graph()
+
+    def _instance_names(self, instanced: list[str]) -> dict[str, list[str]]:
+        """Experiment → the instance names of its stages, for the experiments
+        with ``per_instance`` overrides (which must match some); a stage over
+        the grid in an experiment without one is an error, said here."""
+        for stage in instanced:
+            if self.stages[stage].instances == self.grid:
+                bare = [e for e in self.experiments if not self._points[e]]
+                if bare:
+                    raise wconfig.ConfigError(f"{self.source}: experiments.{bare[0]}: no grid, and rule {stage} "
+                                              "runs once per point of it (instances=wp.grid): add a grid: "
+                                              "{AXIS: [VALUES], ...}")
+        found = {}
+        for experiment in self.experiments:
+            if self._overridden[experiment]:
+                names = {}
+                for stage in instanced:
+                    names.update(dict.fromkeys(self.instances(stage, experiment)))
+                found[experiment] = list(names)
+        return found
 
     def _wire(self, rule, stage: Stage) -> None:
         name = rule.name
@@ -753,12 +788,13 @@ class Pipeline:
             self._own[stage] = (stage_dir.rstrip("/"), [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in outputs])
         return self._own[stage]
 
-    def tolerated(self, stage: str, experiment: str, pair: str) -> bool:
+    def tolerated(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> bool:
         """Does a funnel downstream of ``stage`` accept its failure?"""
-        key = (stage, experiment, self._scope(experiment, pair))
+        key = (stage, experiment, self._scope(experiment, pair, instance))
         if key not in self._tolerated:
-            self._tolerated[key] = any(self._policy(experiment, pair, child).tolerates_failure
-                                       for child in self._downstream(stage))
+            self._tolerated[key] = any(
+                self._policy(experiment, pair, child, instance if self.stages[child].instances is not None else None)
+                .tolerates_failure for child in self._downstream(stage))
         return self._tolerated[key]
 
     def _downstream(self, stage: str) -> set[str]:
@@ -772,67 +808,114 @@ class Pipeline:
                     todo.append(child)
         return seen
 
-    def _policy(self, experiment: str, pair: str, stage: str):
+    def _policy(self, experiment: str, pair: str, stage: str, instance: str | None = None):
         from .policy import Policy
-        key = (experiment, self._scope(experiment, pair), stage)
+        key = (experiment, self._scope(experiment, pair, instance), stage)
         if key not in self._policies:
-            self._policies[key] = Policy.from_config(self._stage_settings(experiment, pair, stage)["policy"])
+            self._policies[key] = Policy.from_config(self._stage_settings(experiment, pair, stage, instance)["policy"])
         return self._policies[key]
 
     # --- settings --------------------------------------------------------
-    def _scope(self, experiment: str, pair: str) -> str | None:
-        """The pair, where the experiment's ``per_pair`` or ``reuse`` names it;
-        else None: the experiment's other pairs and its funnels are alike."""
-        return pair if pair in self._named_pairs[experiment] else None
+    def _scope(self, experiment: str, pair: str, instance: str | None = None):
+        """The pair, where the experiment's ``per_pair`` or ``reuse`` names it,
+        else None: the experiment's other pairs and its funnels are alike;
+        with the ``per_instance`` overrides that match the instance, when
+        some do (instances no override names are alike too). A grid point's
+        own values are not in it (see ``_stage_settings``)."""
+        scope = pair if pair in self._named_pairs[experiment] else None
+        if instance is None or not self._overridden[experiment]:
+            return scope
+        matched = self._matched.get((experiment, instance))
+        if matched is None:
+            matched = self._matched[(experiment, instance)] = wconfig.override_keys(self.config, experiment, instance)
+        return (scope, matched) if matched else scope
 
     def _scopes(self):
-        """One (experiment, pair) per distinct set of stage settings and reuse."""
+        """One (experiment, pair, instance) per distinct set of stage settings
+        and reuse (an instance for each set of ``per_instance`` overrides
+        that match some instances, once ``finish`` has read them)."""
         for experiment, pairs in self._named_pairs.items():
-            yield experiment, layout.ALL_PAIRS
-            yield from ((experiment, pair) for pair in sorted(pairs))
+            yield experiment, layout.ALL_PAIRS, None
+            yield from ((experiment, pair, None) for pair in sorted(pairs))
+            yield from ((experiment, layout.ALL_PAIRS, instance) for instance in self._overridden_by[experiment])
 
-    def _stage_settings(self, experiment: str, pair: str, stage: str) -> dict:
-        """The merged settings, shared: not to be changed."""
-        key = (experiment, self._scope(experiment, pair), stage)
+    def _point(self, experiment: str, instance: str | None) -> str | None:
+        """The instance, when it is a point of the experiment's grid (whose
+        values are its own settings), else None."""
+        points = self._points[experiment]
+        return instance if points and instance in points else None
+
+    def _stage_settings(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> dict:
+        """The merged settings, shared: not to be changed (a grid point's: a
+        new dict each time, its values over its scope's settings)."""
+        scope = self._scope(experiment, pair, instance)
+        key = (experiment, scope, stage)
         if key not in self._settings:
-            self._settings[key] = wconfig.stage_settings(self.config, experiment, pair, stage)
+            matched = scope[1] if isinstance(scope, tuple) else ()
+            self._settings[key] = wconfig.stage_settings(self.config, experiment, pair, stage, matched=matched)
+        if self._points[experiment] and instance in self._points[experiment]:
+            return {**self._settings[key], **self._points[experiment][instance]}
         return self._settings[key]
 
-    def settings(self, experiment: str, pair: str, stage: str) -> dict:
-        """A stage's merged settings for one experiment and pair (a copy)."""
-        return dict(self._stage_settings(experiment, pair, stage))
+    def settings(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> dict:
+        """A stage's merged settings for one experiment, pair and instance (a copy)."""
+        return dict(self._stage_settings(experiment, pair, stage, instance))
 
     def setting(self, key: str, default=None):
         """A param of this rule: one setting of its stage. A plain value when
-        it is the same for every experiment and axis value, else a function
-        of the job's wildcards (Snakemake calls every function of every job:
-        fewer plan faster)."""
+        it is the same for every experiment, axis value and instance, else a
+        function of the job's wildcards (Snakemake calls every function of
+        every job: fewer plan faster). A grid axis is a setting of each
+        point: ``wp.setting("nu")`` is the job's point's value."""
         stage = self._declaring("setting").name
-        values = [self._stage_settings(e, p, stage).get(key, default) for e, p in self._scopes()]
-        if values and all(v == values[0] for v in values) and _literal(values[0]):
+        values = [self._stage_settings(e, p, stage, i).get(key, default) for e, p, i in self._scopes()]
+        if key not in self._per_point_keys(stage) and values and all(v == values[0] for v in values) \
+                and _literal(values[0]):
             return values[0]
 
         def value(wildcards):
-            return self._stage_settings(wildcards.experiment, self._pair(wildcards), stage).get(key, default)
+            return self._stage_settings(wildcards.experiment, self._pair(wildcards), stage,
+                                        wildcards.get("instance")).get(key, default)
         return _presigned(value)
 
+    def _per_point_keys(self, stage: str) -> set[str]:
+        if stage not in self._point_keys:
+            self._point_keys[stage] = wconfig.per_point_keys(self.config, stage)
+        return self._point_keys[stage]
+
+    def grid(self, experiment: str) -> list[str]:
+        """The points of an experiment's grid (its ``grid:`` in the config),
+        as instance names: ``wp.out(..., instances=wp.grid)`` makes a stage
+        run once per point, and ``wp.setting(axis)`` is each point's value.
+        Names are each axis and its value, joined by ``-``, in the order the
+        axes are written: ``nu0.01-amp0.5``."""
+        points = self._points.get(experiment)
+        if not points:
+            from snakemake.exceptions import WorkflowError
+            raise WorkflowError(f"{self.source}: experiments.{experiment} has no grid: a stage with "
+                                "instances=wp.grid needs one (grid: {AXIS: [VALUES], ...})")
+        return list(points)
+
     # --- workers and resources -------------------------------------------
-    def worker(self, stage: str, default_class: str, experiment: str, pair: str) -> tuple[str, dict]:
+    def worker(self, stage: str, default_class: str, experiment: str, pair: str,
+               instance: str | None = None) -> tuple[str, dict]:
         """The worker class of a job (the rule's, unless the config names
-        another for this stage, experiment or pair) and its spec in the pool."""
-        name = self._stage_settings(experiment, pair, stage).get("worker", default_class)
+        another for this stage, experiment, pair or instance) and its spec in the pool."""
+        name = self._stage_settings(experiment, pair, stage, instance).get("worker", default_class)
         return name, wworkers.worker_class(self.workers, self.pool, name, f"stage {stage}")
 
-    def _job_resources(self, stage: str, default_class: str, experiment: str, pair: str, attempt: int) -> dict:
-        key = (stage, experiment, self._scope(experiment, pair), attempt)
+    def _job_resources(self, stage: str, default_class: str, experiment: str, pair: str, attempt: int,
+                       instance: str | None = None) -> dict:
+        key = (stage, experiment, self._scope(experiment, pair, instance), attempt)
         if key not in self._resources:
-            settings = self._stage_settings(experiment, pair, stage)
-            _, spec = self.worker(stage, default_class, experiment, pair)
+            instance = instance if isinstance(key[2], tuple) else None   # (its scope's settings decide)
+            settings = self._stage_settings(experiment, pair, stage, instance)
+            _, spec = self.worker(stage, default_class, experiment, pair, instance)
             if (self.reuse_location(experiment, pair, stage)
                     and REUSE_CLASS in self.workers["pools"][self.pool]["classes"]):
                 # a reuse job only copies files: no GPU node for that
                 spec = wworkers.worker_class(self.workers, self.pool, REUSE_CLASS, f"stage {stage}")
-            policy = self._policy(experiment, pair, stage)
+            policy = self._policy(experiment, pair, stage, instance)
             overrides = dict(settings.get("resources") or {})
             if policy.runtime is not None:
                 overrides["runtime"] = policy.runtime
@@ -852,13 +935,13 @@ class Pipeline:
         self._default_class[stage] = default_class
         scopes = list(self._scopes())
         try:
-            firsts = [self._job_resources(stage, default_class, e, p, 1) for e, p in scopes]
+            firsts = [self._job_resources(stage, default_class, e, p, 1, i) for e, p, i in scopes]
         except wconfig.ConfigError as exc:   # an unknown worker class: say so before any job runs
             from snakemake.exceptions import WorkflowError
             raise WorkflowError(str(exc)) from None
         growing = set()
-        for e, p in scopes:
-            policy = self._policy(e, p, stage)
+        for e, p, i in scopes:
+            policy = self._policy(e, p, stage, i)
             growing |= ({"runtime"} if policy.runtime_growth != 1 else set()) \
                 | ({"mem_mb"} if policy.memory_growth != 1 else set())
         resources = {}
@@ -873,7 +956,7 @@ class Pipeline:
     def _resource_function(self, stage: str, default_class: str, name: str):
         def value(wildcards, attempt):
             return self._job_resources(stage, default_class, wildcards.experiment, self._pair(wildcards),
-                                       attempt).get(name)
+                                       attempt, wildcards.get("instance")).get(name)
         return _presigned(value)
 
     # --- the step runner ------------------------------------------------
@@ -892,18 +975,18 @@ class Pipeline:
             source = self.reuse_location(experiment, pair, stage, instance)
             if source:
                 own["reuse_from"] = source
-            return wspec.extend(self._scope_spec(stage, experiment, pair), own)
+            return wspec.extend(self._scope_spec(stage, experiment, pair, instance), own)
         return _presigned(spec_line)
 
-    def _scope_spec(self, stage: str, experiment: str, pair: str) -> str:
+    def _scope_spec(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> str:
         """The part of a job's step spec that its stage's settings decide
-        (encoded): the same for every job of the scope."""
-        key = (stage, experiment, self._scope(experiment, pair))
+        (encoded): the same for every job of the scope (and grid point)."""
+        key = (stage, experiment, self._scope(experiment, pair, instance), self._point(experiment, instance))
         if key not in self._step_options:
-            settings = self.settings(experiment, pair, stage)
+            settings = self.settings(experiment, pair, stage, instance)
             engine = {key: settings.pop(key, None) for key in wconfig.ENGINE_KEYS}
             policy = dict(engine["policy"] or {})
-            worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), experiment, pair)
+            worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), experiment, pair, instance)
             runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
             if policy.get("runtime") is None and runtime:
                 policy["runtime"] = runtime
@@ -911,7 +994,7 @@ class Pipeline:
                       "config_hash": wconfig.settings_hash(settings), "code_version": self.stage_code_version(stage),
                       "pool": self.pool, "worker_class": worker_name, "worker_env": spec.get("env") or {},
                       "shell": _snakemake_shell(self._shell_exec.get(stage))}
-            if self.tolerated(stage, experiment, pair):
+            if self.tolerated(stage, experiment, pair, instance):
                 fields["tolerated"] = True
             if self.mirror:
                 fields["mirror"] = self.mirror
@@ -1076,7 +1159,8 @@ class Pipeline:
             if stage not in spec.parents:
                 continue
             child_pair = layout.ALL_PAIRS if spec.funnel else pair
-            if state is not None and self._policy(experiment, child_pair, child).accepts(state):
+            if state is not None and self._policy(experiment, child_pair, child,
+                                                  instance if spec.instances is not None else None).accepts(state):
                 continue
             self._hold(held, experiment, child_pair, child, instance if spec.instances is not None else None, None)
 

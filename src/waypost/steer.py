@@ -21,7 +21,7 @@ import os
 import socket
 
 from . import layout, manifest, stagetree, storage, trust
-from .config import check_names, stage_settings
+from .config import check_instance_names, check_names, match_instances, stage_settings
 from .config import reuse_source as config_reuse_source
 from .config import source_of_instance as config_source_of_instance
 from .policy import Policy, begin_series, describe_start
@@ -79,34 +79,56 @@ def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
     return found
 
 
+def _instances(instance) -> list[str]:
+    return [] if instance is None else [instance] if isinstance(instance, str) else list(instance)
+
+
 def _stage_dirs(tree, config: dict, stage: str, experiments: list[str], pairs: list[str] | None,
-                instance: str | None) -> list[str]:
+                instances: list[str]) -> list[str]:
     """The directories (instances apart) of a stage in these experiments and
-    pairs (the per-experiment slot of funnels included) that exist."""
-    found = []
+    pairs (the per-experiment slot of funnels included) that exist; with
+    ``instances`` (names or shell patterns), of the instances they match.
+    A name that is neither an instance there nor a point of the grid is a
+    ConfigError."""
+    found, seen = [], set()
     for experiment in experiments:
         for pair in [*config["experiments"][experiment]["pairs"], layout.ALL_PAIRS]:
             if pairs and pair not in pairs:
                 continue
             stage_dir = layout.stage_dir(config["root"], pair, experiment, stage)
-            if tree.isdir(stage_dir):
-                found += [layout.join(stage_dir, instance)] if instance else [d for _, d in tree.state_dirs(stage_dir)]
+            if not tree.isdir(stage_dir):
+                continue
+            dirs = tree.state_dirs(stage_dir)
+            if instances:
+                named = {name: d for name, d in dirs if name is not None}
+                seen.update(named)
+                found += [named[name] for name in match_instances(instances, named)]
+            else:
+                found += [d for _, d in dirs]
+    if instances:
+        check_instance_names(config, instances, experiments, seen)
     return found
 
 
+def _what(stage: str, instances: list[str]) -> str:
+    return stage + (f"/{instances[0]}" if len(instances) == 1 else f" ({', '.join(instances)})" if instances else "")
+
+
 def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
-          instance: str | None = None, downstream: bool = False, dry_run: bool = False) -> list[tuple[str, str]]:
+          instance=None, downstream: bool = False, dry_run: bool = False) -> list[tuple[str, str]]:
     """Archive the workspaces of a stage (and, with ``downstream``, of what
-    consumed it) so the next run recomputes them. Returns (dir, archive).
+    consumed it) so the next run recomputes them; ``instance``: only these
+    instances (a name or a list of names and shell patterns). Returns (dir, archive).
     On a gs:// root: one listing, the manifests read in one batch (only for
     ``downstream``), each archive a server-side move."""
     check_names(config, experiments, pairs, stage)
     experiments = experiments or list(config["experiments"])
+    instances = _instances(instance)
     tree = stagetree.open(config["root"])
-    selected = [tree.key(d) for d in _stage_dirs(tree, config, stage, experiments, pairs, instance)
+    selected = [tree.key(d) for d in _stage_dirs(tree, config, stage, experiments, pairs, instances)
                 if tree.entries(d)]
     if not selected:
-        raise SteerError(f"nothing to rerun: no stage {stage}{'/' + instance if instance else ''} with files "
+        raise SteerError(f"nothing to rerun: no stage {_what(stage, instances)} with files "
                          f"for experiment(s) {', '.join(experiments)}" + (f", pair(s) {', '.join(pairs)}" if pairs else ""))
     if downstream:
         consumers = _consumers(tree, list(config["experiments"]))
@@ -180,17 +202,19 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
 
 
 def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
-          instance: str | None = None, dry_run: bool = False) -> list[tuple[str, str, str]]:
+          instance=None, dry_run: bool = False) -> list[tuple[str, str, str]]:
     """Give stages that did not succeed a new count of series: those given
     up (``max_series`` reached, or a ``give_up`` cue) or waiting out a
     ``series_backoff`` may start again at the next run. Their history stays;
     the policy decides how the next series begins (``policy.begin_series``
     over the last one: a restart in place, a rerun, or a fresh start).
-    Returns (dir, what it was, what the next run will do)."""
+    ``instance``: only these instances (a name or a list of names and shell
+    patterns). Returns (dir, what it was, what the next run will do)."""
     check_names(config, experiments, pairs, stage)
+    instances = _instances(instance)
     tree = stagetree.open(config["root"])
     found = []
-    for directory in _stage_dirs(tree, config, stage, experiments or list(config["experiments"]), pairs, instance):
+    for directory in _stage_dirs(tree, config, stage, experiments or list(config["experiments"]), pairs, instances):
         try:
             data = tree.manifest(directory)
         except manifest.ManifestError:
@@ -198,7 +222,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         if data and data["state"] != "SUCCESS" and data.get("attempts"):
             found.append((directory, data))
     if not found:
-        raise SteerError(f"nothing to retry: no stage {stage}{'/' + instance if instance else ''} that ended "
+        raise SteerError(f"nothing to retry: no stage {_what(stage, instances)} that ended "
                          "without success" + (f" for pair(s) {', '.join(pairs)}" if pairs else ""))
     busy = [f"{d} ({where})" for d, _ in found for alive, where in [tree.in_flight(d)] if alive]
     if busy:
@@ -209,7 +233,8 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         what = ("given up" if data.get("given_up") else
                 f"waiting until {data['next_series_after']}" if data.get("next_series_after") else data["state"])
         last_no = max(a.get("series", 1) for a in data["attempts"])
-        policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"])["policy"])
+        policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
+                                                   data.get("instance"))["policy"])
         action, why = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
         then = f"{describe_start(policy, action)}: {why}"
         if not dry_run:

@@ -7,11 +7,11 @@ import json
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--extract", action="append", default=[], help="an extract.json")
+    parser.add_argument("extracts", nargs="*", help="every point's extract.json")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     rows = []
-    for path in args.extract:
+    for path in args.extracts:
         try:
             with open(path) as f:
                 rows.append(json.load(f))
