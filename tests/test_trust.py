@@ -32,7 +32,7 @@ from conftest import gcs_key as key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from waypost import layout, manifest, trust
+from waypost import layout, manifest, states, trust
 
 PAIRS = ("en-xa", "en-xb")
 LEAVES = "which leaves its stage directory; not using this manifest"
@@ -271,7 +271,7 @@ INPUT = st.fixed_dictionaries({}, optional={
     "state": field(st.sampled_from(["SUCCESS", "FAILED", "ADOPTED"])), "sha256": field(SHA | st.none()),
     "provisional": field(st.booleans())})
 MANIFEST = st.fixed_dictionaries(
-    {"state": field(st.sampled_from(list(manifest.STATES))), "attempts": field(st.lists(ATTEMPT, max_size=2))},
+    {"state": field(st.sampled_from(list(states.END_STATES))), "attempts": field(st.lists(ATTEMPT, max_size=2))},
     optional={"outputs": field(st.lists(OUTPUT, max_size=3)), "inputs": field(st.lists(INPUT, max_size=2)),
               "experiment": field(st.just("e")), "pair": field(st.just("p")), "stage": field(st.just("s")),
               "instance": field(st.none()), "settings": field(st.dictionaries(st.text(max_size=4), JSON, max_size=2)),
