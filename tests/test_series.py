@@ -339,6 +339,22 @@ def test_config_precedence_is_the_same_with_and_without_configfile(tmp_path):
         assert "from-cli/en-xa/exp1/fetch_corpus" in given.stdout, (extra, given.stdout + given.stderr)
 
 
+def tiny_pipeline(workdir: Path, snakefile: str, config: dict | None = None):
+    """A workflow of the test's own in ``workdir`` (its config, when given,
+    in config/config.yaml); returns a function running Snakemake there with
+    the local profile and more arguments."""
+    (workdir / "workflow").mkdir(exist_ok=True)
+    (workdir / "workflow" / "Snakefile").write_text(snakefile)
+    (workdir / "config").mkdir(exist_ok=True)
+    if config is not None:
+        write_config(workdir, config, name="config/config.yaml")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                               str(LOCAL_PROFILE), *args], cwd=workdir, capture_output=True, text=True, timeout=300)
+    return run
+
+
 GIVEN_UP_STUDY = '''
 from waypost.snakemake import Pipeline
 wp = Pipeline(config, workflow)
@@ -371,16 +387,9 @@ def test_a_given_up_point_counts_as_its_last_end_for_a_funnel_that_accepts_it(tm
     # k2 fails for good (max_series 1): given up. The funnel accepts any end
     # (all_done), so it is not held by k2: after `rerun --downstream` of
     # another point, the next run redoes that point and the funnel.
-    (tmp_path / "workflow").mkdir()
-    (tmp_path / "workflow" / "Snakefile").write_text(GIVEN_UP_STUDY)
-    (tmp_path / "config").mkdir()
-    write_config(tmp_path, {"root": "results", "experiments": {"e": {}}, "stages": {
+    run = tiny_pipeline(tmp_path, GIVEN_UP_STUDY, {"root": "results", "experiments": {"e": {}}, "stages": {
         "solve": {"policy": {"max_attempts": 1, "max_series": 1}},
-        "collect": {"policy": {"depends": "all_done"}}}}, name="config/config.yaml")
-    snake = [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(LOCAL_PROFILE)]
-
-    def run(*args):
-        return subprocess.run([*snake, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        "collect": {"policy": {"depends": "all_done"}}}})
     first = run()
     stage = tmp_path / "results" / "_all" / "e"
     assert read_manifest(stage / "solve" / "k2")["given_up"], first.stderr[-3000:]
@@ -443,19 +452,16 @@ rule all:
 
 @pytest.mark.parametrize("mode", ["presence", "mtime"])
 def test_a_stage_made_from_a_set_of_instances_is_redone_when_the_set_changes(tmp_path, mode):
-    (tmp_path / "workflow" / "schemas").mkdir(parents=True)
-    (tmp_path / "workflow" / "Snakefile").write_text(ENSEMBLE)
+    snakemake_run = tiny_pipeline(tmp_path, ENSEMBLE)
+    (tmp_path / "workflow" / "schemas").mkdir()
     (tmp_path / "workflow" / "schemas" / "config.schema.yaml").write_text(yaml.safe_dump({"properties": {
         "experiments": {"additionalProperties": {"properties": {"members": {"type": "array"}}}}}}))
-    (tmp_path / "config").mkdir()
 
     def with_members(*names):
         write_config(tmp_path, {"root": "results", "rerun_policy": mode, "experiments": {"x": {"members": list(names)}}},
                      name="config/config.yaml")
-    snake = [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(LOCAL_PROFILE)]
-
     def run(*args):
-        proc = subprocess.run([*snake, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        proc = snakemake_run(*args)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout + proc.stderr
     ensemble = tmp_path / "results" / "_all" / "x" / "ensemble" / "ensemble.txt"
@@ -506,26 +512,22 @@ def test_a_check_can_give_a_stage_up_for_good(tmp_path):
     # A check sees the point is hopeless; its cue gives it up at once: no
     # further series in later runs (max_series would allow 5) until
     # `waypost retry`, which says what the next run will do.
-    (tmp_path / "workflow").mkdir()
-    (tmp_path / "workflow" / "Snakefile").write_text(HOPELESS)
-    (tmp_path / "config").mkdir()
     policy = {"max_attempts": 3, "max_series": 5,
               "checks": {"converging": "! grep -q diverged $WAYPOST_STAGE_DIR/residual 2>/dev/null"},
               "cues": [{"action": "give_up", "when": "converging.FAILED"}, {"action": "rerun", "when": "cmd.FAILED"}]}
-    write_config(tmp_path, {"root": "results", "experiments": {"e": {}}, "stages": {"solve": {"policy": policy}}},
-                 name="config/config.yaml")
-    snake = [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(LOCAL_PROFILE)]
-    first = subprocess.run(snake, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = tiny_pipeline(tmp_path, HOPELESS, {"root": "results", "experiments": {"e": {}},
+                                            "stages": {"solve": {"policy": policy}}})
+    first = run()
     assert first.returncode != 0
     hopeless = read_manifest(tmp_path / "results/_all/e/solve/k2")
     assert hopeless["given_up"] and len(hopeless["attempts"]) == 1, hopeless
     assert hopeless["attempts"][0]["decision"]["action"] == "give_up"
     assert "given up by cue 1 (give_up when converging.FAILED)" in hopeless["reason"]
-    again = subprocess.run([*snake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    again = run("-n")
     assert "Nothing to be done" in again.stdout + again.stderr and "e/solve/k2 given up" in again.stderr
     out = subprocess.run([sys.executable, "-m", "waypost.cli", "retry", "solve", "--instance", "k2"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "the next run: a fresh start (its workspace archived under .attempts/ first)" in out.stdout, out.stdout
-    planned_again = subprocess.run([*snake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    planned_again = run("-n")
     assert _job_stats(planned_again.stdout + planned_again.stderr).get("solve") == 1
