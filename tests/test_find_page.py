@@ -133,14 +133,16 @@ def test_builder_links_inputs_orders_groups_and_escapes():
 
 # --- the page in Chromium ------------------------------------------------------
 
-def hostile_manifest(stage_dir: Path, template: dict) -> None:
-    """A manifest as a shared bucket might hold: every free field an attack."""
-    data = {**template, "experiment": HOSTILE["script"], "stage": "train_vocab", "instance": None,
+def hostile_manifest(stage_dir: Path, template: dict, **names) -> None:
+    """A manifest as a shared bucket might hold: every free field an attack
+    (its names, and the paths it records, are checked when it is read:
+    ``names`` makes them attacks too, and the manifest unusable)."""
+    data = {**template, "experiment": stage_dir.parent.name, "stage": "train_vocab", "instance": None,
             "code_version": HOSTILE["attribute"], "config_hash": HOSTILE["close"],
             "settings": {HOSTILE["script"]: HOSTILE["close"]},
-            "inputs": [{"path": HOSTILE["attribute"], "manifest": "/nowhere/" + HOSTILE["close"] + "/_manifest.json",
-                        "state": "SUCCESS"}],
-            "attempts": [{**(template["attempts"] or [{}])[0], "host": HOSTILE["attribute"]}]}
+            "inputs": [{"path": f"/nowhere/{HOSTILE['attribute']}/x.txt",
+                        "manifest": f"/nowhere/{HOSTILE['attribute']}/_manifest.json", "state": "SUCCESS"}],
+            "attempts": [{**(template["attempts"] or [{}])[0], "host": HOSTILE["attribute"]}], **names}
     stage_dir.mkdir(parents=True)
     (stage_dir / "_manifest.json").write_text(json.dumps(data))
 
@@ -156,7 +158,13 @@ def test_find_page_over_a_local_and_a_bucket_root(chromium, run_copy, gcs_copy):
     config["experiments"]["exp2"] = {"pairs": ["en-xa", "en-xb"], "teachers": 2}
     write_config(run_copy, config)
     local = run_copy / "results"
-    hostile_manifest(local / "en-xa" / "evil" / "train_vocab", read_manifest(local / "en-xa/exp1/train_vocab"))
+    template = read_manifest(local / "en-xa/exp1/train_vocab")
+    hostile_manifest(local / "en-xa" / "evil" / "train_vocab", template)
+    # An attack in its names or paths: refused by the one reader, so on no page.
+    hostile_manifest(local / "en-xa" / "worse" / "train_vocab", template, experiment=HOSTILE["script"])
+    hostile_manifest(local / "en-xa" / "worst" / "train_vocab", template, inputs=[
+        {"path": HOSTILE["attribute"], "manifest": "/nowhere/" + HOSTILE["close"] + "/_manifest.json",
+         "state": "SUCCESS"}])
     waypost(run_copy, "rerun", "clean_corpus", "--experiment", "exp1", "--pair", "en-xb")   # an archived run: .attempts/1
 
     out = waypost(run_copy, "find", "--html", "find.html").stdout
@@ -177,13 +185,13 @@ def test_find_page_over_a_local_and_a_bucket_root(chromium, run_copy, gcs_copy):
     assert "archived .attempts/1" in archived.text()
 
     # The hostile manifest: its fields are text on the page, and nothing of it ran.
-    evil = dom.root.one("article", "candidate", data_experiment=HOSTILE["script"])
+    evil = dom.root.one("article", "candidate", data_experiment="evil")
     text = evil.text()
-    assert HOSTILE["script"] in text and HOSTILE["attribute"] in text and HOSTILE["close"][:8] in text
+    assert HOSTILE["attribute"] in text and HOSTILE["close"][:8] in text
     assert not dom.root.all("img") and not dom.root.all("blink") and "data-pwned" not in body.attrs
     assert len([s for s in dom.root.all("script") if s.attrs.get("type") != "application/json"]) == 1
-    options = [o.text() for o in dom.root.one("select", id="f-experiment").all("option")]
-    assert any(HOSTILE["script"] in o for o in options)
+    assert not [r for r in rows if "/worse/" in r["location"] or "/worst/" in r["location"]]
+    assert not dom.root.all("article", "candidate", data_experiment=HOSTILE["script"])
 
     # Filtered to one stage and pair by the hash, one candidate's lineage open.
     student = f"{bucket_root}/en-xa/exp1/train_student"
@@ -241,12 +249,12 @@ def test_find_page_over_a_local_and_a_bucket_root(chromium, run_copy, gcs_copy):
     assert dom.root.one("title").text() == TITLE and not dom.root.all("img")
     panel = dom.root.one("aside", id="lineage")
     (missing,) = panel.all("li", "missing")
-    assert missing.attrs["data-manifest"] == "/nowhere/" + HOSTILE["close"] + "/_manifest.json"
-    assert HOSTILE["close"] in missing.text()
+    assert missing.attrs["data-manifest"] == f"/nowhere/{HOSTILE['attribute']}/_manifest.json"
+    assert HOSTILE["attribute"] in missing.text()
     reuse = panel.one("section", id="reuse")
     pointer = yaml.safe_load(reuse.one("pre", id="reuse-yaml").text())
-    assert pointer["experiments"][reuse.attrs["data-into"]]["reuse"]["train_vocab"] == {"en-xa": HOSTILE["script"]}
-    assert shlex.split(reuse.one("pre", id="reuse-command").text())[5] == HOSTILE["script"]
+    assert pointer["experiments"][reuse.attrs["data-into"]]["reuse"]["train_vocab"] == {"en-xa": "evil"}
+    assert shlex.split(reuse.one("pre", id="reuse-command").text())[5] == "evil"
 
 
 def test_command_line_filters_are_the_pages_first_view():

@@ -229,8 +229,9 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
             log = (stage(workdir, "work", point) / record["attempts"][1]["log"]).read_text()
             assert "resuming from step" in log
             retry = record["attempts"][1]["slurm_job_id"]
-            assert retry != jobs[point] and "_" not in {r["JobIDRaw"]: r["JobID"] for r in
-                                                        sacct("JobIDRaw", "JobID", since=since, workdir=workdir)}[retry]
+            known = wait_for(lambda retry=retry: {r["JobIDRaw"]: r["JobID"] for r in sacct(
+                "JobIDRaw", "JobID", since=since, workdir=workdir)}.get(retry), 60, "sacct to know the retry")
+            assert retry != jobs[point] and "_" not in known
 
 
 def test_a_job_slurm_can_never_start_ends_with_its_reason(slurm_cluster, tmp_path):
