@@ -458,8 +458,9 @@ class StageRun:
             for old in self.history:
                 if old.get("workspace") == ".":
                     old["workspace"] = archived
-                    if old.get("log") and LOGS not in keep:
-                        old["log"] = os.path.join(archived, old["log"])
+                    for name in ("log", "script"):   # both under _logs/
+                        if old.get(name) and LOGS not in keep:
+                            old[name] = os.path.join(archived, old[name])
             print(f"waypost: {self.name}: earlier workspace archived in {archived}", file=sys.stderr)
         return archived
 
