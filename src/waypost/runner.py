@@ -821,7 +821,10 @@ class StageRun:
         # One live attempt per stage directory, whoever started it (a run
         # whose driver died leaves its jobs at work): wait for it to end, as
         # if this job were it, then go on from what it left.
-        live = lifecycle.live_attempt(self.spec.stage_dir, me=os.getpid())
+        # (On a bucket root ``pull`` just fetched the marker: without one
+        # there, there is nothing to ask the bucket about.)
+        live = None if self.remote and not os.path.exists(self._path(RUNNING)) else \
+            lifecycle.live_attempt(self.spec.stage_dir, me=os.getpid())
         if live and live.unknown:
             # Whether it is still at work can't be known (another host, sacct
             # silent): never taken for gone, nor waited on for a lease.

@@ -853,8 +853,9 @@ class Pipeline:
         if key not in self._settings:
             matched = scope[1] if isinstance(scope, tuple) else ()
             self._settings[key] = wconfig.stage_settings(self.config, experiment, pair, stage, matched=matched)
-        if self._points[experiment] and instance in self._points[experiment]:
-            return {**self._settings[key], **self._points[experiment][instance]}
+        point = self._point(experiment, instance)
+        if point is not None:
+            return {**self._settings[key], **self._points[experiment][point]}
         return self._settings[key]
 
     def settings(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> dict:
