@@ -138,7 +138,7 @@ def run(ctx: dict) -> Section:
             met=as_json <= TARGET_S, samples={k: samples[k] for k in ("waypost status --json", "find | wc -l")}),
     ]
     section.notes.append(f"Every stage directory holds its outputs and a minimal valid SUCCESS manifest "
-                         f"(`manifest.build`); checked first: `waypost status --json` reports all "
+                         f"(`records.manifest`); checked first: `waypost status --json` reports all "
                          f"{instances:,} stage directories done and `find` counts as many manifests. That "
                          "first run also remembers that the config passed validation, as any first command "
                          "over a config does; the timed runs load it without the schema check.")

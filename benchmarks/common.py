@@ -399,9 +399,9 @@ def build_done_tree(workdir: Path, config: dict, manifests: bool = True) -> int:
     """Make ``workdir``'s root look like a finished run: every output of every
     stage with a few bytes, all with one timestamp (so plain Snakemake's mtime
     rule sees nothing to redo either) and, with ``manifests``, a minimal valid
-    SUCCESS ``_manifest.json`` per stage directory (``manifest.build``).
+    SUCCESS ``_manifest.json`` per stage directory (``records.manifest``).
     Returns the number of stage directories."""
-    from waypost import manifest
+    from waypost import manifest, records
 
     root = workdir / config["root"]
     stamp = time.time() - 3600
@@ -421,7 +421,7 @@ def build_done_tree(workdir: Path, config: dict, manifests: bool = True) -> int:
                        "start": manifest.now_iso(), "end": manifest.now_iso(), "duration_s": 0.1,
                        "host": "bench", "slurm_job_id": None, "command": ["true"], "workspace": ".",
                        "log": "_logs/attempt-1.log"}
-            data = manifest.build(experiment=experiment, pair=pair, stage=stage, instance=instance,
+            data = records.manifest(created=manifest.now_iso(), experiment=experiment, pair=pair, stage=stage, instance=instance,
                                   state="SUCCESS", attempts=[attempt], outputs=outputs, inputs=[],
                                   settings={}, config_hash="0" * 16, code_version="bench")
             # Plain writes: fsync per file would only slow the set-up down.

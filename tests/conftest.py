@@ -15,6 +15,11 @@ import yaml
 
 from waypost import config as wconfig
 
+# Every manifest and running marker waypost writes in the tests (in the
+# runner, in Slurm jobs, in the CLI) is checked against its schema as it is
+# written (waypost.records): one that does not fit stops its writer.
+os.environ["WAYPOST_CHECK_RECORDS"] = "1"
+
 REPO = Path(__file__).resolve().parent.parent
 SNAKEFILE = REPO / "workflow" / "Snakefile"
 LOCAL_PROFILE = REPO / "profiles" / "local"

@@ -4,7 +4,7 @@ those only an attempt history points into are slimmed to their logs and
 manifest; on disk and in a gs:// root (fake-gcs-server).
 
 The stage dirs are written here as the runner leaves them (manifests from
-manifest.build, archives with their own manifest and logs), no pipeline run.
+records.manifest, archives with their own manifest and logs), no pipeline run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from conftest import gcs_objects as objects
 from conftest import prepare_reference, waypost, write_config
 
 from waypost import config as wconfig
-from waypost import manifest, prune
+from waypost import manifest, prune, records
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = 86400
@@ -50,18 +50,20 @@ def sha(data: bytes) -> str:
 def attempt(number: int, series: int, workspace: str = ".", state: str = "FAILED") -> dict:
     """An attempt record as the runner writes it (its workspace archived or not)."""
     log = f"_logs/attempt-{number}.log"
-    return {"number": number, "series": series, "action": "cmd", "state": state,
-            "exit_code": 0 if state == "SUCCESS" else 1, "started": manifest.now_iso(), "duration_s": 1.0,
-            "host": "node1", "workspace": workspace, "log": log if workspace == "." else f"{workspace}/{log}",
-            "slurm_job_id": None}
+    return records.attempt(number=number, series=series, action="cmd", state=state, start=manifest.now_iso(),
+                           end=manifest.now_iso(), exit_code=0 if state == "SUCCESS" else 1, duration_s=1.0,
+                           host="node1", run="r", slurm_job_id=None, command="train",
+                           worker={"pool": "local", "class": "cpu"},
+                           log=log if workspace == "." else f"{workspace}/{log}") | {"workspace": workspace}
 
 
 def record(where: str, state: str, attempts: list, outputs=(), inputs=(), reused_from=None) -> dict:
     """A manifest of the stage dir ``pair/experiment/stage[/instance]``."""
     pair, experiment, stage, *instance = where.split("/")
-    return manifest.build(experiment=experiment, pair=pair, stage=stage, instance=(instance or [None])[0],
-                          state=state, attempts=attempts, outputs=list(outputs), inputs=list(inputs),
-                          settings={}, config_hash="abc", code_version="v1", reused_from=reused_from)
+    return records.manifest(created=manifest.now_iso(), experiment=experiment, pair=pair, stage=stage,
+                            instance=(instance or [None])[0], state=state, attempts=attempts,
+                            outputs=list(outputs), inputs=list(inputs), settings={}, config_hash="abc",
+                            code_version="v1", reused_from=reused_from)
 
 
 def model(number: int) -> bytes:

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from conftest import REPO, RUNNER, step_input, waypost
 
-from waypost import graph, manifest, parallel, status, statuspage
+from waypost import graph, manifest, parallel, records, status, statuspage
 
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -84,7 +84,7 @@ def test_manifest_marked_adopted_shows_adopted(tmp_path):
     stage_dir.mkdir(parents=True)
     (stage_dir / "model.json").write_text("{}")
     outputs = manifest.describe_outputs(str(stage_dir), [str(stage_dir / "model.json")])
-    data = manifest.build(experiment="e", pair="p", stage="train", instance=None, state="SUCCESS", attempts=[],
+    data = records.manifest(created=manifest.now_iso(), experiment="e", pair="p", stage="train", instance=None, state="SUCCESS", attempts=[],
                           outputs=outputs, inputs=[], settings={}, config_hash="", code_version="", adopted=True)
     manifest.write_json_atomic(manifest.manifest_path(str(stage_dir)), data)
     expected = {"experiment": "e", "pair": "p", "stage": "train", "instance": None}

@@ -32,7 +32,7 @@ from conftest import gcs_key as key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from waypost import layout, manifest, states, trust
+from waypost import layout, manifest, records, states, trust
 
 PAIRS = ("en-xa", "en-xb")
 LEAVES = "which leaves its stage directory; not using this manifest"
@@ -130,7 +130,7 @@ def test_locations(location, ok):
 # --- the reader ---------------------------------------------------------------
 
 def good_record(**changes) -> dict:
-    record = manifest.build(experiment="e", pair="p", stage="s", instance=None, state="SUCCESS",
+    record = records.manifest(created=manifest.now_iso(), experiment="e", pair="p", stage="s", instance=None, state="SUCCESS",
                             attempts=[{"number": 1, "series": 1, "state": "SUCCESS", "workspace": ".",
                                        "log": "_logs/attempt-1.log"}],
                             outputs=[{"path": "out.txt", "size": 3, "sha256": sha256(b"out")}],

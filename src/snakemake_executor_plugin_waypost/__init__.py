@@ -154,13 +154,7 @@ class Executor(SlurmExecutor):
         directory = self._stage_dir(job)
         if directory is None or layout.is_gcs(directory):
             return False           # the runner says so in the job (one listing is not worth it here)
-        if os.path.exists(os.path.join(directory, layout.RUNNING)):
-            return False
-        try:
-            data = manifest.read(directory)
-        except manifest.ManifestError:
-            return False
-        return bool(data) and data.get("run") == os.environ.get(manifest.RUN_ID_ENV) and data["state"] != "SUCCESS"
+        return lifecycle.at(directory).ended_in_run(os.environ.get(manifest.RUN_ID_ENV))
 
     @staticmethod
     def _stage_dir(job) -> str:

@@ -30,7 +30,7 @@ import time
 from datetime import UTC, datetime
 
 from . import config as wconfig
-from . import graph, layout, manifest, remote_stage, stagetree, verify
+from . import graph, layout, lifecycle, manifest, remote_stage, stagetree, verify
 from .layout import RUNNING
 
 STATE_DIR = ".waypost"
@@ -44,12 +44,9 @@ def _snapshot(root: str) -> dict[str, tuple]:
     found = {}
     tree = stagetree.open(root)
     for stage_dir in tree.manifest_dirs():
-        try:
-            data = tree.manifest(stage_dir)
-        except manifest.ManifestError:
-            continue
-        if data:
-            found[stage_dir] = (data.get("created"), data["state"], bool(data.get("given_up")))
+        life = lifecycle.read(tree, stage_dir)
+        if life.manifest:
+            found[stage_dir] = (life.manifest.get("created"), life.manifest["state"], life.given_up)
     return found
 
 
@@ -68,11 +65,13 @@ def _set_aside_interrupted(root: str) -> list[str]:
         dirs = list(stagetree.manifests_under(root, leaf=RUNNING))
     notes = []
     for stage_dir in dirs:
-        alive, where = tree.in_flight(stage_dir)
-        if alive:
-            notes.append(f"left {stage_dir} alone: an attempt may still be at work there ({where})")
+        life = lifecycle.read(tree, stage_dir)
+        if life.live:
+            notes.append(f"left {stage_dir} alone: an attempt may still be at work there ({life.live.where})")
             continue
-        outputs = (tree.running(stage_dir) or {}).get("outputs") or []
+        if not life.interrupted:   # a manifest written after the marker closed the attempt
+            continue
+        outputs = (life.marker or {}).get("outputs") or []
         present = {o.split("/")[0] for o in outputs if tree.exists(layout.join(stage_dir, o))}
         if not present:
             continue

@@ -15,10 +15,9 @@ import re
 import sys
 import time
 
-from . import __version__, trust
-from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST, RUNNING
+from . import trust
+from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST
 
-SCHEMA_VERSION = 1
 HASH_CHUNK = 1 << 20
 
 
@@ -491,31 +490,6 @@ def verify_outputs(stage_dir: str, data: dict, checksums: bool = True) -> list[s
     return problems
 
 
-def build(*, experiment: str, pair: str, stage: str, instance: str | None, state: str,
-          attempts: list[dict], outputs: list[dict], inputs: list[dict], settings: dict,
-          config_hash: str, code_version: str, reused_from: str | None = None,
-          adopted: bool = False, run: str | None = None) -> dict:
-    return {
-        "schema": SCHEMA_VERSION,
-        "experiment": experiment,
-        "pair": pair,
-        "stage": stage,
-        "instance": instance,
-        "state": state,
-        "created": now_iso(),
-        "run": run,
-        "attempts": attempts,
-        "outputs": outputs,
-        "inputs": inputs,
-        "settings": settings,
-        "config_hash": config_hash,
-        "code_version": code_version,
-        "reused_from": reused_from,
-        "adopted": adopted,
-        "waypost_version": __version__,
-    }
-
-
 def workspace_entries(stage_dir: str) -> list[str]:
     """What attempts left in the stage dir (everything but the archive)."""
     try:
@@ -544,78 +518,6 @@ def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
     for entry in entries:
         os.rename(os.path.join(stage_dir, entry), os.path.join(target, entry))   # same directory tree
     return os.path.relpath(target, stage_dir)
-
-
-# A ``_running.json`` whose heartbeat (its mtime, refreshed every minute by
-# the runner while the step runs) is older than this counts as left by a
-# runner that is gone, from any host. Until then a runner that can't be asked
-# (another host, no Slurm job; sacct not answering) may still be at work.
-LEASE_S = float(os.environ.get("WAYPOST_LEASE_SECONDS", "600"))
-
-
-def attempt_in_flight(stage_dir: str, me: int | None = None) -> tuple[bool, str | None]:
-    """Is there an attempt under way in this stage dir (``_running.json``)?
-    See ``marker_in_flight``; (False, None) when there is no marker."""
-    try:
-        with open(os.path.join(stage_dir, RUNNING), "rb") as f:
-            text = f.read()
-            age = time.time() - os.fstat(f.fileno()).st_mtime
-    except FileNotFoundError:
-        return False, None
-    except OSError:
-        return False, "gone"
-    return marker_in_flight(text, me, age)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def marker_in_flight(text: bytes | str, me: int | None = None, age: float | None = None) -> tuple[bool, str | None]:
-    """Is the attempt a ``_running.json`` (its contents; ``age``: seconds
-    since its last heartbeat) records under way?
-
-    (True, where): its process (on this host) or its Slurm job is alive, or
-    it can't be known yet ("unknown: ..."): a process on another host without
-    a Slurm job, or sacct not answering, while the heartbeat is younger than
-    the lease; (False, "gone"): its process or job is gone (it was
-    interrupted), its heartbeat is older than the lease, or the marker
-    can't be read. Whoever gets True must leave the stage alone.
-    """
-    from . import slurm
-
-    try:
-        info = json.loads(text)
-    except ValueError:
-        return False, "gone"
-    pid, host, job = info.get("pid"), info.get("host"), info.get("slurm_job_id")
-    if host == hostname() and pid and pid != me:
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False, "gone"
-        except PermissionError:
-            pass
-        if _zombie(int(pid)):
-            return False, "gone"  # killed, not yet reaped by its parent: it does no more work
-        return True, f"pid {pid} on {host}"
-    if job and job != os.environ.get("SLURM_JOB_ID"):
-        state, raw = slurm.final_state(job)
-        if state is None and raw:
-            return True, f"Slurm job {job} ({raw})"
-        if state is not None:
-            return False, "gone"
-    if host == hostname() and (not pid or pid == me):
-        return False, "gone"
-    if age is not None and age > LEASE_S:
-        return False, "gone"
-    beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
-    return True, (f"unknown: pid {pid} on {host}" + (f", Slurm job {job} (sacct did not answer)" if job else "")
-                  + f"{beat}; counted as gone once its heartbeat is {LEASE_S:.0f} s old")
 
 
 def is_engine_file(name: str) -> bool:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from . import config as wconfig
-from . import layout, manifest, stagetree
+from . import layout, lifecycle, manifest, stagetree
 from .catalog import settings_diff
 
 JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
@@ -75,17 +75,13 @@ def why(job: dict, config: dict) -> str:
     if reason.startswith("Forced execution") and w.get("experiment") in config["experiments"]:
         stage_dir = layout.stage_dir(config["root"], w.get("pair", layout.ALL_PAIRS), w["experiment"], job["rule"],
                                      w.get("instance"))
-        tree = stagetree.open(stage_dir)
-        if tree.exists(layout.join(stage_dir, layout.RUNNING)):
-            alive, where = tree.in_flight(stage_dir)
-            return f"an attempt is still at work ({where}): its job will not start a second" if alive \
-                else "redo: its last attempt was interrupted (its runner is gone), whatever the files say"
-        if tree.exists(layout.join(stage_dir, layout.UNFINISHED)):
-            try:
-                data = tree.manifest(stage_dir) or {}
-            except manifest.ManifestError:
-                data = {}
-            return f"redo: it ended {data.get('state', 'without success')} and a funnel went on over it"
+        life = lifecycle.read(stagetree.open(stage_dir), stage_dir)
+        if life.live:
+            return f"an attempt is still at work ({life.live.where}): its job will not start a second"
+        if life.interrupted:
+            return "redo: its last attempt was interrupted (its runner is gone), whatever the files say"
+        if life.next_series_due:
+            return f"redo: it ended {(life.manifest or {}).get('state', 'without success')} and a funnel went on over it"
         return "forced (--forcerun / --forceall)"
     if reason.startswith("Missing output files"):
         return "outputs missing"

@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import config as wconfig
-from . import layout, manifest, stagetree
+from . import layout, lifecycle, manifest, stagetree
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
 
 DEFAULT_RETENTION = {"keep_last": 3, "keep_days": None}
@@ -258,20 +258,20 @@ def plan(config: dict, experiments=None, pairs=None, stages=None, now: float | N
             continue
         keep = retention(config, experiment, pair, stage)
         keep_last, keep_days = keep["keep_last"], keep["keep_days"]
-        alive, where = tree.in_flight(directory)
+        life = lifecycle.read(tree, directory, now)
+        live = life.live
         own: dict[tuple[str, str], list[str]] = {}
         own_logs: dict[tuple[str, str], set[str]] = {}
-        if not alive:
-            _history(own, own_logs, tree, directory, (tree.running(directory) or {}).get("attempts"),
-                     "_running.json")
+        if live is None:
+            _history(own, own_logs, tree, directory, (life.marker or {}).get("attempts"), "_running.json")
         for rank, number in enumerate(reversed(numbers)):
             path = layout.join(directory, ATTEMPTS, number)
             size, files, newest = tree.usage(path)
             archive = Archive(experiment, pair, stage, instance, directory, number, path, size, files, newest)
             found.append(archive)
             age = None if newest is None else (now - newest) / DAY
-            if alive:
-                archive.why = f"an attempt is running in its stage dir ({where})"
+            if live:
+                archive.why = f"an attempt is running in its stage dir ({live.where})"
             elif keep_last is None:
                 archive.why = "keep_last: null keeps every archive"
             elif rank < keep_last:
@@ -319,9 +319,9 @@ def remove(config: dict, archives: list[Archive], tree=None) -> list[tuple[Archi
         if not (archive.remove or archive.slim):
             continue
         if not tree.remote:   # a bucket tree's markers are its snapshot's: the plan's answer stands
-            alive, where = tree.in_flight(archive.directory)
-            if alive:
-                problems.append((archive, f"an attempt started in its stage dir ({where}); left"))
+            live = lifecycle.at(archive.directory).live   # as it is now, not as planned
+            if live:
+                problems.append((archive, f"an attempt started in its stage dir ({live.where}); left"))
                 continue
         try:
             if archive.remove or not archive.keeps:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import time
 
-from . import layout, manifest, remote_stage, stagetree, storage, trust
+from . import layout, lifecycle, manifest, records, remote_stage, stagetree, storage, trust
 
 
 def read_source(location: str) -> dict:
@@ -94,9 +93,9 @@ def take(args) -> int:
     if remote:
         remote.pull([])
     stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
-    busy, where = manifest.attempt_in_flight(stage_dir, me=os.getpid())
+    busy = lifecycle.live_attempt(stage_dir, me=os.getpid())
     if busy:
-        print(f"waypost: {args.stage}: an attempt is still running in {stage_dir} ({where})", file=sys.stderr)
+        print(f"waypost: {args.stage}: an attempt is still running in {stage_dir} ({busy.where})", file=sys.stderr)
         return 75
     started, started_iso = time.time(), manifest.now_iso()
     try:
@@ -116,9 +115,10 @@ def take(args) -> int:
     if archived:
         print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
     running = os.path.join(stage_dir, layout.RUNNING)
-    manifest.write_json_atomic(running, {"pid": os.getpid(), "host": socket.gethostname(),
-                                         "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "attempts": []},
-                               durable=False)
+    marker = records.marker(pid=os.getpid(), host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
+                            series=1, series_base=0, outputs=[o["path"] for o in data.get("outputs", [])],
+                            slurm_job_id=os.environ.get("SLURM_JOB_ID"), attempts=[])
+    manifest.write_json_atomic(running, records.checked("marker", marker, running), durable=False)
     staged, how, crc32cs = [], set(), {}
     try:
         for out in [] if remote else data.get("outputs", []):
@@ -151,28 +151,32 @@ def take(args) -> int:
     for temp, target in staged:
         os.replace(temp, target)
     ended = time.time()
-    attempt = {"number": 1, "series": 1, "action": "reuse", "state": "SUCCESS", "exit_code": 0,
-               "started": started_iso, "duration_s": round(ended - started, 3),
-               "host": socket.gethostname(), "workspace": ".", "log": None,
-               "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "how": " and ".join(sorted(how)) or "nothing"}
+    attempt = records.attempt(number=1, series=1, action="reuse", state="SUCCESS", exit_code=0, start=started_iso,
+                              end=manifest.now_iso(), duration_s=round(ended - started, 3), host=manifest.hostname(),
+                              run=os.environ.get(manifest.RUN_ID_ENV), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+                              command=None, worker={"pool": None, "class": None},
+                              how=" and ".join(sorted(how)) or "nothing")
+    attempt["decision"] = {"action": "done", "reason": f"reused from {source}"}
     outputs = []
     for o in data.get("outputs", []):
         # The source's crc32c (from a source recorded before waypost kept them: the copy's, where it was read).
         crc32c = o.get("crc32c") or crc32cs.get(o["path"])
         outputs.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
                         **({"crc32c": crc32c} if crc32c else {})})
-    record = manifest.build(
+    record = records.manifest(
         experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance, state="SUCCESS",
-        attempts=[attempt], outputs=outputs,
-        inputs=[], settings=data.get("settings") or {}, config_hash=data.get("config_hash", ""),
-        code_version=data.get("code_version", ""), reused_from=source)
-    # The source's own record, so provenance survives the source being deleted.
-    record["reused_manifest"] = {k: data.get(k) for k in ("experiment", "pair", "stage", "instance", "created",
-                                                          "reused_from", "adopted", "code_version")}
-    # When the work was made, not when it was linked: the source's time (its
-    # own source's, when it is a reused copy itself).
-    record["source_created"] = data.get("source_created") or data.get("created")
-    manifest.write_json_atomic(manifest.manifest_path(stage_dir), record)
+        created=manifest.now_iso(), attempts=[attempt], outputs=outputs, inputs=[],
+        settings=data.get("settings") or {}, config_hash=data.get("config_hash") or "",
+        code_version=data.get("code_version") or "", reused_from=source,
+        run=os.environ.get(manifest.RUN_ID_ENV),
+        # The source's own record, so provenance survives the source being deleted.
+        reused_manifest={k: data.get(k) for k in ("experiment", "pair", "stage", "instance", "created",
+                                                  "reused_from", "adopted", "code_version")},
+        # When the work was made, not when it was linked: the source's time
+        # (its own source's, when it is a reused copy itself).
+        source_created=data.get("source_created") or data.get("created"))
+    path = manifest.manifest_path(stage_dir)
+    manifest.write_json_atomic(path, records.checked("manifest", record, path))
     if remote:
         remote.push(declared_outputs)  # the manifest (the outputs are there already)
     os.unlink(running)

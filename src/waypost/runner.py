@@ -47,15 +47,15 @@ import signal
 import sys
 import time
 
-from . import lifecycle, manifest, slurm, workers
+from . import lifecycle, manifest, records, slurm, stagetree, with_site, workers
 from . import policy as wpolicy
 from . import spec as wspec
 from .layout import LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_name, stage_root
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # While a step runs, its ``_running.json`` is touched this often: a marker
-# whose heartbeat is older than the lease (manifest.LEASE_S) is taken for one
-# whose runner is gone, from any host (see manifest.marker_in_flight).
+# whose heartbeat is older than the lease (lifecycle.LEASE_S) is taken for one
+# whose runner is gone, from any host (see lifecycle.judge).
 HEARTBEAT_S = float(os.environ.get("WAYPOST_HEARTBEAT_SECONDS", "60"))
 PR_SET_PDEATHSIG = 1
 # Signals that take a process away without its consent: the machine (or the
@@ -434,12 +434,13 @@ class StageRun:
         """``_running.json``: this runner at work; or, with ``lost_job``, the
         series a Slurm job that ended left (gone, as sacct says it is).
         ``push``: to the bucket too, on a gs:// root."""
-        manifest.write_json_atomic(self._path(RUNNING), {
-            "pid": None if lost_job else os.getpid(), "host": None if lost_job else manifest.hostname(),
-            "run": self.run_id, "series": self.series_no,
-            "series_base": self.series_base, "outputs": [os.path.relpath(o, self.dir) for o in self.outputs],
-            "slurm_job_id": lost_job or os.environ.get("SLURM_JOB_ID"), "attempts": self.history},
-            durable=False)  # a marker of work in progress: the manifest is what must survive a crash
+        marker = records.marker(
+            pid=None if lost_job else os.getpid(), host=None if lost_job else manifest.hostname(),
+            run=self.run_id, series=self.series_no, series_base=self.series_base,
+            outputs=[os.path.relpath(o, self.dir) for o in self.outputs],
+            slurm_job_id=lost_job or os.environ.get("SLURM_JOB_ID"), attempts=self.history)
+        manifest.write_json_atomic(self._path(RUNNING), records.checked("marker", marker, self._path(RUNNING)),
+                                   durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote and push:
             self.remote.push(self.outputs)
 
@@ -489,18 +490,14 @@ class StageRun:
         left must be recorded as the last one.
         """
         os.makedirs(self.dir, exist_ok=True)
-        running = None
-        if os.path.exists(self._path(RUNNING)):
-            try:
-                with open(self._path(RUNNING)) as f:
-                    running = json.load(f)
-            except (OSError, ValueError):
-                running = None
-        try:
-            previous = manifest.read(self.dir)
-        except manifest.ManifestError as exc:
-            print(f"waypost: {exc}; archiving it with the old workspace", file=sys.stderr)
-            previous = None
+        # What the last runner left, as the lifecycle reader reads it (here,
+        # the stage dir or its local copy: a marker is taken whether or not a
+        # manifest closed it, since a copy's dates are the copy's).
+        life = lifecycle.read(stagetree.LocalTree(self.dir), self.dir)
+        running = life.marker or None
+        previous = life.manifest
+        if life.error:
+            print(f"waypost: {life.error}; archiving it with the old workspace", file=sys.stderr)
         self.series_base = (previous or {}).get("series_base", 0)
         # Snakemake retrying this job within the same run (Slurm ended the
         # last job, or the policy had ended the series), not a new run.
@@ -592,16 +589,12 @@ class StageRun:
         runtime = None if os.environ.get("SLURM_JOB_ID") else self.policy.runtime_seconds(in_series)
         previous = self.series[-1]["state"] if self.series else ""
         worker = workers.worker_env(os.environ, self.spec.worker_env)
-        record = {
-            "number": number, "series": self.series_no, "action": action, "state": None,
-            "exit_code": None, "signal": None, "checks": {}, "decision": None,
-            "start": manifest.now_iso(), "end": None, "duration_s": None,
-            "host": manifest.hostname(), "run": self.run_id, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "runtime_limit_s": runtime, "command": command, "script": script_rel, "workspace": ".", "log": log_rel,
-            "worker": {"pool": self.spec.pool, "class": self.spec.worker_class, **worker},
-        }
-        if in_series == 1:
-            record["why"] = self.first[1]   # how this series began
+        record = records.attempt(
+            number=number, series=self.series_no, action=action, start=manifest.now_iso(), run=self.run_id,
+            host=manifest.hostname(), slurm_job_id=os.environ.get("SLURM_JOB_ID"), command=command,
+            worker={"pool": self.spec.pool, "class": self.spec.worker_class, **worker}, log=log_rel,
+            script=script_rel, runtime_limit_s=runtime,
+            why=self.first[1] if in_series == 1 else None)   # how this series began
         self.history.append(record)
         self.series.append(record)
         self._save_running()
@@ -754,16 +747,12 @@ class StageRun:
             else self.first[0]
         now = manifest.now_iso()
         reason = self.lost.reason or "the Slurm job ended before its step runner started"
-        record = {
-            "number": len(self.history) + 1, "series": self.series_no, "action": action,
-            "state": self.lost.state, "exit_code": None, "signal": None, "checks": {}, "decision": None,
-            "start": now, "end": now, "duration_s": 0.0, "host": None, "run": self.run_id,
-            "slurm_job_id": job, "runtime_limit_s": None, "command": self.spec.command, "workspace": ".",
-            "log": None, "error": f"Slurm job {job} ended {self.lost.state} before its step ran: {reason}",
-            "worker": {"pool": self.spec.pool, "class": self.spec.worker_class},
-        }
-        if len(self.series) == 0:
-            record["why"] = self.first[1]
+        record = records.attempt(
+            number=len(self.history) + 1, series=self.series_no, action=action, state=self.lost.state,
+            start=now, end=now, duration_s=0.0, host=None, run=self.run_id, slurm_job_id=job,
+            command=self.spec.command, worker={"pool": self.spec.pool, "class": self.spec.worker_class},
+            error=f"Slurm job {job} ended {self.lost.state} before its step ran: {reason}",
+            why=self.first[1] if len(self.series) == 0 else None)
         self.history.append(record)
         self.series.append(record)
         return self._decide_and_end(last_chance=self.lost.last_chance, why=record["error"])
@@ -915,10 +904,10 @@ class StageRun:
         inputs = describe_inputs(self.inputs)
         if self.remote:
             inputs = self.remote.locate(inputs)
-        record = manifest.build(
+        record = records.manifest(
             experiment=self.spec.experiment, pair=self.spec.pair, stage=self.spec.stage,
-            instance=self.spec.instance, state=state, attempts=self.history, outputs=outputs,
-            inputs=inputs, settings=self.spec.settings,
+            instance=self.spec.instance, state=state, created=manifest.now_iso(), attempts=self.history,
+            outputs=outputs, inputs=inputs, settings=self.spec.settings,
             config_hash=self.spec.config_hash, code_version=self.spec.code_version, run=self.run_id,
         )
         if self.series_base:
@@ -951,7 +940,8 @@ class StageRun:
         tolerated = state != "SUCCESS" and self.spec.tolerated and self.received_signal is None
         if tolerated:
             self._placeholders()
-        manifest.write_json_atomic(manifest.manifest_path(self.dir), record)
+        path = manifest.manifest_path(self.dir)
+        manifest.write_json_atomic(path, records.checked("manifest", record, path))
         if self.remote:  # outputs only where they count; the manifest last
             self.remote.push(self.outputs, final=state == "SUCCESS" or tolerated)
         # A skipped stage is looked at again when one of its parents is redone
@@ -1026,7 +1016,7 @@ class StageRun:
 def main(argv: list[str] | None = None) -> int:
     step, lost = parse_args(sys.argv[1:] if argv is None else argv)
     if step.reuse_from or step.stage_dir.startswith("gs://"):
-        _with_site()   # gcsfs and the rest of what they import are site-packages'
+        with_site()   # gcsfs and the rest of what they import are site-packages'
     if step.reuse_from and not lost:
         from . import reuse
         return reuse.take(step)
@@ -1037,19 +1027,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _with_site() -> None:
-    """Installed packages on ``sys.path``, for a runner started without
-    ``site`` (``launch.py``) whose step needs them (a bucket, a reuse)."""
-    if not sys.flags.no_site:
-        return
-    import site
-    site.main()
-
-
 def command(python: str) -> list[str]:
     """How a job starts the runner: without ``site``, which costs each step
     ~3 ms (``launch.py``); a step that needs installed packages (a bucket, a
-    reuse) brings them in itself (``_with_site``)."""
+    reuse) brings them in itself (``waypost.with_site``)."""
     return [python, "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.py")]
 
 

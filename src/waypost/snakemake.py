@@ -26,7 +26,7 @@ from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 from snakemake.iocontainers import Wildcards
 
 from . import config as wconfig
-from . import layout, manifest, reuse, runner, storage
+from . import layout, lifecycle, manifest, reuse, runner, stagetree, storage
 from . import spec as wspec
 from . import workers as wworkers
 
@@ -184,7 +184,7 @@ class Pipeline:
         self._current: str | None = None     # the rule Snakemake is defining now
         self._finished = False
         self._forced: set | None = None   # see _forced_stages
-        self._marker_cache: dict[str, tuple[bool, bool]] = {}   # see _markers
+        self._lives: dict[str, lifecycle.Life] = {}   # see _life
         self._items: dict[str, list] = {}   # stage → its rule's inputs as written (see _inputs_of)
         self._set_changes: dict[str, str | None] = {}   # stage dir → how its set of inputs changed
         self._on_hold: list[str] = []       # see _held
@@ -493,43 +493,25 @@ class Pipeline:
         """An input path as a manifest records it (a URL on a bucket root)."""
         return layout.join(self.root, path) if self.mirror else path
 
+    def _life(self, stage_dir: str) -> lifecycle.Life:
+        """The lifecycle of a stage directory (a path as rules write it; on
+        a bucket root, relative to it), read once per planning: files don't
+        change while the DAG is built."""
+        if stage_dir not in self._lives:
+            if self.mirror is None:
+                self._lives[stage_dir] = lifecycle.read(stagetree.open(stage_dir), stage_dir)
+            else:
+                url = stage_dir if storage.is_remote(stage_dir) else layout.join(self.root, stage_dir)
+                self._lives[stage_dir] = lifecycle.read(stagetree.over(url), url)
+        return self._lives[stage_dir]
+
     def _markers(self, stage_dir: str) -> tuple[bool, bool]:
-        """``_read_markers``, once per stage directory and planning (the
-        default targets and each job's inputs ask it: files don't change
-        while the DAG is built)."""
-        if stage_dir not in self._marker_cache:
-            self._marker_cache[stage_dir] = self._read_markers(stage_dir)
-        return self._marker_cache[stage_dir]
-
-    def _read_markers(self, stage_dir: str) -> tuple[bool, bool]:
-        """(redo, recheck) of a stage directory, from waypost's own files.
-
-        redo: an attempt's ``_running.json`` is there with no SUCCESS manifest
-        written after it (its runner was killed, or is still at work: its job
-        then refuses to start a second attempt), or an ``_unfinished`` marker
-        whose time has come (it is dated when the next series may start).
-        recheck: a ``_provisional`` marker, or an ``_unfinished`` one still in
-        its backoff (its inputs are looked at, it is not forced).
-        """
-        if self.mirror is None:
-            try:
-                names = os.listdir(stage_dir)
-            except OSError:
-                return False, False
-            stamp = lambda name: os.stat(os.path.join(stage_dir, name)).st_mtime   # noqa: E731
-        else:
-            from snakemake_storage_plugin_waypost import mtime_of
-            found = {name: storage.listed_info(layout.join(self.root, stage_dir, name))
-                     for name in (layout.RUNNING, layout.UNFINISHED, layout.PROVISIONAL, layout.MANIFEST)}
-            names = [name for name, info in found.items() if info is not None]
-            stamp = lambda name: mtime_of(found[name])   # noqa: E731
-        if layout.RUNNING in names:
-            if layout.MANIFEST not in names or stamp(layout.MANIFEST) < stamp(layout.RUNNING):
-                return True, False
-            return False, False  # the runner died between its manifest and removing the marker
-        if layout.UNFINISHED in names:
-            return (True, False) if stamp(layout.UNFINISHED) <= time.time() else (False, True)
-        return False, layout.PROVISIONAL in names
+        """(redo, recheck) of a stage directory (``lifecycle.Life.redo`` /
+        ``recheck``): an attempt left open, or a series whose next one is
+        due, is redone; a stage made over parents that did not succeed, or
+        in its backoff, has its inputs looked at again."""
+        life = self._life(stage_dir)
+        return life.redo, life.recheck
 
     def _force(self, stage: str, values: dict) -> None:
         """Make Snakemake run this job of ``stage`` whatever its outputs'
@@ -1171,17 +1153,11 @@ class Pipeline:
         return (experiment, pair, stage, None) in held or (experiment, pair, stage, values["instance"]) in held
 
     def _recorded(self, stage_dir: str) -> dict | None:
-        """A stage directory's manifest (a path as rules write it; on a
-        bucket root, relative to it); None when there is none or it can't
+        """A stage directory's manifest; None when there is none or it can't
         be read."""
         try:
-            if self.mirror is None:
-                return manifest.read(stage_dir)
-            url = layout.join(self.root, stage_dir) if not storage.is_remote(stage_dir) else stage_dir
-            if not storage.listed(layout.join(url, layout.MANIFEST)):
-                return None
-            return manifest.load(url)
-        except (OSError, manifest.ManifestError, storage.StorageError):
+            return self._life(stage_dir).manifest
+        except (OSError, storage.StorageError):
             return None
 
     def _stage_outputs(self, everything: bool = False):

@@ -17,9 +17,10 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import time
 from bisect import bisect_left
 
-from . import layout, manifest, storage, trust
+from . import layout, manifest, records, storage, trust
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
 
 
@@ -29,6 +30,24 @@ def open(root: str, snapshot: bool = False) -> Tree:
     if storage.is_remote(root):
         return BucketTree(root)
     return LocalSnapshot(root) if snapshot else LocalTree(root)
+
+
+_planning: dict[str, tuple[dict, BucketTree]] = {}   # root → (the planning's listing, a tree over it)
+
+
+def over(stage_dir: str) -> Tree:
+    """A tree to look at one stage directory: in a bucket, the planning's
+    listing of its root when this process made one (no request), else a
+    listing of the directory; on disk, the directory as it is."""
+    if storage.is_remote(stage_dir):
+        root = storage.root_of(stage_dir)
+        if root is None:
+            return BucketTree(stage_dir)
+        found = storage.listing(root)
+        if root not in _planning or _planning[root][0] is not found:
+            _planning[root] = (found, BucketTree(root, found=found))
+        return _planning[root][1]
+    return LocalTree(stage_dir)
 
 
 def _walked(name: str) -> bool:
@@ -129,8 +148,18 @@ class LocalTree(Tree):
         """A directory's manifest; None if none; ManifestError if unusable."""
         return manifest.read(directory)
 
-    def in_flight(self, directory: str, me: int | None = None) -> tuple[bool, str | None]:
-        return manifest.attempt_in_flight(directory, me)
+    def mtime(self, path: str) -> float:
+        """A file's modification time (OSError when it isn't there)."""
+        return os.stat(path).st_mtime
+
+    def marker(self, directory: str) -> tuple[bytes, float] | None:
+        """A stage dir's ``_running.json`` and the age of its heartbeat (its
+        mtime); None without one."""
+        try:
+            with builtins.open(os.path.join(directory, RUNNING), "rb") as f:   # this module's open() is a tree's
+                return f.read(), time.time() - os.fstat(f.fileno()).st_mtime
+        except FileNotFoundError:
+            return None
 
     def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
         """Move what is in a stage directory into ``.attempts/<n>/``; returns
@@ -138,7 +167,8 @@ class LocalTree(Tree):
         return manifest.archive_workspace(directory, keep=keep)
 
     def write_manifest(self, directory: str, record: dict) -> None:
-        manifest.write_json_atomic(manifest.manifest_path(directory), record)
+        path = manifest.manifest_path(directory)
+        manifest.write_json_atomic(path, records.checked("manifest", record, path))
 
     def remove(self, path: str) -> None:
         if os.path.exists(path):
@@ -307,25 +337,38 @@ class LocalSnapshot(LocalTree):
     def manifest(self, directory: str) -> dict | None:
         return manifest.read(directory) if MANIFEST in self._listing(directory) else None
 
-    def in_flight(self, directory: str, me: int | None = None) -> tuple[bool, str | None]:
-        if RUNNING not in self._listing(directory):
-            return False, None
-        return manifest.attempt_in_flight(directory, me)
+    def mtime(self, path: str) -> float:
+        entry = self._entry(path)
+        if entry is None:
+            raise FileNotFoundError(path)
+        return entry.stat().st_mtime
+
+    def marker(self, directory: str) -> tuple[bytes, float] | None:
+        return super().marker(directory) if RUNNING in self._listing(directory) else None
+
+
+def _written(size: int) -> dict:
+    """The listing entry of an object this tree wrote now."""
+    from snakemake_storage_plugin_waypost import MTIME_KEY
+    return {"size": size, "metadata": {MTIME_KEY: repr(time.time())}}
 
 
 class BucketTree(Tree):
     remote = True
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, found: dict[str, dict] | None = None):
+        """A listing of ``root``; or, with ``found``, one made already
+        (fsspec name → info: the planning's)."""
         from . import remote_stage
 
         self.root = root.rstrip("/")
-        remote_stage.check_bucket(self.root)
         self.fs, self.base = storage.filesystem(self.root)
-        try:
-            found = self.fs.find(self.base, detail=True)
-        except FileNotFoundError:
-            found = {}
+        if found is None:
+            remote_stage.check_bucket(self.root)
+            try:
+                found = self.fs.find(self.base, detail=True)
+            except FileNotFoundError:
+                found = {}
         objects, self.refused = {}, {}   # refused: names no path can stand for, left alone (trust)
         for name, info in found.items():
             if name.startswith(self.base + "/") and info.get("type", "file") == "file":
@@ -433,18 +476,22 @@ class BucketTree(Tree):
             raise manifest.ManifestError(f"{url}: unreadable manifest ({text})")
         return manifest.parse(text, url)
 
-    def in_flight(self, directory: str, me: int | None = None) -> tuple[bool, str | None]:
+    def mtime(self, path: str) -> float:
+        info = self.objects.get(self._rel(path))
+        if info is None:
+            raise FileNotFoundError(path)
+        from snakemake_storage_plugin_waypost import mtime_of  # an object's time (waypost-mtime)
+        return mtime_of(info)
+
+    def marker(self, directory: str) -> tuple[bytes, float] | None:
         rel = self._rel(directory)
         name = self._in(rel, RUNNING) if rel is not None else None
         if name not in self.objects:
-            return False, None
+            return None
         text = self._contents(RUNNING).get(name)
         if not isinstance(text, bytes):
-            return False, "gone"
-        import time
-
-        from snakemake_storage_plugin_waypost import mtime_of  # the heartbeat's time (waypost-mtime)
-        return manifest.marker_in_flight(text, me, time.time() - mtime_of(self.objects[name]))
+            return b"", 0.0   # listed, gone or unreadable since: its writer is gone
+        return text, time.time() - self.mtime(layout.join(self.root, name))
 
     def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
         """Server-side (see remote_stage.archive_objects)."""
@@ -466,19 +513,17 @@ class BucketTree(Tree):
 
     def write_manifest(self, directory: str, record: dict) -> None:
         rel = self._rel(directory)
-        data = manifest.dumps(record).encode()
+        data = manifest.dumps(records.checked("manifest", record, layout.join(directory, MANIFEST))).encode()
         self.fs.pipe_file(f"{self.base}/{self._in(rel, MANIFEST)}", data)
-        self._index({**self.objects, self._in(rel, MANIFEST): {"size": len(data)}})
+        self._index({**self.objects, self._in(rel, MANIFEST): _written(len(data))})
         if MANIFEST in self._read:
             self._read[MANIFEST][self._in(rel, MANIFEST)] = data
 
     def write_marker(self, path: str, text: str) -> None:
-        import time
-
-        from snakemake_storage_plugin_waypost import MTIME_KEY
         rel = self._rel(path)
-        self.fs.pipe_file(f"{self.base}/{rel}", text.encode(), metadata={MTIME_KEY: repr(time.time())})
-        self._index({**self.objects, rel: {"size": len(text.encode())}})
+        written = _written(len(text.encode()))
+        self.fs.pipe_file(f"{self.base}/{rel}", text.encode(), metadata=written["metadata"])
+        self._index({**self.objects, rel: written})
 
     def remove(self, path: str) -> None:
         rel = self._rel(path)

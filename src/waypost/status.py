@@ -1,8 +1,10 @@
 """The state of every stage, read from the stage directories alone.
 
-A stage directory is, in order of precedence:
-  running / interrupted  an attempt is in progress (``_running.json``);
-                         interrupted when its process is gone
+A stage directory is, as the lifecycle reader (``lifecycle.Life.state``)
+says, in order of precedence:
+  running / interrupted  an attempt is in progress (``_running.json``, and
+                         no manifest written after it); interrupted when
+                         its process or Slurm job is gone
   corrupt                ``_manifest.json`` exists but can't be read
   SUCCESS (done)         its manifest says SUCCESS and its outputs are there
                          (adopted if the manifest itself says ``adopted``)
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import gc
 
-from . import layout, manifest, stagetree, storage
+from . import layout, lifecycle, manifest, stagetree, storage
 from .config import check_names
 
 DONE = ("SUCCESS", "adopted")
@@ -64,33 +66,19 @@ def label(cell: dict) -> tuple[str, int]:
     return text, attempts
 
 
-def _running_state(tree, stage_dir: str) -> str | None:
-    alive, where = tree.in_flight(stage_dir)
-    if alive:
-        return "running"
-    return "interrupted" if where else None
-
-
-def _has_files(tree, stage_dir: str) -> bool:
-    """Does the directory hold anything but the engine's files?"""
-    return any(not manifest.is_engine_file(e) for e in tree.entries(stage_dir))
-
-
 def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
     """State of one stage (or instance) directory (in ``tree``, a
-    ``stagetree`` over its root; by default one over the directory).
+    ``stagetree`` over its root; by default one over the directory), as the
+    lifecycle reader says, with what status shows of its manifest.
 
     ``expected`` holds the experiment/pair/stage/instance this directory is
     for; a manifest that names another location was copied here by hand.
     """
-    tree = tree or stagetree.open(stage_dir)
-    cell = {"state": "missing", "attempts": 0, "path": stage_dir, "log": None, "last": None}
-    running = _running_state(tree, stage_dir)
-    try:
-        data = tree.manifest(stage_dir)
-    except manifest.ManifestError as exc:
-        cell.update(state="corrupt", error=str(exc))
-        return cell
+    life = lifecycle.read(tree or stagetree.open(stage_dir), stage_dir)
+    cell = {"state": life.state(expected), "attempts": 0, "path": stage_dir, "log": None, "last": None}
+    if life.error:
+        cell["error"] = life.error
+    data = life.manifest
     if data is not None:
         attempts = data["attempts"]
         cell["attempts"] = len(attempts)
@@ -98,8 +86,8 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
                                                     "checks", "decision", "duration_s", "runtime_limit_s",
                                                     "workspace", "log", "host", "slurm_job_id", "why")}
                            for a in attempts]
-        cell["provisional"] = bool(data.get("provisional"))
-        if data.get("given_up"):
+        cell["provisional"] = life.provisional
+        if life.given_up:
             cell["given_up"] = True
         if data.get("next_series_after"):
             cell["next_series_after"] = data["next_series_after"]
@@ -108,22 +96,10 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
         if attempts:
             cell["log"] = layout.join(stage_dir, attempts[-1].get("log") or "")
             cell["last"] = attempts[-1].get("state")
-        own = all(data.get(k) == v for k, v in expected.items())
-        if running:
-            cell["state"] = running
-        elif not own:
-            cell["state"] = "adopted" if _has_files(tree, stage_dir) else "missing"
-        elif data["state"] == "SUCCESS":
-            missing = [o["path"] for o in data.get("outputs", []) if not tree.exists(layout.join(stage_dir, o["path"]))]
-            cell["state"] = "missing" if missing else "adopted" if data.get("adopted") else "SUCCESS"
+        if cell["state"] == "missing" and data["state"] == "SUCCESS":
+            missing = life.missing_outputs()
             if missing:
                 cell["missing_outputs"] = missing
-        else:
-            cell["state"] = data["state"]
-    elif running:
-        cell["state"] = running
-    elif _has_files(tree, stage_dir):
-        cell["state"] = "adopted"
     return cell
 
 

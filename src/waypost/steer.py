@@ -20,7 +20,7 @@ import getpass
 import os
 import socket
 
-from . import layout, manifest, stagetree, storage, trust
+from . import layout, lifecycle, manifest, records, stagetree, storage, trust
 from .config import check_instance_names, check_names, match_instances, stage_settings
 from .config import reuse_source as config_reuse_source
 from .config import source_of_instance as config_source_of_instance
@@ -138,7 +138,7 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
                 if consumer not in selected:
                     selected.append(consumer)
                     todo.append(consumer)
-    busy = [f"{d} ({where})" for d in selected for alive, where in [tree.in_flight(d)] if alive]
+    busy = [f"{d} ({live.where})" for d in selected for live in [lifecycle.read(tree, d).live] if live]
     if busy:
         raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
     done = []
@@ -179,23 +179,18 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
             raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
                                                           "directory or to nothing" for rel, real in away)
                              + "; nothing adopted (copy the file in, or hard-link it, instead)")
-    alive, where = tree.in_flight(stage_dir)
-    if alive:
-        raise SteerError(f"{stage_dir}: an attempt is running ({where}); nothing was changed")
-    try:
-        previous = tree.manifest(stage_dir)
-    except manifest.ManifestError:
-        previous = None
+    life = lifecycle.read(tree, stage_dir)
+    if life.live:
+        raise SteerError(f"{stage_dir}: an attempt is running ({life.live.where}); nothing was changed")
+    previous = life.manifest
     if previous and previous["state"] == "SUCCESS" and not previous.get("adopted") and not force:
         raise SteerError(f"{stage_dir}: already a SUCCESS stage with its own manifest (use --force to adopt "
                          "what is there now instead)")
     outputs = tree.describe(stage_dir, files)
-    record = manifest.build(experiment=experiment, pair=pair, stage=stage, instance=instance, state="SUCCESS",
-                            attempts=[], outputs=outputs, inputs=[], settings={}, config_hash="",
-                            code_version="", adopted=True)
-    record["adopted_by"] = f"{getpass.getuser()}@{socket.gethostname()}"
-    if note:
-        record["note"] = note
+    record = records.manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, state="SUCCESS",
+                              created=manifest.now_iso(), attempts=[], outputs=outputs, inputs=[], settings={},
+                              config_hash="", code_version="", adopted=True,
+                              adopted_by=f"{getpass.getuser()}@{socket.gethostname()}", note=note or None)
     tree.write_manifest(stage_dir, record)
     tree.remove(layout.join(stage_dir, layout.UNFINISHED))  # adopted files are done: the next run must not redo them
     return record
@@ -224,7 +219,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     if not found:
         raise SteerError(f"nothing to retry: no stage {_what(stage, instances)} that ended "
                          "without success" + (f" for pair(s) {', '.join(pairs)}" if pairs else ""))
-    busy = [f"{d} ({where})" for d, _ in found for alive, where in [tree.in_flight(d)] if alive]
+    busy = [f"{d} ({live.where})" for d, _ in found for live in [lifecycle.read(tree, d).live] if live]
     if busy:
         raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
     done = []
