@@ -67,22 +67,17 @@ def snakemake(workdir: Path, *args: str, configfile: str = "config.yaml", snakef
     return proc
 
 
-JOB_LINE = re.compile(r"^(\w+)\s+(\d+)$")
-
-
 def planned(workdir: Path, *args: str, **kwargs) -> dict[str, int]:
-    """Jobs a dry run would run, by rule (without the `all` target)."""
-    proc = snakemake(workdir, "-n", *args, **kwargs)
-    out = proc.stdout + proc.stderr
-    jobs: dict[str, int] = {}
-    if "Job stats:" in out:
-        table = out.split("Job stats:", 1)[1].split("total", 1)[0]
-        for line in table.splitlines():
-            m = JOB_LINE.match(line.strip())
-            if m and m.group(1) != "all":
-                jobs[m.group(1)] = int(m.group(2))
-    else:
-        assert "Nothing to be done" in out, out
+    """Jobs a dry run would run, by rule (without the `all` target), as
+    Snakemake reports them to waypost's logger plugin."""
+    from waypost import events
+    path = workdir / ".planned-events.jsonl"
+    path.unlink(missing_ok=True)
+    proc = snakemake(workdir, "-n", *args, *events.snakemake_args(str(path)), **kwargs)
+    jobs = events.counts(events.read(str(path)))
+    if not jobs:
+        assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    path.unlink(missing_ok=True)
     return jobs
 
 

@@ -823,13 +823,13 @@ def cmd_plan(args) -> int:
     wconfig.check_names(cfg, stages=stage_args(extra))
     reach(cfg["root"])
     config_path = None if args.config == DEFAULT_CONFIG else args.config
-    code, text = plan.dry_run(args.profile, config_path, args.workflow,
+    code, text, found = plan.dry_run(args.profile, config_path, args.workflow,
                               [*snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)])
     if code != 0:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
-    rows = plan.next_run(plan.parse_jobs(text, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
+    rows = plan.next_run(plan.parse_jobs(found, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
     if args.instance:
         found = {name for r in rows for name in r["instances"]} | instances_on_disk(cfg, workflow_facts(args))
         wconfig.check_instance_names(cfg, args.instance, None, found)

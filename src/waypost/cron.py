@@ -30,7 +30,7 @@ import time
 from datetime import UTC, datetime
 
 from . import config as wconfig
-from . import graph, layout, lifecycle, manifest, remote_stage, stagetree, verify
+from . import events, graph, layout, lifecycle, manifest, remote_stage, stagetree, verify
 from .layout import RUNNING
 
 STATE_DIR = ".waypost"
@@ -169,9 +169,10 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
 
     before = _snapshot(root)
     start = time.monotonic()
+    reported = output[:-len(".log")] + ".events.jsonl"   # what Snakemake reports of its jobs (events)
     with open(output, "w") as log:
         try:
-            proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.run(command + events.snakemake_args(reported), stdout=log, stderr=subprocess.STDOUT)
         except OSError as exc:
             print(f"waypost cron: cannot run Snakemake: {exc}", file=sys.stderr)
             return 2
@@ -182,11 +183,9 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         by_state[state] = by_state.get(state, 0) + 1
     failed = sorted(_name(root, d) + f" {state}" for d, state in changed.items() if state != "SUCCESS")
     given_up = sorted(_name(root, d) for d, (_, _, gave_up) in after.items() if gave_up)
-    with open(output) as f:
-        text = f.read()
+    job_errors = events.errors(events.read(reported))
     nothing_to_do = proc.returncode == 0 and not changed
-    could_not_run = proc.returncode != 0 and not changed and "Error in rule" not in text \
-        and "did not complete successfully" not in text
+    could_not_run = proc.returncode != 0 and not changed and not job_errors
     record = {
         "start": started_at.isoformat(timespec="seconds"),
         "end": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -196,6 +195,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         "jobs": len(changed),
         "succeeded": by_state.get("SUCCESS", 0),
         "failed": len(changed) - by_state.get("SUCCESS", 0),
+        "job_errors": len(job_errors),   # Snakemake's: jobs it saw fail (a stage's series may go on)
         "by_state": by_state,
         "failed_stages": failed,
         "given_up": given_up,
@@ -203,9 +203,13 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         "notes": notes,
         "log": output,
     }
+    record["events"] = reported if os.path.exists(reported) else None
     if nothing_to_do:  # keep the run log of runs that did something, not of every idle tick
         os.unlink(output)
         record["log"] = None
+        if record["events"]:
+            os.unlink(reported)
+            record["events"] = None
     with open(RUN_LOG, "a") as f:
         f.write(json.dumps(record) + "\n")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "no stage changed"
@@ -217,6 +221,8 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         print(f"waypost cron: given up ({len(given_up)}; no run starts them again until "
               "`waypost retry` or `waypost rerun`): " + ", ".join(given_up))
     if could_not_run:
-        print(f"waypost cron: Snakemake could not run; see {output}:\n" + text[-2000:], file=sys.stderr)
+        with open(output) as f:
+            tail = f.read()[-2000:]
+        print(f"waypost cron: Snakemake could not run; see {output}:\n" + tail, file=sys.stderr)
         return proc.returncode
     return 0

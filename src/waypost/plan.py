@@ -1,8 +1,9 @@
 """``waypost plan``: what the next run would do and why, and which done
 stages were made with other settings, code or inputs than the current ones.
 
-The first part is Snakemake's own dry run (``snakemake -n``), its jobs and
-reasons regrouped by experiment, pair and stage. The second (drift) reads
+The first part is Snakemake's own dry run (``snakemake -n``): its jobs and
+reasons, as Snakemake reports them to waypost's logger plugin (``events``),
+regrouped by experiment, pair and stage. The second (drift) reads
 the manifests: presence mode never reruns a done stage because the config
 or code changed, so after a mid-study fix this is where a user sees what
 ``waypost rerun`` could redo.
@@ -11,55 +12,43 @@ or code changed, so after a mid-study fix this is where a user sees what
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
+import tempfile
 
 from . import config as wconfig
-from . import layout, lifecycle, manifest, stagetree
+from . import events, layout, lifecycle, manifest, stagetree
 from .catalog import settings_diff
 
-JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
-FIELD = re.compile(r"^\s+(\w+): (.*)$")
-# The planner's own line for a stage made from a set of instances that changed.
-SET_CHANGED = re.compile(r"^waypost: (\S+): (made from .*): redone$")
+
+def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str]) -> tuple[int, str, list]:
+    """Snakemake's dry run: (its exit status, its output, its events)."""
+    with tempfile.TemporaryDirectory(prefix="waypost-plan-") as tmp:
+        path = os.path.join(tmp, "events.jsonl")
+        cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile"),
+               "--profile", profile, "-n", *(["--configfile", config_path] if config_path else []), *extra,
+               *events.snakemake_args(path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, events.EVENTS_ENV: path})
+        return proc.returncode, proc.stdout + proc.stderr, events.read(path)
 
 
-def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str]) -> tuple[int, str]:
-    cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile"),
-           "--profile", profile, "-n", *(["--configfile", config_path] if config_path else []), *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def parse_jobs(text: str, axis_word: str = "pair") -> list[dict]:
-    """The jobs of a dry run's output: rule, wildcards and reason (the
-    workflow's axis wildcard under the engine's name, ``pair``)."""
-    jobs, job = [], None
-    changed = {m.group(1): m.group(2) for m in map(SET_CHANGED.match, text.splitlines()) if m}
-    for line in text.splitlines():
-        header = JOB_HEADER.match(line.strip()) if not line.startswith(" ") else None
-        if header:
-            job = {"rule": header.group(1), "wildcards": {}, "reason": ""}
-            jobs.append(job)
-            continue
-        field = FIELD.match(line) if job else None
-        if field and field.group(1) == "wildcards":
-            wildcards = dict(item.split("=", 1) for item in field.group(2).split(", ") if "=" in item)
-            if axis_word in wildcards:
-                wildcards["pair"] = wildcards.pop(axis_word)
-            job["wildcards"] = wildcards
-        elif field and field.group(1) == "reason":
-            job["reason"] = field.group(2)
-        elif job and not line.startswith(" "):
-            job = None
-    for job in jobs:
-        w = job["wildcards"]
-        name = layout.stage_name(w.get("pair", layout.ALL_PAIRS), w.get("experiment", ""), job["rule"],
-                                 w.get("instance"))
+def parse_jobs(found: list[dict], axis_word: str = "pair") -> list[dict]:
+    """The jobs of a dry run's events: rule, wildcards and reason (the
+    workflow's axis wildcard under the engine's name, ``pair``), and the
+    planner's word when a stage's set of inputs changed."""
+    changed = {e.get("stage"): e.get("change") for e in found if e["event"] == "set_changed"}
+    jobs = []
+    for event in events.jobs(found):
+        wildcards = dict(event["wildcards"])
+        if axis_word in wildcards:
+            wildcards["pair"] = wildcards.pop(axis_word)
+        job = {"rule": event["rule"], "wildcards": wildcards, "reason": event["reason"]}
+        name = layout.stage_name(wildcards.get("pair", layout.ALL_PAIRS), wildcards.get("experiment", ""),
+                                 job["rule"], wildcards.get("instance"))
         if name in changed:
             job["set_changed"] = changed[name]
-    return [j for j in jobs if j["rule"] != "all"]
+        jobs.append(job)
+    return jobs
 
 
 def why(job: dict, config: dict) -> str:

@@ -26,7 +26,7 @@ from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 from snakemake.iocontainers import Wildcards
 
 from . import config as wconfig
-from . import layout, lifecycle, manifest, reuse, runner, stagetree, storage
+from . import events, layout, lifecycle, manifest, reuse, runner, stagetree, storage
 from . import spec as wspec
 from . import workers as wworkers
 
@@ -475,8 +475,9 @@ class Pipeline:
                     change = (f"made from {len(recorded)} inputs, now {len(current)} "
                               f"({len(current - recorded)} new, {len(recorded - current)} gone)")
                     values = dict(wildcards.items())
-                    print(f"waypost: {layout.stage_name(self._pair(wildcards), values['experiment'], stage, values.get('instance'))}: "
-                          f"{change}: redone", file=sys.stderr)
+                    name = layout.stage_name(self._pair(wildcards), values["experiment"], stage, values.get("instance"))
+                    print(f"waypost: {name}: {change}: redone", file=sys.stderr)
+                    events.note("set_changed", stage=name, change=change)
             self._set_changes[stage_dir] = change
         return self._set_changes[stage_dir]
 
