@@ -15,7 +15,6 @@ after it was listed is not in it (what it archives or writes itself is).
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import time
 from bisect import bisect_left
@@ -271,15 +270,6 @@ class LocalTree(Tree):
                     continue
                 total, count, newest = total + st.st_size, count + 1, max(newest, st.st_mtime)
         return total, count, newest
-
-    def running(self, directory: str) -> dict | None:
-        """What a stage dir's ``_running.json`` says; None without one (or unreadable)."""
-        try:
-            with builtins.open(os.path.join(directory, RUNNING), "rb") as f:   # this module's open() is a tree's
-                data = json.loads(f.read())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
 
     def sha256(self, path: str) -> str:
         return manifest.sha256_file(path)
@@ -597,18 +587,6 @@ class BucketTree(Tree):
             if when is not None and (newest is None or when > newest):
                 newest = when
         return total, count, newest
-
-    def running(self, directory: str) -> dict | None:
-        rel = self._rel(directory)
-        name = self._in(rel, RUNNING) if rel is not None else None
-        if name not in self.objects:
-            return None
-        text = self._contents(RUNNING).get(name)
-        try:
-            data = json.loads(text) if isinstance(text, bytes) else None
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
 
     def sha256(self, path: str) -> str:
         """Reads the object (nothing else can: GCS keeps crc32c and md5)."""
