@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, SNAKEFILE, planned, read_manifest, snakemake, write_config
 
-from waypost import manifest, stagetree
+from waypost import events, manifest, stagetree
 
 SOAK = REPO / "tests" / "soak"
 
@@ -44,11 +44,16 @@ def test_cron_runs_records_and_is_idempotent(tmp_path):
     (record,) = records(tmp_path)
     assert record["jobs"] == 29 and record["succeeded"] == 29 and record["by_state"] == {"SUCCESS": 29}
     assert Path(tmp_path / record["log"]).exists()
+    # What Snakemake reported of its jobs, beside the log: every job it started, none failed.
+    reported = events.read(str(tmp_path / record["events"]))
+    assert len(events.jobs(reported)) == 29 and not events.errors(reported) and record["job_errors"] == 0
     second = cron(tmp_path)
     assert second.returncode == 0 and "0 stage(s) ran" in second.stdout
     assert records(tmp_path)[-1]["nothing_to_do"] is True
     assert records(tmp_path)[-1]["log"] is None  # idle runs leave no log file behind
-    assert len(list((tmp_path / ".waypost" / "runs").iterdir())) == 1
+    assert records(tmp_path)[-1]["events"] is None
+    assert sorted(p.name for p in (tmp_path / ".waypost" / "runs").iterdir()) == sorted([
+        Path(record["log"]).name, Path(record["events"]).name])
 
 
 def test_two_crons_at_the_same_moment_exactly_one_runs(tmp_path):

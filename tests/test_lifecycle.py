@@ -62,7 +62,6 @@ class Bucket:
 
     def __init__(self, root: str):
         from snakemake_storage_plugin_waypost import MTIME_KEY
-
         from waypost import storage
         self.root, self.key = root, MTIME_KEY
         self.dir = f"{root}/p/e/fit"
@@ -221,7 +220,7 @@ def test_a_record_that_does_not_fit_stops_its_writer_in_the_tests(tmp_path, monk
     assert any("start" in p and "required" in p for p in problems), problems
     assert any("started" in p for p in problems), problems
     monkeypatch.setenv(records.CHECK_ENV, "1")
-    with pytest.raises(records.RecordError, match="does not fit records.schema.json"):
+    with pytest.raises(records.RecordError, match=r"does not fit records\.schema\.json"):
         stagetree.open(str(tmp_path)).write_manifest(str(tmp_path), wrong)
     assert not (tmp_path / MANIFEST).exists()   # nothing written
     monkeypatch.delenv(records.CHECK_ENV)

@@ -73,7 +73,8 @@ def test_crons_over_a_stage_that_always_times_out_stop_at_the_cap_and_resume_fro
     assert "waypost: exp1/en-xa/train_teacher/0 attempt 1 (cmd) ended SUCCESS" in logs
     command = records(tmp_path)[0]["command"]
     assert command[command.index("-s") + 1] == str(REPO / "workflow" / "Snakefile")
-    failed_jobs = {e["rule"] for r in records(tmp_path) if r["events"] for e in events.errors(events.read(r["events"]))}
+    failed_jobs = {e["rule"] for r in records(tmp_path) if r["events"]
+                   for e in events.errors(events.read(str(tmp_path / r["events"])))}
     assert failed_jobs == {"export"}   # as Snakemake reported them (its job errors)
     assert [r["snakemake_exit"] for r in records(tmp_path)] == [1, 1, 0]
     # The funnel was redone over the latest state, and says given up.

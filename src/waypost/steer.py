@@ -214,7 +214,10 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
             data = tree.manifest(directory)
         except manifest.ManifestError:
             continue
-        if data and data["state"] != "SUCCESS" and data.get("attempts"):
+        # (a manifest that does not say which stage it is for was not
+        # written by a run of this one: nothing to give a new count)
+        if data and data["state"] != "SUCCESS" and data.get("attempts") \
+                and all(data.get(k) for k in ("experiment", "pair", "stage")):
             found.append((directory, data))
     if not found:
         raise SteerError(f"nothing to retry: no stage {_what(stage, instances)} that ended "
