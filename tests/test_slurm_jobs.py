@@ -234,6 +234,34 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
             assert retry != jobs[point] and "_" not in known
 
 
+def test_a_bundled_class_runs_its_stages_in_one_job_each_with_its_own_end(slurm_cluster, tmp_path):
+    # Four points bundled (`bundle: 4`): one Slurm job runs their steps in
+    # turn, each with its own runner: one succeeds, one fails, one runs over
+    # its own time limit (its runner ends it: the job's limit is the
+    # bundle's), and each is recorded as itself; what needs the good ones
+    # goes on, the funnel over all of them too.
+    points = {"p1": "sleep:1", "p2": "fail", "p3": "sleep:30", "p4": "sleep:1"}
+    workdir = pipeline(tmp_path, points, {"bundle": 4},
+                       stages={"work": {"policy": {"max_attempts": 1, "runtime": 0.05}}})
+    since = time.time()
+    code, out = finish(start(workdir), timeout=300)
+    assert code != 0, out[-5000:]                        # two points did not succeed
+    records = {p: read_manifest(stage(workdir, "work", p)) for p in points}
+    assert {p: r["state"] for p, r in records.items()} == {"p1": "SUCCESS", "p2": "FAILED", "p3": "TIMEOUT",
+                                                            "p4": "SUCCESS"}, out[-5000:]
+    jobs = {r["attempts"][0]["slurm_job_id"] for r in records.values()}
+    assert len(jobs) == 1, records                        # one Slurm job ran all four
+    assert {p for p in points if stage(workdir, "use", p).joinpath("used.txt").exists()} == {"p1", "p4"}
+    assert (stage(workdir, "summary") / "summary.txt").read_text().splitlines() == ["sleep:1", "sleep:1"]
+    (job,) = jobs
+    states = {r["JobIDRaw"]: r["State"] for r in sacct("JobIDRaw", "State", since=since, workdir=workdir)}
+    assert states[job] == "COMPLETED", states             # the bundle itself ended well
+    # its time limit is the four stages' together (1 minute: 4 × 0.05, rounded up)
+    limit = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "TimelimitRaw"], capture_output=True,
+                           text=True, check=True).stdout.split()[0]
+    assert limit == "1", limit
+
+
 def test_a_job_slurm_can_never_start_ends_with_its_reason(slurm_cluster, tmp_path):
     # `short` allows 10 minutes; the class asks for 60: PartitionTimeLimit.
     workdir = pipeline(tmp_path, {"a": "sleep:1"}, {"partition": "short", "runtime": 60})

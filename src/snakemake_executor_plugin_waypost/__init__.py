@@ -14,6 +14,10 @@ submission, with waypost's stage jobs run without a Snakemake in the job.
   plugin's arrays; each task its own allocation of the class's size, no
   memory added). Each task is its own stage: its own manifest, attempts and
   policy; a task Slurm ends is retried alone.
+- **Bundles.** A worker class with ``bundle: N`` runs up to N ready jobs
+  of one rule with the same request in one Slurm job, one after another,
+  each its own stage with its own runner (``bundles``): short stages stop
+  paying a Slurm job each.
 - **One sacct query per status round**, with each job's pending reason:
   ``COMPLETED`` succeeds, every other end fails (``CANCELLED by 0`` and a
   ``PREEMPTED`` job included: the plugin would wait on those for ever), and
@@ -51,6 +55,8 @@ from waypost import slurm as wslurm
 from waypost import spec as wspec
 from waypost.snakemake import STEP_PARAM, job_command
 
+from . import bundles
+
 # The longest wait between two status rounds (the Slurm plugin's is 180 s).
 MAX_STATUS_INTERVAL = 30
 JOBSTEP = os.path.join(os.path.dirname(os.path.abspath(jobstep.__file__)), "jobstep.py")
@@ -76,12 +82,27 @@ class Executor(SlurmExecutor):
     def __post_init__(self, *args, **kwargs):
         super().__post_init__(*args, **kwargs)
         self._lost_checked: set[str] = set()
+        self._bundles: dict[tuple, list] = {}   # a bundle's leader (bundles.key) → its jobs, until submitted
 
     # --- what a job runs -------------------------------------------------
     def format_job_exec(self, job: JobExecutorInterface) -> str:
         if not stage_job(job):
             return super().format_job_exec(job)
-        return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {shlex.quote(self._step_file(job))}"
+        jobstep = f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)}"
+        members = self._bundles.get(bundles.key(job))
+        if members:
+            return f"{jobstep} --bundle {shlex.quote(self._bundle_list(members))}"
+        return f"{jobstep} {shlex.quote(self._step_file(job))}"
+
+    def _status_file(self, job) -> str:
+        return os.path.join(self.tmpdir, f"step-{job.rule.name}-{job.jobid}-{job.attempt}.status")
+
+    def _bundle_list(self, members: list) -> str:
+        leader = members[0]
+        path = os.path.join(self.tmpdir, f"bundle-{leader.rule.name}-{leader.jobid}-{leader.attempt}.list")
+        if not os.path.exists(path):
+            bundles.write_list(path, [(self._step_file(m), self._status_file(m)) for m in members])
+        return path
 
     def _step_file(self, job) -> str:
         """The job's step, written where its node reads it (once per job and
@@ -102,6 +123,7 @@ class Executor(SlurmExecutor):
             except RuntimeError:
                 self._main_event_loop = None
         packs: dict[tuple, list] = {}
+        bundled: dict[tuple, list] = {}
         for job in jobs:
             if stage_job(job) and self._adopted(job):
                 continue
@@ -110,19 +132,48 @@ class Executor(SlurmExecutor):
                 self.report_job_error(self._info(job), msg="waypost: the stage's policy already ended its "
                                       "series in this run (see its manifest); not submitted again")
                 continue
+            bundle = int(job.resources.get("waypost_bundle", 1) or 1) if stage_job(job) else 1
             size = int(job.resources.get("waypost_pack", 1) or 1) if stage_job(job) else 1
-            if size < 2:
+            if size < 2 and bundle < 2:
                 self._submit_job(job)
                 continue
             request = tuple(sorted((k, str(v)) for k, v in job.resources.items() if not k.startswith("_")))
-            packs.setdefault((job.rule.name, request, size), []).append(job)
-        for (_, _, size), group in packs.items():
-            for start in range(0, len(group), size):
-                chunk = group[start:start + size]
-                if len(chunk) == 1:
-                    self._submit_job(chunk[0])
-                else:
-                    self._submit_array_jobs(chunk)
+            (bundled if bundle >= 2 else packs).setdefault((job.rule.name, request, max(bundle, size)), []).append(job)
+        for groups, submit in ((packs, self._submit_array_jobs), (bundled, self._submit_bundle)):
+            for (_, _, size), group in groups.items():
+                for start in range(0, len(group), size):
+                    chunk = group[start:start + size]
+                    if len(chunk) == 1:
+                        self._submit_job(chunk[0])
+                    else:
+                        submit(chunk)
+
+    def _submit_bundle(self, members: list) -> None:
+        """One Slurm job for these stage jobs (the first one's submission,
+        running every one's step in turn: see ``bundles``)."""
+        self._bundles[bundles.key(members[0])] = members
+        for job in members[1:]:
+            self.run_job_pre(job)
+        self._submit_job(members[0])
+
+    def report_job_submission(self, job_info) -> None:
+        members = self._bundles.pop(bundles.key(job_info.job), None) if stage_job(job_info.job) else None
+        if not members:
+            return super().report_job_submission(job_info)
+        from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+        for job in members:
+            aux = {**(job_info.aux or {}), bundles.STATUS_KEY: self._status_file(job)}
+            if job is job_info.job:
+                job_info.aux = aux
+                super().report_job_submission(job_info)
+            else:
+                super().report_job_submission(SubmittedJobInfo(job, external_jobid=job_info.external_jobid, aux=aux))
+
+    def report_job_error(self, job_info, msg=None, **kwargs) -> None:
+        members = self._bundles.pop(bundles.key(job_info.job), None) if stage_job(job_info.job) else None
+        super().report_job_error(job_info, msg=msg, **kwargs)
+        for job in (members or [])[1:]:   # the bundle's submission failed: so did each of its jobs
+            super().report_job_error(self._info(job), msg=msg, **kwargs)
 
     def _adopted(self, job) -> bool:
         """Is an attempt of this stage still at work in a Slurm job of its own
@@ -180,6 +231,12 @@ class Executor(SlurmExecutor):
         finished = False
         for job in active_jobs:
             row = rows.get(str(job.external_jobid))
+            if bundles.STATUS_KEY in (job.aux or {}):
+                ended = await self._bundled(job, row)
+                finished |= ended
+                if not ended:
+                    yield job
+                continue
             if row is None or row.ended is None:     # not known to sacct yet, or not ended
                 never = NEVER_STARTS.get(row.reason) if row is not None and row.state == "PENDING" else None
                 if never:
@@ -207,6 +264,28 @@ class Executor(SlurmExecutor):
         else:
             now = self.next_seconds_between_status_checks or first
             self.next_seconds_between_status_checks = min(max(now, first) * 1.5, MAX_STATUS_INTERVAL)
+
+    async def _bundled(self, job, row) -> bool:
+        """Has a bundled stage job ended (and been reported)? Its step's exit
+        status says, as soon as it is written; a step that ended by a signal
+        (Slurm ending the job), or never ran, ends as sacct says the bundle
+        ended, once it has."""
+        status = bundles.status_of(job.aux[bundles.STATUS_KEY])
+        if status == 0:
+            self.report_job_success(job)
+            return True
+        if status is not None and status < 128:
+            await self._failed(job, "FAILED", f"its step exited {status}", row.raw if row else None)
+            return True
+        if row is None or row.ended is None:
+            return False
+        if row.ended == "SUCCESS":   # the bundle's job ended well, but this step's status never came
+            state, reason = "FAILED", "the bundle's job ended without this stage's step's exit status"
+        else:
+            state, reason = row.state, row.reason or ("" if status else "the bundle's job ended before this "
+                                                      "stage's step ran")
+        await self._failed(job, state, reason, row.raw)
+        return True
 
     async def _failed(self, job, state: str, reason: str, raw: str | None) -> None:
         """Report a job's failure, and record its end in the stage's manifest

@@ -585,8 +585,10 @@ class StageRun:
         script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
         with open(self._path(script_rel), "w") as f:
             f.write(self.spec.script(command))
-        # Under Slurm the job's time limit is Slurm's to enforce (and report).
-        runtime = None if os.environ.get("SLURM_JOB_ID") else self.policy.runtime_seconds(in_series)
+        # Under Slurm the job's time limit is Slurm's to enforce (and report);
+        # in a bundle (several stages in one job) each stage keeps its own.
+        runtime = None if os.environ.get("SLURM_JOB_ID") and not os.environ.get("WAYPOST_BUNDLED") \
+            else self.policy.runtime_seconds(in_series)
         previous = self.series[-1]["state"] if self.series else ""
         worker = workers.worker_env(os.environ, self.spec.worker_env)
         record = records.attempt(

@@ -35,6 +35,7 @@ RESOURCE_NAMES = {
     "qos": "qos",
     "extra": "slurm_extra",
     "pack": "waypost_pack",   # read by waypost's executor (job arrays), not by Slurm
+    "bundle": "waypost_bundle",   # read by waypost's executor (stages in one job), not by Slurm
 }
 WORKSPACE_FRACTION = 0.75
 #: Where a pipeline's pools are unless its config's ``workers`` names a file.
@@ -88,7 +89,8 @@ def resources(spec: dict, overrides: dict | None = None, attempt: int = 1,
     merged = {**{k: v for k, v in spec.items() if k != "env"}, **(overrides or {})}
     out = {RESOURCE_NAMES[k]: v for k, v in merged.items() if k in RESOURCE_NAMES and v is not None}
     if "runtime" in out:
-        out["runtime"] = math.ceil(out["runtime"] * runtime_growth ** (attempt - 1))
+        # a bundle's job runs up to `bundle` stages in turn: its limit is theirs together
+        out["runtime"] = math.ceil(out["runtime"] * runtime_growth ** (attempt - 1) * out.get("waypost_bundle", 1))
     if "mem_mb" in out:
         out["mem_mb"] = math.ceil(out["mem_mb"] * memory_growth ** (attempt - 1))
     return out
