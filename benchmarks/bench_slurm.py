@@ -19,6 +19,8 @@
    BENCH_SLURM_POINTS (default 1,000) points, packed, with a few expensive
    points that run out of their 1-minute Slurm limit and restart from their
    checkpoints, and the funnel over all of them.
+5. **A big study**: the same example at BENCH_SLURM_STUDY_POINTS (default
+   10,000) points of small meshes, bundled (``bundle: 25``).
 
 Skipped with BENCH_SLURM=0, or when ``sinfo`` shows no idle node (start one
 as root: ``scripts/slurm-dev-cluster.sh start``). Run alone:
@@ -61,6 +63,7 @@ from common import (
 JOBS = int(os.environ.get("BENCH_SLURM_JOBS", "300"))
 BIG = int(os.environ.get("BENCH_SLURM_BIG", "2000"))
 POINTS = int(os.environ.get("BENCH_SLURM_POINTS", "1000"))
+STUDY_POINTS = int(os.environ.get("BENCH_SLURM_STUDY_POINTS", "10000"))
 PACK = 50
 BUNDLE = 25
 STAGES_PER_S_TARGET = 30
@@ -191,6 +194,7 @@ def trivial(tmp: Path) -> tuple[list[Row], list[str]]:
     packed = run("packed", JOBS, PACK)()
     big = run("big", BIG, PACK)()
     bundled = run("bundled", BIG, bundle=BUNDLE)()
+    local = plain_local(tmp, BIG)
     wp, base = median(samples["waypost"]), median(samples["plain"])
     rows = [
         Row(measure=f"Slurm: {JOBS} trivial stages, one job each, start to finish", value=wp, unit="s",
@@ -206,11 +210,13 @@ def trivial(tmp: Path) -> tuple[list[Row], list[str]]:
         Row(measure=f"Slurm: {BIG:,} trivial stages, packed (`pack: {PACK}`), waypost alone", value=big, unit="s",
             target="(informational)", samples={"waypost": [big]},
             note=f"{BIG / big:.1f} stages/s; {submissions['big']} submissions; every manifest SUCCESS"),
-        Row(measure=f"Slurm: {BIG:,} trivial stages, bundled (`bundle: {BUNDLE}`), waypost alone", value=bundled,
-            unit="s", target=f"≥ {STAGES_PER_S_TARGET} stages/s", met=BIG / bundled >= STAGES_PER_S_TARGET,
-            samples={"waypost": [bundled]},
-            note=f"{BIG / bundled:.1f} stages/s ({BIG / big:.1f} packed); {submissions['bundled']} Slurm jobs "
-                 f"for {BIG:,} stages; every manifest SUCCESS"),
+        Row(measure=f"Slurm: {BIG:,} trivial stages, bundled (`bundle: {BUNDLE}`)", value=bundled,
+            unit="s", baseline=local, baseline_label="plain Snakemake's local executor, the same jobs (`touch`)",
+            target=f"≥ {STAGES_PER_S_TARGET} stages/s", met=BIG / bundled >= STAGES_PER_S_TARGET,
+            samples={"waypost": [bundled], "plain local": [local]},
+            note=f"{BIG / bundled:.1f} stages/s ({BIG / big:.1f} packed; plain Snakemake locally "
+                 f"{BIG / local:.1f}/s); {submissions['bundled']} Slurm jobs for {BIG:,} stages; every manifest "
+                 "SUCCESS"),
         Row(measure="Slurm: CPU time per job on the node (sacct `TotalCPU`)", value=median(cpu["waypost"]),
             unit="s", baseline=median(cpu["plain"]), baseline_label="plain Snakemake (Snakemake in each job)",
             target=f"≤ {CPU_TARGET_S} s", met=median(cpu["waypost"]) <= CPU_TARGET_S,
@@ -223,6 +229,20 @@ def trivial(tmp: Path) -> tuple[list[Row], list[str]]:
         "2-core machine), partition `cpu`, 1 CPU and 1000 MB per job (the onprem pool's `cpu` class), "
         "`jobs: 100`. Every output (and for waypost every SUCCESS manifest) was checked after each run."]
     return rows, notes
+
+
+def plain_local(tmp: Path, stages: int) -> float:
+    """Plain Snakemake's local executor on the same trivial jobs, 2 cores."""
+    d = tmp / "plain-local"
+    d.mkdir()
+    cfg = {"root": "results", "experiments": {"slurm": {"pairs": [f"p{i:05d}" for i in range(stages)]}}}
+    (d / "config.yaml").write_text(json.dumps(cfg))
+    cmd = [PYTHON, "-m", "snakemake", "-s", str(PLAIN_SNAKEFILE), "-d", str(d), "--configfile",
+           str(d / "config.yaml"), "--cores", "2", "-q"]
+    seconds = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), "plain Snakemake locally").seconds
+    log(f"slurm plain local: {stages} jobs in {seconds:.1f}s")
+    shutil.rmtree(d, ignore_errors=True)
+    return seconds
 
 
 # --- 3: dependent hops in the reference pipeline ---------------------------------
@@ -340,12 +360,51 @@ def param_study(tmp: Path) -> tuple[list[Row], list[str]]:
     return [row], []
 
 
+def big_study(tmp: Path) -> tuple[list[Row], list[str]]:
+    """examples/param-study at STUDY_POINTS points of small meshes (each a
+    fraction of a second), bundled: a simulate and a data_extract per point
+    and the summary over all of them, start to finish."""
+    d = tmp / "big-study"
+    shutil.copytree(PARAM_STUDY / "workflow", d / "workflow")
+    shutil.copytree(PARAM_STUDY / "scripts", d / "scripts")
+    side = round(STUDY_POINTS ** 0.5)
+    workers = workers_file(d, 1, BUNDLE, cpu={"cpus": 1, "mem_mb": 500, "runtime": 2},
+                           **{"cpu-large": {"cpus": 1, "mem_mb": 500, "runtime": 2}})
+    cfg = {"root": "results", "workers": str(workers),
+           "experiments": {"sweep": {"grid": {"alpha": {"from": 0.5, "to": 1.0, "count": side},
+                                              "cells": list(range(5, 5 + side))}}},
+           "stages": {"simulate": {"t_end": 0.01, "policy": {"max_attempts": 2}},
+                      "data_extract": {"policy": {"depends": "all_done"}},
+                      "summary_report": {"policy": {"depends": "all_done"}}}}
+    (d / "config.yaml").write_text(json.dumps(cfg))
+    points = side * side
+    cmd = snakemake(d / "workflow" / "Snakefile", d, ONPREM_PROFILE, "waypost", "--jobs", str(BUNDLE * 16))
+    seconds = check(timed(cmd, cwd=d, timeout=3 * TIMEOUT_S), "the big parameter study on Slurm").seconds
+    sweep = d / "results" / "_all" / "sweep"
+    states = {p.name: json.loads((p / "_manifest.json").read_text())["state"]
+              for p in (sweep / "simulate").iterdir() if p.is_dir()}
+    extracts = sum((sweep / "data_extract" / p / "_manifest.json").exists() for p in states)
+    if len(states) != points or extracts != points or not (sweep / "summary_report" / "summary.md").exists():
+        raise RuntimeError(f"{len(states)} points, {extracts} extracts")
+    success = sum(s == "SUCCESS" for s in states.values())
+    jobs = jobs_of(d, -(-2 * points // BUNDLE))
+    stages = 2 * points + 1
+    log(f"big study: {points} points ({stages} stages) in {seconds:.1f}s, {success} SUCCESS, {len(jobs)} Slurm jobs")
+    row = Row(measure=f"Slurm: examples/param-study, {points:,} points (simulate, data_extract, a summary), "
+                      f"bundled (`bundle: {BUNDLE}`)", value=seconds, unit="s", target="(informational)",
+              samples={"waypost": [seconds]},
+              note=f"{stages / seconds:.1f} stages/s; {success:,} of {points:,} simulations SUCCESS; "
+                   f"{len(jobs):,} Slurm jobs for {stages:,} stages")
+    shutil.rmtree(d, ignore_errors=True)
+    return [row], []
+
+
 def run(ctx: dict) -> Section:
     reason = unavailable()
     if reason:
         log(f"slurm: {reason}")
         return Section("Slurm throughput", skipped=reason)
-    parts = [trivial, reference, param_study]
+    parts = [trivial, reference, param_study, big_study]
     only = os.environ.get("BENCH_SLURM_PARTS")        # e.g. "reference,param_study" for a spot check
     if only:
         parts = [p for p in parts if p.__name__ in only.split(",")]
