@@ -41,7 +41,6 @@ The step's own exit status is kept as it was; checks never overwrite it.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -761,27 +760,16 @@ class StageRun:
 
     def _done(self) -> bool:
         """Is the stage finished: a SUCCESS manifest whose outputs are there?"""
-        try:
-            data = manifest.read(self.dir)
-        except manifest.ManifestError:
-            return False
+        data = lifecycle.read(stagetree.LocalTree(self.dir), self.dir).manifest
         return bool(data) and data["state"] == "SUCCESS" and not manifest.verify_outputs(self.dir, data,
                                                                                          checksums=False)
 
     def _recorded_job(self, job: str) -> str | None:
         """Does a runner's record name this Slurm job: "open" (its attempt
         has no end yet), "closed", or None."""
-        records = []
-        try:
-            with open(self._path(RUNNING)) as f:
-                records += json.load(f).get("attempts") or []
-        except (OSError, ValueError, AttributeError):
-            pass
-        try:
-            records += (manifest.read(self.dir) or {}).get("attempts") or []
-        except manifest.ManifestError:
-            pass
-        states = [a.get("state") for a in records if str(a.get("slurm_job_id")) == str(job)]
+        life = lifecycle.read(stagetree.LocalTree(self.dir), self.dir)
+        records = [*((life.marker or {}).get("attempts") or []), *((life.manifest or {}).get("attempts") or [])]
+        states = [a.get("state") for a in records if isinstance(a, dict) and str(a.get("slurm_job_id")) == str(job)]
         if not states:
             return None
         return "closed" if all(states) else "open"
