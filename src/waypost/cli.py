@@ -420,8 +420,11 @@ def render_attempt_summary(grid: dict, stage: str, cells: list[tuple]) -> None:
         label = " · ".join(status.label(grid["experiments"][experiment][pair][stage])[0]
                            for pair in dict.fromkeys(pair for pair, _, _ in dirs))
         lines.append(f"{experiment}/{stage}: {label}")
-        rows = [["", "state", "attempts", "series", "last", "next: why"]]
-        for pair, instance, cell in dirs:
+        word = (grid.get("axis") or {}).get("word", "pair")
+        heading = "/".join([*([word] if any(p != layout.ALL_PAIRS for p, _, _ in dirs) else []),
+                            *(["instance"] if any(i for _, i, _ in dirs) else [])]) or "-"
+        rows = [[heading, "state", "attempts", "series", "last", "next: why"]]
+        for pair, instance, cell in sorted(dirs, key=lambda d: (_natural(d[0]), _natural(d[1] or ""))):
             history = cell.get("history") or []
             last = history[-1] if history else {}
             decision = last.get("decision") or {}
@@ -963,8 +966,7 @@ def cmd_plan(args) -> int:
     if args.instance:
         found = {name for r in rows for name in r["instances"]} | instances_on_disk(cfg, workflow_facts(args))
         wconfig.check_instance_names(cfg, args.instance, None, found)
-        rows = [{**r, "instances": wconfig.match_instances(args.instance, r["instances"])} for r in rows]
-        rows = [r for r in rows if r["instances"]]
+        rows = plan.only_instances(rows, lambda names: wconfig.match_instances(args.instance, names))
 
     drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"], args.instance)
     groups = plan.collapse(drifted, cfg)
@@ -979,14 +981,27 @@ def cmd_plan(args) -> int:
     console = Console(width=args.width)
     axis = cfg.get("_axis")   # (a workflow without an axis: no column for it)
     if rows:
-        table = Table(title=f"next run: {sum(max(1, len(r['instances'])) for r in rows)} job(s)", title_justify="left")
-        for column in ("experiment", *([axis["word"]] if axis else []), "stage", "why"):
-            table.add_column(column, overflow="fold")
-        for r in rows:
-            stage = r["stage"] + (f" [{_names_shown(r['instances'])}]" if r["instances"] else "")
-            table.add_row(r["experiment"], *([_pair_heading(r["pair"], axis)] if axis else []), escape(stage),
-                          escape(r["why"]))
+        jobs = sum(g["count"] for r in rows for g in r["reasons"])
+        table = Table(title=f"next run: {jobs:,} job{'s' if jobs != 1 else ''}", title_justify="left")
+        named = any(r["instances"] for r in rows)   # (a column for instances when a stage has them)
+        for column in ("experiment", *([axis["word"]] if axis else []), "stage", "jobs",
+                       *(["instances"] if named else []), "why"):
+            table.add_column(column, overflow="fold", justify="right" if column == "jobs" else "left")
+        unnamed = 0
+        for r in rows:   # a row per stage and reason: its jobs, and their instances when few
+            for g in r["reasons"]:
+                names = g["instances"]
+                if len(names) > NAMED_INSTANCES and not args.all_instances:
+                    unnamed += 1
+                    names_text = "…"
+                else:
+                    names_text = ", ".join(sorted(names, key=_natural))
+                table.add_row(r["experiment"], *([_pair_heading(r["pair"], axis)] if axis else []),
+                              escape(r["stage"]), f"{g['count']:,}", *([escape(names_text)] if named else []),
+                              escape(g["why"]))
         console.print(table)
+        if unnamed:
+            console.print(f"…: more than {NAMED_INSTANCES} instances; `waypost plan --all-instances` names them all")
     else:
         console.print("next run: nothing to do")
     if drifted:
@@ -1026,6 +1041,10 @@ def instances_on_disk(cfg: dict, facts: dict) -> set[str]:
                 if tree.isdir(stage_dir):
                     found.update(name for name, _ in tree.state_dirs(stage_dir) if name is not None)
     return found
+
+
+# `waypost plan` names the instances of a row of the next run up to this many.
+NAMED_INSTANCES = 10
 
 
 def _natural(name: str) -> list:
@@ -1220,6 +1239,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="exit 1 when a done stage drifted (for scripts and CI)")
     p.add_argument("--instance", action="append", help="only the jobs and drift of this instance (repeatable; "
                    "shell patterns work: --instance 'nu0.01-*')")
+    p.add_argument("--all-instances", action="store_true", help="name every instance of the next run (by "
+                   "default a row of a stage and reason names its instances when there are at most 10)")
     p.add_argument("--width", type=int, help="table width (default: the terminal's)")
     p.add_argument("--json", action="store_true")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")

@@ -103,7 +103,7 @@ def _part(part: dict) -> str:
         return _e(part["text"])
     if "count" in part:
         data = f' data-count-state="{_e(part["state"])}" data-count="{part["count"]}"'
-    elif part.get("given_up") not in (None, True):      # how many instances
+    elif type(part.get("given_up")) is int:      # how many instances (True: the stage's own)
         data = f' data-given-up-count="{part["given_up"]}"'
     else:
         return _e(part["text"])
