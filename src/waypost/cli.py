@@ -353,6 +353,22 @@ def _aligned(rows: list[list[str]], indent: str = "  ") -> list[str]:
             for row in rows]
 
 
+def _counts_label(cells: list[dict]) -> str:
+    """How many of these directories are in each state, worst first, as a
+    cell of a stage with instances says it (``timeout 1 · done 3``)."""
+    from . import status
+    return status.label({"instances": {str(i): {"state": c["state"], "given_up": c.get("given_up")}
+                                       for i, c in enumerate(cells)}})[0]
+
+
+def _one_of(grid: dict, rows: list[dict]) -> str:
+    """The option that picks one of these directories: --instance, or the axis's."""
+    if any(r.get("instance") for r in rows):
+        return "--instance NAME"
+    word = (grid.get("axis") or {}).get("word", "pair")
+    return f"--{word} {word.upper()}"
+
+
 def failed_rows(grid: dict, stages: list[str] | None = None) -> list[dict]:
     """``status --failed``: each stage or instance directory (of ``stages``,
     default all) that is not done, neither running nor never run
@@ -396,13 +412,11 @@ def render_failed(grid: dict, rows: list[dict], stages: list[str] | None = None)
     lines = []
     for (experiment, stage), group in groups.items():
         dirs = sum(1 for exp, *_ in _stage_cells(grid, stage) if exp == experiment)
-        counts = {"instances": {str(i): {"state": r["state"], "given_up": r["given_up"]}
-                                for i, r in enumerate(group)}}
-        lines.append(f"{experiment}/{stage}: {len(group)} of {dirs} not done ({status.label(counts)[0]})")
+        lines.append(f"{experiment}/{stage}: {len(group)} of {dirs} not done ({_counts_label(group)})")
         lines += _aligned([[_where(grid, r["pair"], r["instance"]), status.state_text(r),
                             f"×{r['attempts']}", r["why"]] for r in group])
     lines.append(f"{len(rows)} of {total} stage directories not done; every attempt of one: "
-                 "waypost status --attempts STAGE --instance NAME")
+                 f"waypost status --attempts STAGE {_one_of(grid, rows)}")
     sys.stdout.write("\n".join(lines) + "\n")
 
 
@@ -417,9 +431,7 @@ def render_attempt_summary(grid: dict, stage: str, cells: list[tuple]) -> None:
         by_experiment.setdefault(experiment, []).append((pair, instance, cell))
     lines = []
     for experiment, dirs in by_experiment.items():
-        label = " · ".join(status.label(grid["experiments"][experiment][pair][stage])[0]
-                           for pair in dict.fromkeys(pair for pair, _, _ in dirs))
-        lines.append(f"{experiment}/{stage}: {label}")
+        lines.append(f"{experiment}/{stage}: {_counts_label([cell for _, _, cell in dirs])}")
         word = (grid.get("axis") or {}).get("word", "pair")
         heading = "/".join([*([word] if any(p != layout.ALL_PAIRS for p, _, _ in dirs) else []),
                             *(["instance"] if any(i for _, i, _ in dirs) else [])]) or "-"
@@ -435,7 +447,7 @@ def render_attempt_summary(grid: dict, stage: str, cells: list[tuple]) -> None:
                          else status.why(cell) or "-"])
         lines += _aligned(rows)
     lines.append(f"every attempt: waypost status --attempts {stage} --all-attempts "
-                 "(one instance's: --instance NAME)")
+                 f"(one's: {_one_of(grid, [{'instance': i} for _, _, i, _ in cells])})")
     sys.stdout.write("\n".join(lines) + "\n")
 
 
