@@ -217,6 +217,7 @@ def render_status(grid: dict) -> None:
     An experiment with more pairs than the terminal has room for shows, per
     stage, how many pairs are in each state and names those not done."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -232,7 +233,9 @@ def render_status(grid: dict) -> None:
         # Each column's widest text, plus its padding and border.
         width = 1 + sum(3 + max([len(_pair_heading(pair, axis)), *(len(text) for text in cells.values())])
                         for pair, cells in labels.items()) + 3 + max(map(len, stages), default=0)
-        table = Table(title=f"experiment [bold]{experiment}[/]  (root {grid['root']})", title_justify="left")
+        title = f"experiment {experiment}  (root {grid['root']})"   # (one line: the table is at least as wide)
+        table = Table(title=f"experiment [bold]{escape(experiment)}[/]  (root {escape(grid['root'])})",
+                      title_justify="left", min_width=min(len(title), console.width))
         table.add_column("stage", style="bold")
         if width <= console.width:
             for pair in columns:
