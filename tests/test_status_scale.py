@@ -198,7 +198,7 @@ def test_plan_groups_a_stages_jobs_by_reason(study):
     assert GIVEN_UP not in solve["instances"]                    # given up: no run starts it
     text = cli(study, "plan", "--width", "200").stdout
     assert re.search(r"│ visc +│ solve +│ +2 │ visc0.2-n10, visc0.2-n11 +│ redo: it ended TIMEOUT", text), text
-    assert text.startswith("next run: 7 jobs")
+    assert text.startswith("next run: 7 job(s)")
     only = json.loads(cli(study, "plan", "--json", "--instance", "visc0.2-n11").stdout)["next_run"]
     assert [(r["stage"], [(g["count"], g["instances"]) for g in r["reasons"]]) for r in only] == [
         ("solve", [(1, ["visc0.2-n11"])]), ("probe", [(1, ["visc0.2-n11"])])]
@@ -209,7 +209,7 @@ def test_plan_of_many_points_is_a_row_per_stage_and_names_them_when_asked(tmp_pa
                                                           "n": {"from": 1, "to": 40, "count": 40}}}}}
     tiny_pipeline(tmp_path, VISCOSITY_STUDY, config)
     text = cli(tmp_path, "plan", "--width", "120").stdout
-    assert text.startswith("next run: 241 jobs")
+    assert text.startswith("next run: 241 job(s)")
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
     assert rows == [["visc", "solve", "120", "…", "outputs missing"], ["visc", "probe", "120", "…", "outputs missing"],
                     ["visc", "report", "1", "", "outputs missing"]]

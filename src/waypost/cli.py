@@ -997,7 +997,7 @@ def cmd_plan(args) -> int:
     axis = cfg.get("_axis")   # (a workflow without an axis: no column for it)
     if rows:
         jobs = sum(g["count"] for r in rows for g in r["reasons"])
-        table = Table(title=f"next run: {jobs:,} job{'s' if jobs != 1 else ''}", title_justify="left")
+        table = Table(title=f"next run: {jobs:,} job(s)", title_justify="left")
         named = any(r["instances"] for r in rows)   # (a column for instances when a stage has them)
         for column in ("experiment", *([axis["word"]] if axis else []), "stage", "jobs",
                        *(["instances"] if named else []), "why"):
