@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,study_status,slurm] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -39,6 +39,7 @@ import bench_planning
 import bench_runner
 import bench_slurm
 import bench_status
+import bench_study_status
 from common import (
     REPO,
     Interference,
@@ -61,6 +62,7 @@ BENCHMARKS = {                      # the issue's order
     "catalog": bench_catalog.run,
     "findpage": bench_findpage.run,     # issue 21: the catalog as a page
     "status": bench_status.run,
+    "study_status": bench_study_status.run,   # issue 31: status at a study's scale
     "slurm": bench_slurm.run,
 }
 DOCUMENT = REPO / "docs" / "benchmarks.md"

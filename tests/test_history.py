@@ -40,8 +40,8 @@ def test_find_lists_current_and_archived_teachers_and_status_their_runs(run_copy
     text = waypost(run_copy, "find", "--stage", "train_teacher", "--pair", "en-xa", "--width", "250").stdout
     assert "6 stage(s) found" in text and text.count("done (archived .attempts/2)") == 2
 
-    # status --attempts: the current manifest's attempts, then each earlier run
-    out = waypost(run_copy, "status", "--attempts", "train_teacher", "--pair", "en-xa").stdout
+    # status --attempts --all-attempts: the current manifest's attempts, then each earlier run
+    out = waypost(run_copy, "status", "--attempts", "train_teacher", "--pair", "en-xa", "--all-attempts").stdout
     made = first["created"][:16].replace("T", " ")
     assert f"archived .attempts/1: SUCCESS, 1 attempt, made {made}" in out
     assert out.count("archived .attempts/2: SUCCESS, 1 attempt") == 2

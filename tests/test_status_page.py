@@ -75,7 +75,8 @@ def test_page_shows_each_instance_with_its_history():
     assert td["data-attempts"] == "3"  # the most of any instance, as in the terminal
     instance_states = {e["data-instance"]: e["data-state"] for e in elements.where("instance")}
     assert instance_states == {"0": "SUCCESS", "1": "TIMEOUT"}
-    assert "timeout 1/2" in page and "sig 15" in page and "r/p/e/train/1" in page and "_logs/attempt-3.log" in page
+    assert 'data-count-state="TIMEOUT" data-count="1">timeout 1<' in page and ">done 1<" in page
+    assert "sig 15" in page and "r/p/e/train/1" in page and "_logs/attempt-3.log" in page
     assert 'id="e/p/train"' in page
 
 
@@ -107,7 +108,7 @@ def test_status_page_in_chromium(chromium, run_copy, tmp_path):
     terminal = waypost(run_copy, "status").stdout
     for state in [*status.LOOKS, *status.FAILURES]:
         assert status.look(state)[0] in terminal
-    assert "failed 1/2 ×2" in terminal and "×N: attempts" in terminal
+    assert "failed 1 · done 1 ×2" in terminal and "×N: attempts" in terminal
 
     assert waypost(run_copy, "status", "--html", "page.html").stdout == "wrote page.html\n"
     grid = json.loads(waypost(run_copy, "status", "--json").stdout)
@@ -162,7 +163,7 @@ def test_many_pairs_are_summarized_per_stage_and_one_pair_shown_alone(run_copy):
     assert "waypost status --pair PAIR" in text
 
     one = waypost(run_copy, "status", "--pair", "en-xb").stdout
-    assert "en-xb" in one and "failed 1/2" in one and "en-xa" not in one and "all pairs" not in one
+    assert "en-xb" in one and "failed 1 · done 1" in one and "en-xa" not in one and "all pairs" not in one
     grid = json.loads(waypost(run_copy, "status", "--pair", "en-y03", "--json").stdout)
     assert list(grid["experiments"]["exp1"]) == ["en-y03"]
     assert {cell["state"] for cell in grid["experiments"]["exp1"]["en-y03"].values()} == {"missing"}

@@ -100,19 +100,35 @@ def cmd_status(args) -> int:
     from . import status
 
     cfg = load_config(args)
-    wconfig.check_names(cfg, args.experiment, args.pair, args.attempts)
+    if args.all_attempts and not args.attempts:
+        raise wconfig.ConfigError("--all-attempts goes with --attempts STAGE (the stages whose attempts to list)")
+    wconfig.check_names(cfg, args.experiment, args.pair, [*(args.attempts or []), *(args.failed or [])])
     reach(cfg["root"])
     if args.sizes:
         return render_sizes(cfg, args)
     grid = status.collect(cfg, workflow_facts(args)["funnels"], args.experiment, args.pair)
     if args.instance:
         only_instances(cfg, grid, args.instance, args.experiment)
-    if args.attempts:   # the archives' manifests: read for these stages only
-        _attach_archives(cfg, [cell for stage in args.attempts for *_, cell in _stage_cells(grid, stage)])
+    if args.failed is not None:
+        rows = failed_rows(grid, args.failed)
         if args.json:
+            sys.stdout.write(json.dumps({"root": grid["root"], "failed": rows},
+                                        indent=2 if sys.stdout.isatty() else None) + "\n")
+            return 0
+        render_failed(grid, rows, args.failed)
+        return 0
+    if args.attempts:
+        if args.json:   # every attempt, and the archives' manifests (read for these stages only)
+            _attach_archives(cfg, [cell for stage in args.attempts for *_, cell in _stage_cells(grid, stage)])
             sys.stdout.write(json.dumps(grid, indent=2 if sys.stdout.isatty() else None) + "\n")
             return 0
-        render_attempts(grid, args.attempts)
+        for stage in args.attempts:
+            cells = list(_stage_cells(grid, stage))
+            if args.all_attempts or len(cells) == 1:
+                _attach_archives(cfg, [cell for *_, cell in cells])
+                render_attempts(grid, [stage])
+            else:
+                render_attempt_summary(grid, stage, cells)
         return 0
     if args.json:
         # Indented for a terminal; compact when piped, and then through
@@ -171,6 +187,22 @@ def _label(cell: dict) -> tuple[str, str]:
     return text + (f" ×{attempts}" if attempts > 1 else ""), status.look(cell["state"])[1]
 
 
+def _cell_text(cell: dict):
+    """A grid cell as rich Text: each part of its label in its state's
+    colour (``timeout 9`` red, `` · `` plain, ``done 191`` green), then ×N."""
+    from rich.text import Text
+
+    from . import status
+
+    text = Text()
+    for part in status.label_parts(cell):
+        text.append(part["text"], status.look(part["state"])[1] if part.get("state") else None)
+    attempts = status.label(cell)[1]
+    if attempts > 1:
+        text.append(f" ×{attempts}", status.look(cell["state"])[1])
+    return text
+
+
 def _pair_heading(pair: str, axis: dict | None) -> str:
     from . import status
     return status.column_heading(pair, axis)
@@ -185,6 +217,7 @@ def render_status(grid: dict) -> None:
     An experiment with more pairs than the terminal has room for shows, per
     stage, how many pairs are in each state and names those not done."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -195,26 +228,27 @@ def render_status(grid: dict) -> None:
     axis = grid.get("axis")
     word, words = (axis["word"], axis["key"]) if axis else ("axis value", "axis values")
     for experiment, columns in grid["experiments"].items():
-        labels = {pair: {stage: _label(cell) for stage, cell in cells.items()} for pair, cells in columns.items()}
+        labels = {pair: {stage: _cell_text(cell) for stage, cell in cells.items()} for pair, cells in columns.items()}
         stages = [stage for stage in grid["stages"] if any(stage in cells for cells in columns.values())]
         # Each column's widest text, plus its padding and border.
-        width = 1 + sum(3 + max([len(_pair_heading(pair, axis)), *(len(text) for text, _ in cells.values())])
+        width = 1 + sum(3 + max([len(_pair_heading(pair, axis)), *(len(text) for text in cells.values())])
                         for pair, cells in labels.items()) + 3 + max(map(len, stages), default=0)
-        table = Table(title=f"experiment [bold]{experiment}[/]  (root {grid['root']})", title_justify="left")
+        title = f"experiment {experiment}  (root {grid['root']})"   # (one line: the table is at least as wide)
+        table = Table(title=f"experiment [bold]{escape(experiment)}[/]  (root {escape(grid['root'])})",
+                      title_justify="left", min_width=min(len(title), console.width))
         table.add_column("stage", style="bold")
         if width <= console.width:
             for pair in columns:
                 table.add_column(_pair_heading(pair, axis))
             for stage in stages:
-                table.add_row(stage, *(Text(*cells[stage]) if stage in cells else Text("")
-                                       for cells in labels.values()))
+                table.add_row(stage, *(cells.get(stage, Text("")) for cells in labels.values()))
         else:
             summarized = True
             pairs = sum(1 for pair in columns if pair != layout.ALL_PAIRS)
             table.add_column(f"{pairs} {words}, by state")
             for stage in stages:
                 funnel = labels.get(layout.ALL_PAIRS, {}).get(stage)
-                table.add_row(stage, Text(*funnel) if funnel else _stage_summary(columns, stage, axis))
+                table.add_row(stage, funnel or _stage_summary(columns, stage, axis))
         console.print(table)
     lines = [Text("  ").join(Text(*status.look(state)[:2]) for state in group)
              for group in (status.LOOKS, status.FAILURES)]
@@ -304,6 +338,120 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
                         f"made {_when(run['created'])}" + (" (reused)" if run["reused_from"] else "")
                         if run["state"] else run.get("error") or "no manifest")
                 console.print(escape(f"archived {run['archive']}: {what}"), soft_wrap=True)
+
+
+def _where(grid: dict, pair: str, instance: str | None) -> str:
+    """A directory of a stage of an experiment: its axis value (not the
+    funnels' slot) and instance, ``en-xa/0``; "-" for the stage's one."""
+    axis = grid.get("axis")
+    value = _pair_heading(pair, axis) if pair != layout.ALL_PAIRS else None
+    return "/".join(x for x in (value, instance) if x) or "-"
+
+
+def _aligned(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    """Rows as lines of left-aligned columns (the last one as long as it is):
+    plain text, one line a row, to read or to grep, however many."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [indent + "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip()
+            for row in rows]
+
+
+def _counts_label(cells: list[dict]) -> str:
+    """How many of these directories are in each state, worst first, as a
+    cell of a stage with instances says it (``timeout 1 · done 3``)."""
+    from . import status
+    return status.label({"instances": {str(i): {"state": c["state"], "given_up": c.get("given_up")}
+                                       for i, c in enumerate(cells)}})[0]
+
+
+def _one_of(grid: dict, rows: list[dict]) -> str:
+    """The option that picks one of these directories: --instance, or the axis's."""
+    if any(r.get("instance") for r in rows):
+        return "--instance NAME"
+    word = (grid.get("axis") or {}).get("word", "pair")
+    return f"--{word} {word.upper()}"
+
+
+def failed_rows(grid: dict, stages: list[str] | None = None) -> list[dict]:
+    """``status --failed``: each stage or instance directory (of ``stages``,
+    default all) that is not done, neither running nor never run
+    (status.not_done), with its state and why; per experiment and stage,
+    worst first."""
+    from . import status
+
+    rows = []
+    for stage in stages or grid["stages"]:
+        for experiment, pair, instance, cell in _stage_cells(grid, stage):
+            if not status.not_done(cell):
+                continue
+            history = cell.get("history") or []
+            rows.append({"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
+                         "state": cell["state"], "given_up": bool(cell.get("given_up")),
+                         "attempts": cell.get("attempts", 0),
+                         "series": max((a.get("series") or 1 for a in history), default=0),
+                         "why": status.why(cell), "decision": (history[-1].get("decision") if history else None),
+                         "reason": cell.get("reason"), "path": cell["path"], "log": cell.get("log")})
+    order = {name: i for i, name in enumerate(grid["experiments"])}
+    rows.sort(key=lambda r: (order[r["experiment"]], status.severity(r["state"]), not r["given_up"],
+                             _natural(r["pair"]), _natural(r["instance"] or "")))
+    stage_order = {name: i for i, name in enumerate(grid["stages"])}
+    rows.sort(key=lambda r: (order[r["experiment"]], stage_order[r["stage"]]))   # (stable: worst first in each)
+    return rows
+
+
+def render_failed(grid: dict, rows: list[dict], stages: list[str] | None = None) -> None:
+    """``status --failed``: per experiment and stage, how many of its
+    directories are not done and in which states, then one line each:
+    where, state, attempts, why."""
+    from . import status
+
+    total = sum(1 for stage in stages or grid["stages"] for _ in _stage_cells(grid, stage))
+    if not rows:
+        print(f"nothing failed: each of the {total} stage directories is done, running or not yet run")
+        return
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["experiment"], row["stage"]), []).append(row)
+    lines = []
+    for (experiment, stage), group in groups.items():
+        dirs = sum(1 for exp, *_ in _stage_cells(grid, stage) if exp == experiment)
+        lines.append(f"{experiment}/{stage}: {len(group)} of {dirs} not done ({_counts_label(group)})")
+        lines += _aligned([[_where(grid, r["pair"], r["instance"]), status.state_text(r),
+                            f"×{r['attempts']}", r["why"]] for r in group])
+    lines.append(f"{len(rows)} of {total} stage directories not done; every attempt of one: "
+                 f"waypost status --attempts STAGE {_one_of(grid, rows)}")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def render_attempt_summary(grid: dict, stage: str, cells: list[tuple]) -> None:
+    """``status --attempts STAGE`` over several directories: per experiment,
+    the stage's label, then one line each: where, state, attempts, series,
+    the last attempt (action and state) and the decision after it."""
+    from . import status
+
+    by_experiment: dict[str, list[tuple]] = {}
+    for experiment, pair, instance, cell in cells:
+        by_experiment.setdefault(experiment, []).append((pair, instance, cell))
+    lines = []
+    for experiment, dirs in by_experiment.items():
+        lines.append(f"{experiment}/{stage}: {_counts_label([cell for _, _, cell in dirs])}")
+        word = (grid.get("axis") or {}).get("word", "pair")
+        heading = "/".join([*([word] if any(p != layout.ALL_PAIRS for p, _, _ in dirs) else []),
+                            *(["instance"] if any(i for _, i, _ in dirs) else [])]) or "-"
+        rows = [[heading, "state", "attempts", "series", "last", "next: why"]]
+        for pair, instance, cell in sorted(dirs, key=lambda d: (_natural(d[0]), _natural(d[1] or ""))):
+            history = cell.get("history") or []
+            last = history[-1] if history else {}
+            decision = last.get("decision") or {}
+            rows.append([_where(grid, pair, instance), status.state_text(cell), str(cell.get("attempts", 0)),
+                         str(max((a.get("series") or 1 for a in history), default=0)),
+                         f"{last.get('action')} {last.get('state') or '?'}" if last else "-",
+                         f"{decision['action']}: {decision.get('reason') or ''}".rstrip(": ") if decision
+                         else status.why(cell) or "-"])
+        lines += _aligned(rows)
+    lines.append(f"every attempt: waypost status --attempts {stage} --all-attempts "
+                 f"(one's: {_one_of(grid, [{'instance': i} for _, _, i, _ in cells])})")
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def render_sizes(cfg: dict, args) -> int:
@@ -833,8 +981,7 @@ def cmd_plan(args) -> int:
     if args.instance:
         found = {name for r in rows for name in r["instances"]} | instances_on_disk(cfg, workflow_facts(args))
         wconfig.check_instance_names(cfg, args.instance, None, found)
-        rows = [{**r, "instances": wconfig.match_instances(args.instance, r["instances"])} for r in rows]
-        rows = [r for r in rows if r["instances"]]
+        rows = plan.only_instances(rows, lambda names: wconfig.match_instances(args.instance, names))
 
     drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"], args.instance)
     groups = plan.collapse(drifted, cfg)
@@ -849,14 +996,27 @@ def cmd_plan(args) -> int:
     console = Console(width=args.width)
     axis = cfg.get("_axis")   # (a workflow without an axis: no column for it)
     if rows:
-        table = Table(title=f"next run: {sum(max(1, len(r['instances'])) for r in rows)} job(s)", title_justify="left")
-        for column in ("experiment", *([axis["word"]] if axis else []), "stage", "why"):
-            table.add_column(column, overflow="fold")
-        for r in rows:
-            stage = r["stage"] + (f" [{_names_shown(r['instances'])}]" if r["instances"] else "")
-            table.add_row(r["experiment"], *([_pair_heading(r["pair"], axis)] if axis else []), escape(stage),
-                          escape(r["why"]))
+        jobs = sum(g["count"] for r in rows for g in r["reasons"])
+        table = Table(title=f"next run: {jobs:,} job(s)", title_justify="left")
+        named = any(r["instances"] for r in rows)   # (a column for instances when a stage has them)
+        for column in ("experiment", *([axis["word"]] if axis else []), "stage", "jobs",
+                       *(["instances"] if named else []), "why"):
+            table.add_column(column, overflow="fold", justify="right" if column == "jobs" else "left")
+        unnamed = 0
+        for r in rows:   # a row per stage and reason: its jobs, and their instances when few
+            for g in r["reasons"]:
+                names = g["instances"]
+                if len(names) > NAMED_INSTANCES and not args.all_instances:
+                    unnamed += 1
+                    names_text = "…"
+                else:
+                    names_text = ", ".join(sorted(names, key=_natural))
+                table.add_row(r["experiment"], *([_pair_heading(r["pair"], axis)] if axis else []),
+                              escape(r["stage"]), f"{g['count']:,}", *([escape(names_text)] if named else []),
+                              escape(g["why"]))
         console.print(table)
+        if unnamed:
+            console.print(f"…: more than {NAMED_INSTANCES} instances; `waypost plan --all-instances` names them all")
     else:
         console.print("next run: nothing to do")
     if drifted:
@@ -896,6 +1056,10 @@ def instances_on_disk(cfg: dict, facts: dict) -> set[str]:
                 if tree.isdir(stage_dir):
                     found.update(name for name, _ in tree.state_dirs(stage_dir) if name is not None)
     return found
+
+
+# `waypost plan` names the instances of a row of the next run up to this many.
+NAMED_INSTANCES = 10
 
 
 def _natural(name: str) -> list:
@@ -979,7 +1143,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_config(sub.add_parser("status", help=f"experiments × {words} × stages, from the stage directories"))
     p.add_argument("--json", action="store_true", help="machine-readable output (indented on a terminal, one line when piped)")
     p.add_argument("--html", metavar="FILE", help="write the grid as one self-contained HTML page")
-    p.add_argument("--attempts", nargs="+", metavar="STAGE", help="list the attempt history of these stages")
+    p.add_argument("--failed", nargs="*", metavar="STAGE", help="name the stages and instances not done (of "
+                   "these stages, default all), each with its state and why: its last decision's reason, given up, "
+                   "a parent not accepted; not those running or not yet run")
+    p.add_argument("--attempts", nargs="+", metavar="STAGE", help="the attempts of these stages: a line per "
+                   "directory (instance or " + word + "): attempts, series, last state and decision; a "
+                   "directory's every attempt when it is the only one (--instance NAME)")
+    p.add_argument("--all-attempts", action="store_true", help="with --attempts: every attempt of every "
+                   "directory, and its archived runs")
     p.add_argument("--experiment", help="only this experiment")
     p.add_argument(*one, dest="pair", help=f"only this {word} (its stages, no funnels)")
     p.add_argument("--instance", action="append", help=INSTANCE_HELP.format(" of the stages with instances", ""))
@@ -1083,6 +1254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="exit 1 when a done stage drifted (for scripts and CI)")
     p.add_argument("--instance", action="append", help="only the jobs and drift of this instance (repeatable; "
                    "shell patterns work: --instance 'nu0.01-*')")
+    p.add_argument("--all-instances", action="store_true", help="name every instance of the next run (by "
+                   "default a row of a stage and reason names its instances when there are at most 10)")
     p.add_argument("--width", type=int, help="table width (default: the terminal's)")
     p.add_argument("--json", action="store_true")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")

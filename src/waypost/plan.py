@@ -81,22 +81,57 @@ def why(job: dict, config: dict) -> str:
     return reason or "?"
 
 
+# A reason's details in parentheses (an attempt's host and pid): reasons
+# that differ only there are one group of a row.
+DETAIL = re.compile(r"\s*\([^()]*\)")
+
+
 def next_run(jobs: list[dict], config: dict) -> list[dict]:
-    """One row per experiment × pair × stage, instances together."""
+    """One row per experiment × pair × stage, instances together: its
+    ``instances``, ``why`` (its reasons, joined) and ``reasons``: one group
+    per reason (``why``, ``count`` of jobs, their ``instances``), most jobs
+    first; reasons that differ only in a detail in parentheses are one group
+    (``why`` with ``(…)``), so 2,000 instances make a row or two, not 2,000."""
     rows: dict[tuple, dict] = {}
     for job in jobs:
         w = job["wildcards"]
         key = (w.get("experiment", ""), w.get("pair", layout.ALL_PAIRS), job["rule"])
         row = rows.setdefault(key, {"experiment": key[0], "pair": key[1], "stage": key[2],
-                                    "instances": [], "why": set()})
+                                    "instances": [], "why": set(), "reasons": {}})
+        reason = why(job, config)
+        group = row["reasons"].setdefault(DETAIL.sub(" (…)", reason), {"why": set(), "count": 0, "instances": []})
+        group["why"].add(reason)
+        group["count"] += 1
         if "instance" in w:
             row["instances"].append(w["instance"])
-        row["why"].add(why(job, config))
+            group["instances"].append(w["instance"])
+        row["why"].add(reason)
     order = {stage: i for i, stage in enumerate(config["stages"])}
     out = sorted(rows.values(), key=lambda r: (r["experiment"], r["pair"] == layout.ALL_PAIRS, r["pair"],
                                               order.get(r["stage"], 99)))
     for row in out:
-        row["why"] = "; ".join(sorted(row["why"]))
+        groups = []
+        for shape, group in row["reasons"].items():
+            reasons = group["why"]
+            groups.append({**group, "why": next(iter(reasons)) if len(reasons) == 1 else shape})
+        row["reasons"] = sorted(groups, key=lambda g: (-g["count"], g["why"]))
+        row["why"] = "; ".join(sorted({g["why"] for g in row["reasons"]}))
+    return out
+
+
+def only_instances(rows: list[dict], keep) -> list[dict]:
+    """next_run's rows with only the instances ``keep`` (a function of a
+    list of names) returns, each group too; rows left without any dropped."""
+    out = []
+    for row in rows:
+        instances = keep(row["instances"])
+        if not instances:
+            continue
+        kept = set(instances)
+        groups = [{**g, "instances": [i for i in g["instances"] if i in kept]} for g in row["reasons"]]
+        groups = [{**g, "count": len(g["instances"])} for g in groups if g["instances"]]
+        out.append({**row, "instances": instances, "reasons": groups,
+                    "why": "; ".join(sorted({g["why"] for g in groups}))})
     return out
 
 

@@ -13,7 +13,8 @@ says, in order of precedence:
   adopted                files are there without a manifest of this stage
                          (placed by hand or copied from elsewhere): done
   missing                nothing there
-A stage with instances (``stage/<instance>/``) shows the worst instance.
+A stage with instances (``stage/<instance>/``) has its worst instance's state;
+its label counts the instances in each state.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ LOOKS = {
     "SKIPPED": ("skipped", "yellow", "#b7950b"),
 }
 FAILURE_LOOK = ("bold red", "#c62828")
-LEGEND_MARKS = ("n/m: instances done  ×N: attempts  *: provisional, redone with a parent\n"
+LEGEND_MARKS = ("timeout 9 · done 191: instances by state, worst first  ×N: attempts\n"
+                "*: provisional, redone with a parent\n"
                 "given up: max_series spent; no run starts it again until `waypost retry`")
 
 
@@ -49,21 +51,77 @@ def look(state: str) -> tuple[str, str, str]:
     return LOOKS.get(state, (state.lower(), *FAILURE_LOOK))
 
 
-def label(cell: dict) -> tuple[str, int]:
-    """A cell's label (state, instances done ``n/m``, ``*`` if provisional)
-    and its attempts (of a stage with instances: the most of any)."""
-    text = look(cell["state"])[0]
-    attempts = cell.get("attempts", 0)
+def label_parts(cell: dict) -> list[dict]:
+    """A cell's label in parts: ``text``, and the ``state`` whose look it
+    takes (none: a separator). A stage's state (``*`` if provisional); of a
+    stage with instances, how many (``count``) are in each state, worst
+    first (``timeout 9 · done 191``); then ``given up`` (``given_up``: how
+    many instances, or True) when its series are spent."""
     instances = cell.get("instances", {}).values()
-    if instances:
-        text += f" {sum(1 for c in instances if c['state'] in DONE)}/{len(instances)}"
-        attempts = max(c.get("attempts", 0) for c in instances)
-    if cell.get("provisional") or any(c.get("provisional") for c in instances):
-        text += "*"
-    given_up = sum(1 for c in instances if c.get("given_up"))
-    if cell.get("given_up") or given_up:
-        text += ", given up" + (f" {given_up}" if instances else "")
-    return text, attempts
+    if not instances:
+        parts = [{"text": look(cell["state"])[0] + ("*" if cell.get("provisional") else ""), "state": cell["state"]}]
+        if cell.get("given_up"):
+            parts += [{"text": ", "}, {"text": "given up", "state": cell["state"], "given_up": True}]
+        return parts
+    by_state: dict[str, list[dict]] = {}
+    for sub in instances:
+        by_state.setdefault(sub["state"], []).append(sub)
+    parts = []
+    for state, subs in sorted(by_state.items(), key=lambda item: severity(item[0])):
+        provisional = "*" if any(c.get("provisional") for c in subs) else ""
+        parts += [{"text": " · "}] * bool(parts) + [
+            {"text": f"{look(state)[0]} {len(subs)}{provisional}", "state": state, "count": len(subs)}]
+    given_up = [sub["state"] for sub in instances if sub.get("given_up")]
+    if given_up:
+        parts += [{"text": ", "}, {"text": f"given up {len(given_up)}", "state": worst(given_up),
+                                   "given_up": len(given_up)}]
+    return parts
+
+
+def label(cell: dict) -> tuple[str, int]:
+    """A cell's label (see label_parts: ``timeout 9 · done 191, given up 2``)
+    and its attempts (of a stage with instances: the most of any)."""
+    instances = cell.get("instances", {}).values()
+    attempts = max(c.get("attempts", 0) for c in instances) if instances else cell.get("attempts", 0)
+    return "".join(part["text"] for part in label_parts(cell)), attempts
+
+
+def not_done(cell: dict) -> bool:
+    """Is this stage (or instance) directory one ``status --failed`` names:
+    not done, neither running nor never run (a directory with no attempt
+    and no outputs gone)?"""
+    state = cell["state"]
+    if state in DONE or state == "running":
+        return False
+    return state != "missing" or bool(cell.get("history") or cell.get("missing_outputs"))
+
+
+def why(cell: dict) -> str:
+    """Why a directory is not done, in a line: its last decision's reason
+    (``TIMEOUT and no cue matched``), then the stage's own (given up, a
+    parent not accepted, a retry), or what its state says (interrupted,
+    corrupt, outputs gone)."""
+    state, history = cell["state"], cell.get("history") or []
+    decision = (history[-1].get("decision") if history else None) or {}
+    parts = []
+    if state == "corrupt":
+        parts.append(cell.get("error") or "its manifest can't be read")
+    elif state == "interrupted":
+        parts.append("its runner is gone; the next run redoes it")
+    elif cell.get("missing_outputs"):
+        parts.append("outputs gone since it succeeded: " + ", ".join(cell["missing_outputs"]))
+    elif decision.get("reason"):
+        parts.append(decision["reason"])
+    if cell.get("reason") and state != "interrupted" and not cell.get("missing_outputs"):
+        parts.append(cell["reason"])
+    if cell.get("next_series_after") and not cell.get("given_up"):
+        parts.append(f"next series not before {cell['next_series_after'][:19].replace('T', ' ')} UTC")
+    return "; ".join(parts)
+
+
+def state_text(cell: dict) -> str:
+    """One directory's state in words, as a label says it (``failed, given up``)."""
+    return look(cell["state"])[0] + (", given up" if cell.get("given_up") else "")
 
 
 def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:

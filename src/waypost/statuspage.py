@@ -33,6 +33,8 @@ table.grid { border-collapse: collapse; }
         background: #fff; border: 1px solid #bbb; border-left: 4px solid var(--c);
         box-shadow: 0 4px 14px rgba(0, 0, 0, .2); padding: .4rem .6rem; }
 .label { font-weight: 600; }
+/* a stage's instances in one state: "timeout 9", in that state's colour */
+.count { color: color-mix(in srgb, var(--c) 80%, black); white-space: nowrap; }
 .attempts { color: #555; font-size: 12px; }
 .more p { margin: .2rem 0; }
 .instance { border-left: 4px solid var(--c); padding-left: .4rem; margin-top: .5rem; }
@@ -94,10 +96,24 @@ def _stage_details(cell: dict) -> str:
 GIVEN_UP = ' data-given-up="true"'
 
 
+def _part(part: dict) -> str:
+    """One part of a cell's label (status.label_parts): a count of instances
+    in a state, or given up, in its state's colour."""
+    if not part.get("state"):
+        return _e(part["text"])
+    if "count" in part:
+        data = f' data-count-state="{_e(part["state"])}" data-count="{part["count"]}"'
+    elif type(part.get("given_up")) is int:      # how many instances (True: the stage's own)
+        data = f' data-given-up-count="{part["given_up"]}"'
+    else:
+        return _e(part["text"])
+    return f'<span class="count state-{_e(part["state"])}"{data}>{_e(part["text"])}</span>'
+
+
 def _summary(cell: dict) -> str:
-    text, attempts = status.label(cell)
+    attempts = status.label(cell)[1]
     tail = f' <span class="attempts" title="{attempts} attempt(s)">×{attempts}</span>' if attempts else ""
-    return f'<span class="label">{_e(text)}</span>{tail}'
+    return f'<span class="label">{"".join(_part(p) for p in status.label_parts(cell))}</span>{tail}'
 
 
 def _cell(experiment: str, pair: str, stage: str, cell: dict) -> str:
@@ -139,7 +155,7 @@ def render(grid: dict) -> str:
     Each cell's details have the id ``experiment/pair/stage``: a link to
     ``page.html#exp1/en-xa/train_student`` opens them."""
     # Failure states, and any state the palette does not know, take the failure colour.
-    css = CSS + "".join([f".cell, .swatch, .instance {{ --c: {status.FAILURE_LOOK[1]}; }}\n",
+    css = CSS + "".join([f".cell, .swatch, .instance, .count {{ --c: {status.FAILURE_LOOK[1]}; }}\n",
                          *(f".state-{state} {{ --c: {status.look(state)[2]}; }}\n" for state in status.LOOKS)])
     tables = "\n".join(_table(experiment, columns, grid["stages"], grid.get("axis"))
                        for experiment, columns in grid["experiments"].items())
