@@ -12,6 +12,7 @@ or code changed, so after a mid-study fix this is where a user sees what
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
