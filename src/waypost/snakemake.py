@@ -257,11 +257,18 @@ class Pipeline:
         """The experiment's values of the workflow's axis (its ``pairs``, say)."""
         return list(self.config["experiments"][experiment]["pairs"])
 
-    def instances(self, stage: str, experiment: str) -> list[str]:
-        """The instance names of a stage with instances, in an experiment."""
+    def instances(self, stage: str, experiment: str, pair: str | None = None) -> list[str]:
+        """The instance names of a stage with instances, in an experiment
+        (and for one axis value, ``pair``, when the stage's function takes
+        it: teachers per language pair). Without ``pair``: every name any
+        of the experiment's axis values has."""
         spec = self.stages[stage].instances
-        names = spec(experiment) if callable(spec) else spec
-        return [str(name) for name in names]
+        if not callable(spec):
+            return [str(name) for name in spec]
+        if not _takes_axis_value(spec):
+            return [str(name) for name in spec(experiment)]
+        pairs = [pair] if pair is not None else (self.axis_values(experiment) if self.axis_wc else [layout.ALL_PAIRS])
+        return list(dict.fromkeys(str(name) for value in pairs for name in spec(experiment, value)))
 
     def _pair(self, wildcards) -> str:
         """A job's axis value (the engine's ``pair``): ``_all`` for a funnel."""
@@ -289,9 +296,11 @@ class Pipeline:
         """An output of this rule's stage: ``filename`` in its stage directory,
         ``{root}/{pair}/{experiment}/{stage}[/{instance}]/filename``.
 
-        ``instances``: the stage runs once per instance (a function of the
-        experiment giving their names, or a list): its directory has one
-        subdirectory each, and ``{wildcards.instance}`` names the job's.
+        ``instances``: the stage runs once per instance (a list of names,
+        or a function giving them: of the experiment, or of the experiment
+        and the axis value, for a number that differs per pair): its
+        directory has one subdirectory each, and ``{wildcards.instance}``
+        names the job's.
         ``funnel=True``: the stage runs once per experiment over all its axis
         values (a report, a summary): its directory is under ``_all``.
         Said on one output, either holds for the rule's others."""
@@ -357,8 +366,9 @@ class Pipeline:
             upstream = self._known(stage, consumer.name)
             pairs = ([layout.ALL_PAIRS] if upstream.funnel or not self.axis_wc else
                      self.axis_values(wildcards.experiment) if consumer.funnel else [self._pair(wildcards)])
-            names = self.instances(stage, wildcards.experiment) if upstream.instances is not None else [None]
-            return [self.path_of(stage, filename, wildcards.experiment, pair, name) for pair in pairs for name in names]
+            return [self.path_of(stage, filename, wildcards.experiment, pair, name) for pair in pairs
+                    for name in (self.instances(stage, wildcards.experiment, pair)
+                                 if upstream.instances is not None else [None])]
         return _presigned(paths)
 
     def path_of(self, stage: str, filename: str, experiment: str, pair: str | None = None,
@@ -1176,7 +1186,8 @@ class Pipeline:
                 else:
                     pairs = [p for p in self.axis_values(experiment) if p in select.get("pairs", [p])]
                 for pair in pairs:
-                    for instance in (self.instances(stage, experiment) if spec.instances is not None else [None]):
+                    for instance in (self.instances(stage, experiment, pair) if spec.instances is not None
+                                     else [None]):
                         wildcards = self._values(experiment, pair, instance)
                         values = {"experiment": experiment, "pair": pair, "instance": instance, "wildcards": wildcards}
                         for p in patterns:
@@ -1184,6 +1195,16 @@ class Pipeline:
 
     def all_outputs(self) -> list[str]:
         return [path for _, _, path in self._stage_outputs()]
+
+
+def _takes_axis_value(function) -> bool:
+    """Does an instances function take the axis value too (two arguments)?"""
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
 def _presigned(function):
