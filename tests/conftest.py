@@ -179,9 +179,9 @@ def gcs_log(gcs_emulator) -> EmulatorLog:
 @pytest.fixture
 def bucket(gcs_emulator, request):
     """A fresh, empty bucket for one test; yields its gs:// URI."""
-    from waypost import storage
+    from waypost.stores import gcs
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + f"-{os.getpid()}"
-    fs, _ = storage.filesystem("gs://" + name)
+    fs, _ = gcs.filesystem("gs://" + name)
     fs.mkdir(name)
     yield "gs://" + name
     try:
@@ -198,8 +198,8 @@ def gcs_flags(root: str) -> tuple[str, ...]:
 
 
 def gcs_fs():
-    from waypost import storage
-    return storage.filesystem("gs://any")[0]
+    from waypost.stores import gcs
+    return gcs.filesystem("gs://any")[0]
 
 
 def gcs_key(url: str) -> str:

@@ -15,8 +15,9 @@ import json
 import os
 import time
 
-from . import manifest, storage
+from . import manifest, stores
 from .layout import RUNNING
+from .stores import gcs
 
 
 class LiveAttempt:
@@ -38,12 +39,12 @@ def _marker(stage_dir: str) -> tuple[bytes, float] | None:
     """A stage directory's ``_running.json`` and its heartbeat's age; None
     without one. On a gs:// root the planning's listing says whether there
     is one (no request for the stages that have none)."""
-    if storage.is_remote(stage_dir):
+    if stores.is_bucket_url(stage_dir):
         url = f"{stage_dir.rstrip('/')}/{RUNNING}"
-        if storage.root_of(url) is not None and storage.listed_info(url) is None:
+        if gcs.root_of(url) is not None and gcs.listed_info(url) is None:
             return None
-        from snakemake_storage_plugin_waypost import mtime_of
-        fs, path = storage.filesystem(url)
+        from .stores.gcs import mtime_of
+        fs, path = gcs.filesystem(url)
         try:
             return fs.cat_file(path), time.time() - mtime_of(fs.info(path))
         except FileNotFoundError:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from . import config as wconfig
-from . import layout, manifest, stagetree
+from . import layout, manifest, stores
 from .catalog import settings_diff
 
 JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
@@ -75,7 +75,7 @@ def why(job: dict, config: dict) -> str:
     if reason.startswith("Forced execution") and w.get("experiment") in config["experiments"]:
         stage_dir = layout.stage_dir(config["root"], w.get("pair", layout.ALL_PAIRS), w["experiment"], job["rule"],
                                      w.get("instance"))
-        tree = stagetree.open(stage_dir)
+        tree = stores.store_for(stage_dir)
         if tree.exists(layout.join(stage_dir, layout.RUNNING)):
             alive, where = tree.in_flight(stage_dir)
             return f"an attempt is still at work ({where}): its job will not start a second" if alive \
@@ -142,7 +142,7 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
     (names or shell patterns)."""
     rows, digests, unknown = [], {}, 0
     root = config["root"]
-    tree = stagetree.open(root)
+    tree = stores.store_for(root)
     settings_of = wconfig.step_settings_of(config)
     for experiment, exp in config["experiments"].items():
         points = wconfig.points(config, experiment)

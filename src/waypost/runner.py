@@ -47,7 +47,7 @@ import signal
 import sys
 import time
 
-from . import lifecycle, manifest, slurm, workers
+from . import lifecycle, manifest, slurm, stores, workers
 from . import policy as wpolicy
 from . import spec as wspec
 from .layout import LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_name, stage_root
@@ -410,10 +410,12 @@ class StageRun:
         self.remote = None
         # The paths the step works with: on a bucket root, the local copies.
         self.inputs, self.outputs = step.inputs, step.outputs
-        if step.stage_dir.startswith("gs://"):   # only then: the runner starts at every step
-            from . import remote_stage
-            self.remote, self.inputs, self.outputs = remote_stage.for_runner(step)
+        if stores.is_bucket_url(step.stage_dir):   # only then: the runner starts at every step
+            from .stores import mirror
+            self.remote, self.inputs, self.outputs = mirror.for_runner(step)
         self.dir = self.remote.local if self.remote else step.stage_dir
+        # Where the stage dir is, as a store (disk, or a mounted bucket): archives and heartbeats.
+        self.store = None if self.remote else stores.store_for(stage_root(step.stage_dir, step.instance), quiet=True)
         # The Snakemake run this job is part of (a runner started by hand: a run of its own).
         self.run_id = os.environ.get(manifest.RUN_ID_ENV) or manifest.new_run_id()
         self.policy = wpolicy.Policy.from_config(step.policy)
@@ -446,14 +448,17 @@ class StageRun:
     def _heartbeat(self) -> None:
         """Show that this runner is alive: refresh ``_running.json``'s time."""
         try:
-            os.utime(self._path(RUNNING))
+            if self.remote:
+                os.utime(self._path(RUNNING))
+            else:
+                self.store.heartbeat(self._path(RUNNING))
         except OSError:
             return
         if self.remote:
             self.remote.put_marker(RUNNING, time.time())
 
     def _archive(self, keep: tuple[str, ...] = ()) -> str | None:
-        archived = self.remote.archive(keep) if self.remote else manifest.archive_workspace(self.dir, keep=keep)
+        archived = self.remote.archive(keep) if self.remote else self.store.archive(self.dir, keep=keep)
         if archived:
             for old in self.history:
                 if old.get("workspace") == ".":
@@ -1025,7 +1030,7 @@ class StageRun:
 
 def main(argv: list[str] | None = None) -> int:
     step, lost = parse_args(sys.argv[1:] if argv is None else argv)
-    if step.reuse_from or step.stage_dir.startswith("gs://"):
+    if step.reuse_from or stores.is_bucket_url(step.stage_dir):
         _with_site()   # gcsfs and the rest of what they import are site-packages'
     if step.reuse_from and not lost:
         from . import reuse
@@ -1059,7 +1064,7 @@ def run_and_exit() -> None:
     teardown (freeing every module, a last collection) costs each step
     ~5 ms: skip it. A gs:// stage's client may still have work at exit."""
     status = main()
-    if "waypost.remote_stage" in sys.modules:
+    if "waypost.stores.mirror" in sys.modules or "gcsfs" in sys.modules:
         sys.exit(status)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -26,9 +26,10 @@ from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 from snakemake.iocontainers import Wildcards
 
 from . import config as wconfig
-from . import layout, manifest, reuse, runner, storage
+from . import layout, manifest, reuse, runner, stores
 from . import spec as wspec
 from . import workers as wworkers
+from .stores import gcs
 
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 #: Set by ``waypost`` when it only reads the workflow's facts (see graph), to
@@ -163,10 +164,10 @@ class Pipeline:
         # jobs get gs:// URLs, and the step runner works on a local copy of
         # the bucket, ``self.mirror`` (see remote_stage).
         self.mirror = None
-        if layout.is_gcs(self.root) and not self.facts_only:
-            from . import remote_stage
-            self.mirror = remote_stage.planning_mirror(self.root, workflow)
-        self.base = "" if self.mirror or layout.is_gcs(self.root) else self.root
+        if stores.is_bucket_url(self.root) and not self.facts_only:
+            from .stores import mirror
+            self.mirror = mirror.planning_mirror(self.root, workflow)
+        self.base = "" if self.mirror or stores.is_bucket_url(self.root) else self.root
         self.presence = config["rerun_policy"] == "presence"
         run_identity(workflow)   # the runner reads the run id itself
         self._code_versions: dict[str, str] = {}   # stage → its code version (see stage_code_version)
@@ -388,8 +389,8 @@ class Pipeline:
         root: is it in the one listing of the root this planning makes."""
         if self.mirror is None:
             return os.path.exists(path)
-        from . import storage
-        return storage.listed(layout.join(self.root, path))
+        from .stores import gcs
+        return gcs.listed(layout.join(self.root, path))
 
     def _pattern(self, path) -> str:
         """A rule's output as the rule wrote it (Snakemake turns paths on a
@@ -486,7 +487,7 @@ class Pipeline:
         says none."""
         if self.mirror is None:
             return None
-        info = storage.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
+        info = gcs.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
         return ((info or {}).get("metadata") or {}).get(manifest.INPUT_SET_KEY)
 
     def _as_recorded(self, path: str) -> str:
@@ -518,8 +519,8 @@ class Pipeline:
                 return False, False
             stamp = lambda name: os.stat(os.path.join(stage_dir, name)).st_mtime   # noqa: E731
         else:
-            from snakemake_storage_plugin_waypost import mtime_of
-            found = {name: storage.listed_info(layout.join(self.root, stage_dir, name))
+            from .stores.gcs import mtime_of
+            found = {name: gcs.listed_info(layout.join(self.root, stage_dir, name))
                      for name in (layout.RUNNING, layout.UNFINISHED, layout.PROVISIONAL, layout.MANIFEST)}
             names = [name for name, info in found.items() if info is not None]
             stamp = lambda name: mtime_of(found[name])   # noqa: E731
@@ -570,7 +571,7 @@ class Pipeline:
             location = layout.stage_dir(self.root, pair, source, stage, instance)
         else:
             location = wconfig.source_of_instance(source, instance)
-        return location if storage.is_remote(location) else os.path.abspath(location)
+        return location if stores.is_bucket_url(location) else os.path.abspath(location)
 
     def reused_from(self, stage: str, wildcards) -> str | None:
         return self.reuse_location(wildcards.experiment, self._pair(wildcards), stage, wildcards.get("instance"))
@@ -1123,9 +1124,9 @@ class Pipeline:
             except OSError:
                 entries = {}
         else:
-            from snakemake_storage_plugin_waypost import mtime_of
-            prefix = storage.filesystem(registry)[1] + "/"
-            entries = {key[len(prefix):]: mtime_of(info) for key, info in storage.listing(self.root).items()
+            from .stores.gcs import mtime_of
+            prefix = gcs.filesystem(registry)[1] + "/"
+            entries = {key[len(prefix):]: mtime_of(info) for key, info in gcs.listing(self.root).items()
                        if key.startswith(prefix)}
         held: set[tuple] = set()
         self._on_hold = []
@@ -1177,11 +1178,11 @@ class Pipeline:
         try:
             if self.mirror is None:
                 return manifest.read(stage_dir)
-            url = layout.join(self.root, stage_dir) if not storage.is_remote(stage_dir) else stage_dir
-            if not storage.listed(layout.join(url, layout.MANIFEST)):
+            url = layout.join(self.root, stage_dir) if not stores.is_bucket_url(stage_dir) else stage_dir
+            if not gcs.listed(layout.join(url, layout.MANIFEST)):
                 return None
             return manifest.load(url)
-        except (OSError, manifest.ManifestError, storage.StorageError):
+        except (OSError, manifest.ManifestError, gcs.StorageError):
             return None
 
     def _stage_outputs(self, everything: bool = False):
@@ -1239,8 +1240,8 @@ def local_files(files, mirror: str | None):
         return files
     from snakemake.iocontainers import Namedlist
 
-    from .remote_stage import local_of
-    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f) if storage.is_remote(str(f)) else f)
+    from .stores.mirror import local_of
+    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f) if stores.is_bucket_url(str(f)) else f)
 
 
 def _with_local_files(function, names: set[str], mirror: str):

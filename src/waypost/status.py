@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 
-from . import layout, manifest, stagetree, storage
+from . import layout, manifest, stores
 from .config import check_names
 
 DONE = ("SUCCESS", "adopted")
@@ -78,12 +78,12 @@ def _has_files(tree, stage_dir: str) -> bool:
 
 def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
     """State of one stage (or instance) directory (in ``tree``, a
-    ``stagetree`` over its root; by default one over the directory).
+    store (``stores.store_for``) over its root; by default one over the directory).
 
     ``expected`` holds the experiment/pair/stage/instance this directory is
     for; a manifest that names another location was copied here by hand.
     """
-    tree = tree or stagetree.open(stage_dir)
+    tree = tree or stores.store_for(stage_dir)
     cell = {"state": "missing", "attempts": 0, "path": stage_dir, "log": None, "last": None}
     running = _running_state(tree, stage_dir)
     try:
@@ -160,8 +160,8 @@ def worst(states: list[str]) -> str:
 
 def stage_cell(root: str, experiment: str, pair: str, stage: str, tree=None) -> dict:
     """The cell of one stage of one experiment and pair (``tree``: a
-    ``stagetree`` over ``root``, made if not given)."""
-    tree = tree or stagetree.open(root)
+    store (``stores.store_for``) over ``root``, made if not given)."""
+    tree = tree or stores.store_for(root)
     stage_dir = layout.stage_dir(root, pair, experiment, stage)
     expected = {"experiment": experiment, "pair": pair, "stage": stage}
     dirs = tree.state_dirs(stage_dir)
@@ -183,7 +183,7 @@ PARALLEL_FROM = 2000
 
 def _rows(root: str, tasks: list[tuple[str, str, list[str]]]) -> list[dict]:
     """{stage: cell} for each (experiment, pair, stages) task."""
-    tree = stagetree.open(root, snapshot=True)
+    tree = stores.store_for(root, snapshot=True)
     return [{stage: stage_cell(root, experiment, pair, stage, tree) for stage in stages}
             for experiment, pair, stages in tasks]
 
@@ -218,7 +218,7 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     collecting = gc.isenabled()
     gc.disable()
     try:
-        if storage.is_remote(root) or sum(len(t[2]) for t in tasks) < PARALLEL_FROM:
+        if stores.is_bucket_url(root) or sum(len(t[2]) for t in tasks) < PARALLEL_FROM:
             rows = _rows(root, tasks)
         else:
             from .parallel import chunks, cpus, in_workers
