@@ -69,3 +69,51 @@ def running(**start_options):
             else:
                 os.environ[key] = value
         gcs.reset()
+
+
+def rclone_config(url: str, path: Path) -> Path:
+    """An rclone config whose remote ``fgcs`` is the emulator at ``url``."""
+    path.write_text(f"[fgcs]\ntype = google cloud storage\nanonymous = true\nendpoint = {url}/storage/v1/\n"
+                    "bucket_policy_only = true\n")
+    return path
+
+
+def mount_problem() -> str | None:
+    """Why this machine can't make the rclone FUSE mount the mount tests use (None: it can)."""
+    import shutil
+    if not shutil.which("rclone") or not shutil.which("fusermount3"):
+        return "rclone and fuse3 are not installed (apt-get install rclone fuse3; `make test` does, as root)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse on this machine"
+    if os.geteuid() != 0:
+        return "FUSE mounts need root here"
+    return None
+
+
+@contextlib.contextmanager
+def mounted(url: str, bucket: str, point: Path, work: Path, dir_cache: str = "1s", write_back: str = "1s"):
+    """``bucket`` of the emulator at ``url`` mounted at ``point`` with rclone
+    (a node's gcsfuse, in shape: no hard links, rename = copy + delete,
+    listings cached per mount for ``dir_cache``); unmounted after."""
+    point.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    config = rclone_config(url, work / "rclone.conf")
+    cmd = ["rclone", "--config", str(config), "mount", f"fgcs:{bucket}", str(point), "--vfs-cache-mode", "writes",
+           "--vfs-write-back", write_back, "--dir-cache-time", dir_cache, "--cache-dir", str(work / "cache")]
+    with open(work / "rclone.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+    deadline = time.time() + 20
+    while not os.path.ismount(point):
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError(f"rclone did not mount {bucket}: {(work / 'rclone.log').read_text()[-500:]}")
+        time.sleep(0.05)
+    try:
+        yield point
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(point)], check=False)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -77,7 +77,7 @@ class LocalStore(StageStore):
                       for top, _, names in os.walk(directory) for name in names)
 
     def marker_dirs(self, leaf: str = MANIFEST) -> list[str]:
-        return list(manifests_under(self.root, leaf=leaf))
+        return sorted(manifests_under(self.root, leaf=leaf))
 
     def manifest(self, directory: str) -> dict | None:
         """A directory's manifest; None if none; ManifestError if unusable."""
@@ -108,7 +108,7 @@ class LocalStore(StageStore):
         with open(note, "w") as f:
             json.dump(entries, f)
         for entry in entries:
-            os.rename(os.path.join(directory, entry), os.path.join(target, entry))   # same directory tree
+            _move(os.path.join(directory, entry), os.path.join(target, entry))
         os.unlink(note)
         return os.path.relpath(target, directory)
 
@@ -329,6 +329,19 @@ class LocalSnapshot(LocalStore):
         return manifest.attempt_in_flight(directory, me)
 
 
+
+
+def _move(source: str, target: str) -> None:
+    """Rename ``source`` to ``target`` in the same tree; where an archive
+    cut short left part of a directory at ``target``, what is left of it
+    goes in file by file (then its empty directories go)."""
+    if not os.path.lexists(target) or not os.path.isdir(target) or os.path.islink(source) \
+            or not os.path.isdir(source):
+        os.replace(source, target)
+        return
+    for name in os.listdir(source):
+        _move(os.path.join(source, name), os.path.join(target, name))
+    os.rmdir(source)
 
 
 def _target_file(stage_dir: str, rel: str) -> str:

@@ -21,13 +21,13 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .. import layout, manifest
+from .. import layout
 from .base import StageStore
 from .local import LocalStore
 
 MOUNTS_ENV = "WAYPOST_MOUNTS"   # the config's mounts (JSON), for the jobs of a run
 FUSE_KINDS = {"fuse.gcsfuse": "gcsfuse", "fuse.rclone": "rclone"}
-# How long an archive made through the API waits for this node's mount to stop listing what it moved.
+# How long a reuse made through the API waits for this node's mount to list the copies.
 SETTLE_S = float(os.environ.get("WAYPOST_MOUNT_SETTLE_SECONDS", "70"))
 _declared: dict[str, str] = {}
 _said: set[str] = set()
@@ -47,7 +47,11 @@ def declare(mounts: dict[str, str]) -> None:
     os.environ[MOUNTS_ENV] = json.dumps(_declared)
 
 
-def _table(path: str = "/proc/mounts") -> list[tuple[str, str, str]]:
+def _table() -> list[tuple[str, str, str]]:
+    return _read_table("/proc/mounts")
+
+
+def _read_table(path: str) -> list[tuple[str, str, str]]:
     """(source, mount point, type) of every mount (octal escapes undone)."""
     try:
         with open(path) as f:
@@ -221,51 +225,63 @@ class MountedStore(LocalStore):
         real = os.path.realpath(path)
         return real == self.real or real.startswith(self.real + "/")
 
-    # changes: through the API (objects are whole: another node sees all or nothing)
+    # Changes go through the mount (a rename there is the bucket's copy +
+    # delete, made by the mount itself): a node's mount keeps showing a file
+    # it wrote itself after it was moved or deleted through the API (rclone's
+    # VFS cache, measured), so only what no mount has seen yet is made
+    # through the API: the copies a reuse brings in.
+    def _changed(self) -> None:
+        self._api = None   # the listing is out of date
+
     def write_manifest(self, directory, record):
-        self.api.write_manifest(self.url(directory), record)
+        super().write_manifest(directory, record)
+        self._changed()
 
     def write_marker(self, path, text):
-        self.api.write_marker(self.url(path), text)
+        super().write_marker(path, text)
+        self._changed()
 
     def heartbeat(self, path):
         touch(path)
 
     def remove(self, path):
-        self.api.remove(self.url(path))
+        super().remove(path)
+        self._changed()
 
     def remove_tree(self, path):
-        self.api.remove_tree(self.url(path))
+        super().remove_tree(path)
+        self._changed()
 
     def remove_files(self, directory, names):
-        self.api.remove_files(self.url(directory), names)
+        super().remove_files(directory, names)
+        self._changed()
 
     def archive(self, directory, keep=()):
-        target = self._stage(directory).archive(self.url(directory), keep)
-        if target:
-            self._api = None   # the listing is out of date
-            settle(directory, keep)
+        """Renames through the mount, file by file where an archive cut
+        short left part of a directory (LocalStore.archive): each is the
+        bucket's own server-side copy + delete, resumable from its note."""
+        target = super().archive(directory, keep)
+        self._changed()
         return target
 
     def bring(self, source, source_dir, stage_dir, outputs):
         if source.bucket_url is None:
             return super().bring(source, source_dir, stage_dir, outputs)   # plain copies, checked
         how = self._stage(stage_dir).bring(source, source_dir, self.url(stage_dir), outputs)
-        settle(stage_dir, (), want=[o["path"] for o in outputs])
+        settle(stage_dir, [o["path"] for o in outputs])
+        self._changed()
         return how
 
 
-def settle(directory: str, keep: tuple[str, ...], want: list[str] = ()) -> None:
-    """Wait (at most SETTLE_S) until this node's mount shows what the API did
-    in ``directory``: only ``keep`` (and the archive) left, ``want`` there.
-    A mount caches listings per node (rclone --dir-cache-time, gcsfuse's
-    TTLs): a step that starts before would see the old workspace."""
+def settle(directory: str, want: list[str]) -> None:
+    """Wait (at most SETTLE_S) until this node's mount lists the files the
+    API wrote into ``directory`` (its listing cache: rclone
+    --dir-cache-time, gcsfuse's TTLs): the step or run that comes next
+    looks for them through the mount."""
     until = time.monotonic() + SETTLE_S
     while time.monotonic() < until:
-        left = [e for e in manifest.workspace_entries(directory) if e not in keep and e not in
-                {w.split("/")[0] for w in want}]
-        if not left and all(os.path.exists(os.path.join(directory, w)) for w in want):
+        if all(os.path.exists(os.path.join(directory, w)) for w in want):
             return
         time.sleep(0.2)
-    print(f"waypost: {directory}: the mount still shows an older listing after {SETTLE_S:.0f} s "
+    print(f"waypost: {directory}: the mount does not show the copied files after {SETTLE_S:.0f} s "
           "(its directory cache); going on", file=sys.stderr)
