@@ -208,6 +208,7 @@ def mounted_bucket(gcs_emulator, tmp_path_factory):
     in it (``mount_root``); a second mount of it is ``second_node``."""
     _mount_or_skip()
     import fake_gcs
+
     from waypost.stores import gcs
     name = f"mounted-{os.getpid()}"
     gcs.filesystem("gs://" + name)[0].mkdir(name)

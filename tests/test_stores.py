@@ -6,7 +6,6 @@ bucket waypost knows (found in /proc/mounts), and a mount it doesn't know
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -57,36 +56,19 @@ class Bucket:
 
 class Mount(Disk):
     """Files written through the mount (as steps write them), checked in the
-    bucket once rclone has uploaded them (``--vfs-write-back 1s`` after
-    their close): a check waits that long after a write, or after a store
-    was opened (it may have written through the mount)."""
-
-    LAG_S = 1.3
+    bucket (rclone uploads a file whole at its close, as gcsfuse does)."""
 
     def __init__(self, url: str, root: Path, store=None):
         super().__init__(root)
-        self.bucket, self.store, self.dirty = Bucket(url), store, False
-
-    def settle(self) -> None:
-        if self.dirty:
-            time.sleep(self.LAG_S)
-            self.dirty = False
-
-    def write(self, rel: str, data: bytes) -> None:
-        super().write(rel, data)
-        self.dirty = True
+        self.bucket, self.store = Bucket(url), store
 
     def read(self, rel: str) -> bytes:
-        self.settle()
         return self.bucket.read(rel)
 
     def exists(self, rel: str) -> bool:
-        self.settle()
         return self.bucket.exists(rel)
 
     def open(self):
-        self.settle()
-        self.dirty = True
         return self.store(self.root) if self.store else stores.store_for(self.root)
 
 
