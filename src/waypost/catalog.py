@@ -223,11 +223,11 @@ def _inputs(root: str, data: dict) -> list[dict]:
     catalog's locations are)."""
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, dict)]
     relative = [i["manifest"] for i in inputs if isinstance(i.get("manifest"), str)
-                and not i["manifest"].startswith(("/", "gs://"))]
+                and not stores.is_absolute(i["manifest"])]
     workdir = _workdir(root, relative) if relative and not stores.is_bucket_url(root) else None
 
     def where(path):
-        if workdir and isinstance(path, str) and not path.startswith(("/", "gs://")):
+        if workdir and isinstance(path, str) and not stores.is_absolute(path):
             return os.path.normpath(os.path.join(workdir, path))
         return path
     return [{"path": where(i.get("path")), "manifest": where(i.get("manifest")), "state": i.get("state")}

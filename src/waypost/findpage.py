@@ -144,7 +144,7 @@ def build(rows: list[dict], *, root: str, experiments: dict[str, list[str]], par
                 learned.setdefault(row.get("stage"), set()).add(ordered[link].get("stage"))
                 directory = stage_dir_of(ordered[link])
                 name = path[len(directory) + 1:] if path.startswith(directory + "/") else None
-                if name is None and not path.startswith(("/", "gs://")):
+                if name is None and not stores.is_absolute(path):
                     name = posixpath.basename(path)
                 inputs.append([link, name if name is not None else path, state])
             else:

@@ -618,7 +618,7 @@ class StageRun:
             env["WORKSPACE"] = str(worker["WORKSPACE"])
         oom_before = _oom_kills()
         started = time.monotonic()
-        if self.remote and "gs://" in command:
+        if self.remote and stores.SCHEME in command:
             self._announce_urls(command, self._path(log_rel))
         attempt = Attempt([self.spec.executable, self._path(script_rel)], env, self._path(log_rel), runtime,
                           self.policy.kill_grace, self._heartbeat)
@@ -652,7 +652,7 @@ class StageRun:
         a setting) reaches the step as it is, and a program that reads plain
         files can't open it."""
         import re
-        urls = sorted(set(re.findall(r"gs://[^\s'\";|&()<>]+", command)))
+        urls = sorted(set(re.findall(re.escape(stores.SCHEME) + r"[^\s'\";|&()<>]+", command)))
         message = (f"waypost: note: the command names {', '.join(urls)}; only the job's inputs and outputs are "
                    "mapped to local copies, so the step sees these as they are (URLs, not files)\n").encode()
         with open(log_path, "ab") as log:

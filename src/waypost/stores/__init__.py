@@ -20,6 +20,11 @@ def is_bucket_url(location: str) -> bool:
     return str(location).startswith(SCHEME)
 
 
+def is_absolute(location: str) -> bool:
+    """A bucket's URL or an absolute path (not relative to a working directory)?"""
+    return is_bucket_url(location) or os.path.isabs(str(location))
+
+
 def store_for(root: str, snapshot: bool = False, quiet: bool = False):
     """The store of a root: a bucket's URL through its API; a path on a
     mounted bucket through the mount and the bucket's API; any other path
