@@ -108,13 +108,14 @@ def test_the_mount_table_maps_rclone_and_gcsfuse_mounts_to_buckets(tmp_path, mon
     table.write_text("fgcs:runs-bucket/team /mnt/rc fuse.rclone rw 0 0\n"
                      "data-bucket /mnt/gcs fuse.gcsfuse rw 0 0\n"
                      "host:/export /mnt/sshfs fuse.sshfs rw 0 0\n"
+                     "sftp:/home/me /mnt/sftp fuse.rclone rw 0 0\n"
                      "/dev/sda1 / ext4 rw 0 0\n")
     monkeypatch.setattr(mounted, "_table", lambda: mounted.__dict__["_read_table"](str(table)))
     monkeypatch.delenv(mounted.MOUNTS_ENV, raising=False)
     monkeypatch.setattr(mounted, "_declared", {})
     assert mounted.mount_of("/mnt/rc/results") == mounted.Mount("/mnt/rc", "rclone", "gs://runs-bucket/team")
     assert mounted.mount_of("/mnt/gcs/a/b") == mounted.Mount("/mnt/gcs", "gcsfuse", "gs://data-bucket")
-    assert mounted.mount_of("/mnt/sshfs/x").url is None
+    assert mounted.mount_of("/mnt/sshfs/x").url is None and mounted.mount_of("/mnt/sftp/x").url is None
     assert mounted.mount_of(str(tmp_path)) is None
     mounted.declare({"/mnt/sshfs": "gs://declared/prefix"})
     assert mounted.mount_of("/mnt/sshfs/x") == mounted.Mount("/mnt/sshfs", "declared", "gs://declared/prefix")

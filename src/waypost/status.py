@@ -218,7 +218,7 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     collecting = gc.isenabled()
     gc.disable()
     try:
-        if stores.is_bucket_url(root) or sum(len(t[2]) for t in tasks) < PARALLEL_FROM:
+        if stores.listed_at_once(root) or sum(len(t[2]) for t in tasks) < PARALLEL_FROM:
             rows = _rows(root, tasks)
         else:
             from .parallel import chunks, cpus, in_workers

@@ -25,6 +25,16 @@ def is_absolute(location: str) -> bool:
     return is_bucket_url(location) or os.path.isabs(str(location))
 
 
+def listed_at_once(root: str) -> bool:
+    """Is the root read from one listing of its bucket (a gs:// root, or a
+    mount whose bucket is known), rather than directory by directory?"""
+    if is_bucket_url(root):
+        return True
+    from .mounted import mount_of
+    mount = mount_of(root)
+    return mount is not None and mount.url is not None
+
+
 def store_for(root: str, snapshot: bool = False, quiet: bool = False):
     """The store of a root: a bucket's URL through its API; a path on a
     mounted bucket through the mount and the bucket's API; any other path

@@ -70,9 +70,9 @@ def bucket_of_source(kind: str, source: str) -> str | None:
     bucket; rclone's ``remote:bucket[/path]``."""
     if kind == "fuse.gcsfuse":
         return source if source and "/" not in source and ":" not in source else None
-    if kind == "fuse.rclone":
+    if kind == "fuse.rclone":   # (a remote:/absolute/path is a local or SFTP remote, no bucket)
         _, _, rest = source.partition(":")
-        return rest.strip("/") or None
+        return None if rest.startswith("/") else rest.strip("/") or None
     return None
 
 
