@@ -117,24 +117,24 @@ def status_part(tmp: Path) -> tuple[list[Row], list[str]]:
     config["root"] = f"{bucket}/results"
     count = build_done_tree(data, config)
     log(f"mount status: starting fake-gcs-server with {count:,} stage dirs")
-    with fake_gcs.running(data=data, timeout=120) as url:
-        with fake_gcs.mounted(url, bucket, tmp / "mnt", tmp / "rclone", dir_cache="60s") as point:
-            env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-            work = {}
-            for name, root in (("mount", str(point / "results")), ("gs", f"gs://{bucket}/results")):
-                work[name] = tmp / name
-                write_config(work[name], {**config, "root": root})
+    with fake_gcs.running(data=data, timeout=120) as url, \
+            fake_gcs.mounted(url, bucket, tmp / "mnt", tmp / "rclone", dir_cache="60s") as point:
+        env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+        work = {}
+        for name, root in (("mount", str(point / "results")), ("gs", f"gs://{bucket}/results")):
+            work[name] = tmp / name
+            write_config(work[name], {**config, "root": root})
 
-            def cmd(name: str) -> list[str]:
-                return [str(BIN / "waypost"), "status", "--json", "--config", str(work[name] / "config.yaml"),
-                        "--workflow", str(REPO / "workflow")]
-            for name in work:   # both see every stage done
-                grid = json.loads(check(timed(cmd(name), cwd=work[name], env=env), f"status {name}").output)
-                states = {c["state"] for e in grid["experiments"].values() for p in e.values() for c in p.values()}
-                assert states == {"SUCCESS"}, (name, states)
-            samples = interleaved({name: (lambda n=name: check(timed(cmd(n), cwd=work[n], env=env,
-                                                                     keep_output=False), n).seconds)
-                                   for name in work}, REPETITIONS)
+        def cmd(name: str) -> list[str]:
+            return [str(BIN / "waypost"), "status", "--json", "--config", str(work[name] / "config.yaml"),
+                    "--workflow", str(REPO / "workflow")]
+        for name in work:   # both see every stage done
+            grid = json.loads(check(timed(cmd(name), cwd=work[name], env=env), f"status {name}").output)
+            states = {c["state"] for e in grid["experiments"].values() for p in e.values() for c in p.values()}
+            assert states == {"SUCCESS"}, (name, states)
+        samples = interleaved({name: (lambda n=name: check(timed(cmd(n), cwd=work[n], env=env,
+                                                                 keep_output=False), n).seconds)
+                               for name in work}, REPETITIONS)
     mount, gs = median(samples["mount"]), median(samples["gs"])
     log(f"mount status: {mount:.2f}s vs gs:// {gs:.2f}s")
     return [Row(measure=f"`waypost status --json`, {count:,} stage dirs on the mount", value=mount, unit="s",

@@ -162,7 +162,7 @@ class Pipeline:
         # On a gs:// root Snakemake sees stage files through waypost's storage
         # plugin: rules' paths are relative to the root (the storage prefix),
         # jobs get gs:// URLs, and the step runner works on a local copy of
-        # the bucket, ``self.mirror`` (see remote_stage).
+        # the bucket, ``self.mirror`` (see stores.mirror).
         self.mirror = None
         if stores.is_bucket_url(self.root) and not self.facts_only:
             from .stores import mirror
