@@ -195,7 +195,7 @@ class BucketStore(StageStore):
 
     def fetch(self, stage_dir: str, rel: str, local: str) -> str:
         self.fs.get_file(f"{self._object(stage_dir)}/{rel}", local)
-        return "downloaded"
+        return "copied"   # (downloaded)
 
     def bucket_of(self, directory: str) -> str:
         return directory.rstrip("/")
