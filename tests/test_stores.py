@@ -120,3 +120,19 @@ def test_the_mount_table_maps_rclone_and_gcsfuse_mounts_to_buckets(tmp_path, mon
     mounted.declare({"/mnt/sshfs": "gs://declared/prefix"})
     assert mounted.mount_of("/mnt/sshfs/x") == mounted.Mount("/mnt/sshfs", "declared", "gs://declared/prefix")
     assert os.environ[mounted.MOUNTS_ENV]   # for the jobs of the run
+
+
+def test_a_directory_output_is_described_and_reused_file_by_file(tmp_path):
+    """A ``directory()`` output: its files in the manifest, brought in through the store."""
+    from waypost import manifest
+    source = tmp_path / "results/p/e1/s"
+    (source / "shards/a").mkdir(parents=True)
+    (source / "shards/a/0.bin").write_bytes(b"0")
+    (source / "shards/1.bin").write_bytes(b"1")
+    outputs = manifest.describe_outputs(str(source), [str(source / "shards")])
+    assert [o["path"] for o in outputs] == ["shards/1.bin", "shards/a/0.bin"]
+    target = tmp_path / "results/p/e2/s"
+    how, _ = stores.store_for(str(tmp_path / "results")).bring(stores.store_for(str(source)), str(source),
+                                                                 str(target), outputs)
+    assert how in ("copied", "reflinked") and (target / "shards/a/0.bin").read_bytes() == b"0"
+    assert (source / "shards/a/0.bin").stat().st_nlink == 1
