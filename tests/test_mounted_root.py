@@ -7,6 +7,7 @@ seeing a running stage as running."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def wait_until_listed(url: str, rel: str, timeout: float = 10) -> None:
 def test_the_reference_pipeline_on_a_mounted_bucket(mount_root, tmp_path):
     url, path = mount_root
     work = tmp_path
-    config = {**SMALL_CONFIG, "root": str(path / "results")}
+    config = {**copy.deepcopy(SMALL_CONFIG), "root": str(path / "results")}   # (never SMALL_CONFIG itself)
     write_config(work, config)
     write_config(work, {**config, "root": f"{url}/results"}, name="gs.yaml")
     snakemake(work)
