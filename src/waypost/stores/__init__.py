@@ -49,8 +49,3 @@ def store_for(root: str, snapshot: bool = False, quiet: bool = False):
         return open_mounted(root, mount, quiet=quiet)
     from .local import LocalSnapshot, LocalStore
     return LocalSnapshot(root) if snapshot else LocalStore(root)
-
-
-def key(location: str) -> str:
-    """One spelling of a location: a bucket URL as it is, a path absolute."""
-    return location.rstrip("/") if is_bucket_url(location) else os.path.abspath(location)

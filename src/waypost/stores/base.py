@@ -7,8 +7,9 @@ out are the user's: local paths as given (``results/...``), or gs:// URLs
 under the root.
 
 A backend says what it can do with flags, never by its scheme:
-``server_side_copy`` (a copy between two of its locations moves no bytes
-through this machine), ``hard_links``, ``atomic_dir_rename``.
+``snapshot``, ``listed_crc32c``, ``links``, ``server_side_copy`` (a copy
+between two of its locations moves no bytes through this machine). None
+relies on hard links, symbolic links, xattrs or atomic directory renames.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ class StageStore(abc.ABC):
     listed_crc32c = False     # each file's crc32c comes with the listing (verify reads nothing)
     links = True              # may hold symbolic links (never followed out of a stage dir)
     server_side_copy = False  # a copy within the service moves no bytes through this machine
-    hard_links = False
-    atomic_dir_rename = False
     # The gs:// location a copy from this store can start from server-side (None: none).
     bucket_url: str | None = None
 
