@@ -373,8 +373,9 @@ def test_reuse_never_follows_a_link_out_of_their_stage_and_follows_one_inside(th
     assert not (refused / "vocab.json").exists() and not (refused / "_manifest.json").exists()
     taken = mine / "results/en-xb/exp2/train_vocab"
     assert read_manifest(taken)["state"] == "SUCCESS"
-    assert not (taken / "vocab.json").is_symlink()   # the file the link inside points to, linked
-    assert os.path.samefile(taken / "vocab.json", inside / "real/vocab.json")
+    assert not (taken / "vocab.json").is_symlink()   # the file the link inside points to, copied
+    assert (taken / "vocab.json").read_bytes() == (inside / "real/vocab.json").read_bytes()
+    assert not os.path.samefile(taken / "vocab.json", inside / "real/vocab.json")
 
 
 # --- reuse from another team's bucket -----------------------------------------
