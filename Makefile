@@ -26,13 +26,16 @@ demo: profiles
 	@echo
 	@echo "Report: $$(pwd)/results/_all/sample/report/report.md (and report.html)"
 
-# As root (CI), install Debian's chromium for the status page test and start
-# the local Slurm cluster the Slurm tests use (installs munge, Slurm and
-# MariaDB on first use); elsewhere those tests skip.
+# As root (CI), install Debian's chromium for the status page test, rclone
+# and fuse3 for the mounted-bucket tests (a FUSE mount of the GCS emulator),
+# and start the local Slurm cluster the Slurm tests use (installs munge,
+# Slurm and MariaDB on first use); elsewhere those tests skip.
 test: profiles
 	@if [ "$$(id -u)" = 0 ]; then \
 	    [ -x /usr/bin/chromium ] || { echo "installing chromium (for the status page test)"; \
 	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || exit 1; \
+	    { command -v rclone >/dev/null && command -v fusermount3 >/dev/null; } || { echo "installing rclone and fuse3 (for the mounted-bucket tests)"; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone fuse3 >/dev/null; } || exit 1; \
 	    bash scripts/slurm-dev-cluster.sh start; \
 	else echo "not root: the Slurm tests will be skipped"; fi
 	$(MAKE) --no-print-directory lint docs-build

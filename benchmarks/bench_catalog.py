@@ -3,7 +3,7 @@
 Local root: BENCH_CATALOG_LOCAL (default 100,000) manifests in the reference
 layout (``{pair}/{experiment}/{stage}[/{instance}]/_manifest.json``, 20 stage
 directories per experiment × pair, 2 experiments), each a valid SUCCESS
-manifest of ~1 KB (``manifest.build``; no outputs: the catalog never looks
+manifest of ~1 KB (``records.manifest``; no outputs: the catalog never looks
 at them). Measured, each in a fresh process as ``waypost find`` would run it:
 
 - cold build: a new cache file, one ``Catalog.refresh`` of the root, vs the
@@ -78,8 +78,8 @@ PARSE_EVERY = "import json, sys\nn = 0\nfor line in sys.stdin:\n    json.load(op
 # The bucket baseline: list the prefix, read and parse every manifest.
 BUCKET_BASELINE = """
 import json, sys
-from waypost import storage
-fs, base = storage.filesystem(sys.argv[1])
+from waypost.stores import gcs
+fs, base = gcs.filesystem(sys.argv[1])
 paths = [p for p in fs.find(base) if p.endswith("/_manifest.json")]
 n = 0
 for start in range(0, len(paths), 1000):
@@ -286,8 +286,8 @@ def gcs_part(tmp: Path) -> tuple[list[Row], list[str]]:
     with fake_gcs.running(data=data, timeout=120) as url:   # preloading takes a while
         load_s = time.perf_counter() - started
         env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-        from waypost import storage
-        fs, _ = storage.filesystem(root)
+        from waypost.stores import gcs
+        fs, _ = gcs.filesystem(root)
 
         cold = cold_builds(tmp / "gcs-cold", root, count, env=env)
 

@@ -81,7 +81,7 @@ def build_study(workdir: Path, config: dict) -> dict[str, int]:
     """The study's stage directories, as its run leaves them (see the module's
     docstring); returns how many points ended in each way."""
     from waypost import config as wconfig
-    from waypost import graph, layout, manifest
+    from waypost import graph, layout, manifest, records
 
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     root = workdir / config["root"]
@@ -102,7 +102,7 @@ def build_study(workdir: Path, config: dict) -> dict[str, int]:
         for name in files:
             (stage_dir / name).write_bytes(CONTENT)
         outputs = [{"path": name, "size": len(CONTENT), "sha256": CONTENT_SHA256} for name in files]
-        data = manifest.build(experiment="sweep", pair=layout.ALL_PAIRS, stage=stage, instance=instance,
+        data = records.manifest(created=manifest.now_iso(), experiment="sweep", pair=layout.ALL_PAIRS, stage=stage, instance=instance,
                               state=state, attempts=attempts, outputs=outputs, inputs=[],
                               settings=settings_of("sweep", layout.ALL_PAIRS, stage, instance),
                               config_hash="0" * 16, code_version="bench")
@@ -255,7 +255,7 @@ def run(ctx: dict) -> Section:
     cell = next(line for line in text.splitlines() if "simulate" in line)
     section.notes.append(
         f"The study: {ALPHAS} × {CELLS} points of examples/param-study's workflow, every directory with a "
-        f"manifest (`manifest.build`) and, when done, its outputs; of the simulations {ends['SUCCESS']:,} "
+        f"manifest (`records.manifest`) and, when done, its outputs; of the simulations {ends['SUCCESS']:,} "
         f"done, {ends['TIMEOUT']} timed out (three attempts each), {ends['FAILED']} failed and "
         f"{ends['given up']} given up (their extracts skipped). Checked first: `status --json` sees "
         f"{dirs:,} directories and `status --failed --json` names {want}. The grid's cell reads "

@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,study_status,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,study_status,mount,slurm] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -13,7 +13,7 @@ diagnosis of missed targets, written by hand) is included in the document.
 
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
 idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_BIG, BENCH_SLURM_POINTS, BENCH_SLURM_PARTS, BENCH_BIG_MB,
-BENCH_CATALOG_LOCAL, BENCH_CATALOG_GCS and BENCH_FINDPAGE_ROWS size it;
+BENCH_CATALOG_LOCAL, BENCH_CATALOG_GCS, BENCH_FINDPAGE_ROWS and BENCH_MOUNT_MB size it;
 BENCH_PROFILE=1 profiles even where the targets are met; BENCH_TMP is where
 the temporary trees go (default: the system's temp dir).
 """
@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_catalog
 import bench_findpage
+import bench_mount
 import bench_planning
 import bench_runner
 import bench_slurm
@@ -63,6 +64,7 @@ BENCHMARKS = {                      # the issue's order
     "findpage": bench_findpage.run,     # issue 21: the catalog as a page
     "status": bench_status.run,
     "study_status": bench_study_status.run,   # issue 31: status at a study's scale
+    "mount": bench_mount.run,           # issue 29: a bucket mounted as the root
     "slurm": bench_slurm.run,
 }
 DOCUMENT = REPO / "docs" / "benchmarks.md"

@@ -180,15 +180,61 @@ def gcs_log(gcs_emulator) -> EmulatorLog:
 @pytest.fixture
 def bucket(gcs_emulator, request):
     """A fresh, empty bucket for one test; yields its gs:// URI."""
-    from waypost import storage
+    from waypost.stores import gcs
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + f"-{os.getpid()}"
-    fs, _ = storage.filesystem("gs://" + name)
+    fs, _ = gcs.filesystem("gs://" + name)
     fs.mkdir(name)
     yield "gs://" + name
     try:
         fs.rm(name, recursive=True)
     except FileNotFoundError:
         pass
+
+
+# --- a bucket mounted as the root (rclone FUSE over the emulator) --------------
+
+def _mount_or_skip():
+    import fake_gcs
+    problem = fake_gcs.mount_problem()
+    if problem:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError(f"CI=true: the mount tests must run, but {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def mounted_bucket(gcs_emulator, tmp_path_factory):
+    """One bucket, mounted with rclone as a node mounts its gcsfuse bucket:
+    yields (its gs:// URL, the mount point). Tests take a fresh directory
+    in it (``mount_root``); a second mount of it is ``second_node``."""
+    _mount_or_skip()
+    import fake_gcs
+
+    from waypost.stores import gcs
+    name = f"mounted-{os.getpid()}"
+    gcs.filesystem("gs://" + name)[0].mkdir(name)
+    work = tmp_path_factory.mktemp("mount")
+    with fake_gcs.mounted(gcs_emulator, name, work / "mnt", work / "rclone") as point:
+        yield "gs://" + name, point
+
+
+@pytest.fixture(scope="session")
+def second_node(gcs_emulator, mounted_bucket, tmp_path_factory):
+    """The same bucket mounted a second time: another node's view of it
+    (its own caches), as a mount point."""
+    import fake_gcs
+    work = tmp_path_factory.mktemp("node2")
+    with fake_gcs.mounted(gcs_emulator, gcs_key(mounted_bucket[0]), work / "mnt", work / "rclone") as point:
+        yield point
+
+
+@pytest.fixture
+def mount_root(mounted_bucket, request) -> tuple[str, Path]:
+    """A fresh directory of the mounted bucket for one test: (its gs:// URL, its path on the mount)."""
+    url, point = mounted_bucket
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.nodeid.split("::", 1)[-1].lower())[:80].strip("-")
+    (point / name).mkdir()
+    return f"{url}/{name}", point / name
 
 
 # --- gs:// roots --------------------------------------------------------------
@@ -199,8 +245,8 @@ def gcs_flags(root: str) -> tuple[str, ...]:
 
 
 def gcs_fs():
-    from waypost import storage
-    return storage.filesystem("gs://any")[0]
+    from waypost.stores import gcs
+    return gcs.filesystem("gs://any")[0]
 
 
 def gcs_key(url: str) -> str:

@@ -56,8 +56,8 @@ def running(**start_options):
     env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
-    from waypost import storage
-    storage.reset()   # no client made for another endpoint
+    from waypost.stores import gcs
+    gcs.reset()   # no client made for another endpoint
     try:
         yield url
     finally:
@@ -68,4 +68,58 @@ def running(**start_options):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        storage.reset()
+        gcs.reset()
+
+
+def rclone_config(url: str, path: Path) -> Path:
+    """An rclone config whose remote ``fgcs`` is the emulator at ``url``."""
+    path.write_text(f"[fgcs]\ntype = google cloud storage\nanonymous = true\nendpoint = {url}/storage/v1/\n"
+                    "bucket_policy_only = true\n")
+    return path
+
+
+def mount_problem() -> str | None:
+    """Why this machine can't make the rclone FUSE mount the mount tests use (None: it can)."""
+    import shutil
+    if not shutil.which("rclone") or not shutil.which("fusermount3"):
+        return "rclone and fuse3 are not installed (apt-get install rclone fuse3; `make test` does, as root)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse on this machine"
+    if os.geteuid() != 0:
+        return "FUSE mounts need root here"
+    return None
+
+
+@contextlib.contextmanager
+def mounted(url: str, bucket: str, point: Path, work: Path, dir_cache: str = "1s", cache_mode: str = "off"):
+    """``bucket`` of the emulator at ``url`` mounted at ``point`` with rclone
+    (a node's gcsfuse, in shape: no hard links, rename = copy + delete, a
+    file uploaded whole at its close, listings cached per mount for
+    ``dir_cache``); unmounted after.
+
+    ``cache_mode`` off, as gcsfuse writes: rclone 1.60's write cache
+    (``--vfs-cache-mode writes``) loses a rename over a file whose upload is
+    in flight (``--vfs-write-back 0s``) and brings a deleted file back when
+    its upload was still pending (``--vfs-write-back 1s``): both measured."""
+    point.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    config = rclone_config(url, work / "rclone.conf")
+    cmd = ["rclone", "--config", str(config), "mount", f"fgcs:{bucket}", str(point), "--vfs-cache-mode", cache_mode,
+           "--dir-cache-time", dir_cache, "--cache-dir", str(work / "cache")]
+    with open(work / "rclone.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+    deadline = time.time() + 20
+    while not os.path.ismount(point):
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError(f"rclone did not mount {bucket}: {(work / 'rclone.log').read_text()[-500:]}")
+        time.sleep(0.05)
+    try:
+        yield point
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(point)], check=False)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 
-from waypost import catalog, parallel, storage
+from waypost import catalog, parallel
+from waypost.stores import gcs
 
 
 def manifests_under(root: Path) -> set[str]:
@@ -91,7 +92,7 @@ def test_find_filters_and_orders_newest_first(run_copy, tmp_path):
 
 
 def upload(local: Path, url: str) -> None:
-    fs, path = storage.filesystem(url)
+    fs, path = gcs.filesystem(url)
     fs.put(str(local), path, recursive=True)
 
 
@@ -112,13 +113,13 @@ def test_find_across_a_local_and_a_gs_root(run_copy, bucket, monkeypatch):
 
     # The refresh reads only the manifests that changed (counted at the client).
     cat = catalog.Catalog(str(run_copy / ".waypost" / "catalog.sqlite"))
-    fs, _ = storage.filesystem(remote)
+    fs, _ = gcs.filesystem(remote)
     reads = []
     original = fs.cat
     monkeypatch.setattr(fs, "cat", lambda paths, **kw: reads.extend(paths) or original(paths, **kw))
     assert cat.refresh(remote).read == 0 and reads == []
     changed = f"{remote}/en-xb/exp1/train_student/_manifest.json"
-    data = json.loads(storage.read_bytes(changed))
+    data = json.loads(fs.cat_file(changed[len("gs://"):]))
     data["created"] = "2030-01-01T00:00:00.000+00:00"
     fs.pipe_file(changed[len("gs://"):], json.dumps(data).encode())
     fs.rm(f"{remote}/en-xa/exp1/export/_manifest.json"[len("gs://"):])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, SNAKEFILE, planned, read_manifest, snakemake, write_config
 
-from waypost import events, manifest, stagetree
+from waypost import events, manifest, stores
 
 SOAK = REPO / "tests" / "soak"
 
@@ -162,7 +162,7 @@ def test_disk_full_fails_cleanly_and_marks_nothing_done(tmp_path, small_disk):
     assert proc.returncode != 0  # something ran out of space
     assert "No space left on device" in proc.stdout + proc.stderr
     done = failed = 0
-    for stage_dir in (Path(d) for d in stagetree.manifests_under(str(small_disk))):
+    for stage_dir in (Path(d) for d in stores.store_for(str(small_disk)).manifest_dirs()):
         try:
             data = manifest.read(str(stage_dir))
         except manifest.ManifestError:

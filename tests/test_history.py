@@ -11,7 +11,8 @@ from pathlib import Path
 
 from conftest import SMALL_CONFIG, read_manifest, snakemake, waypost, write_config
 
-from waypost import catalog, reuse, storage
+from waypost import catalog, reuse
+from waypost.stores import gcs
 
 TEACHERS = Path("results/en-xa/exp1/train_teacher")
 
@@ -152,7 +153,7 @@ def test_an_old_cache_file_is_rebuilt_not_misread(run_copy, tmp_path):
 def test_archived_manifests_in_a_bucket(run_copy, bucket):
     waypost(run_copy, "rerun", "train_teacher", "--experiment", "exp1", "--pair", "en-xa")
     remote = f"{bucket}/shared"
-    fs, path = storage.filesystem(remote)
+    fs, path = gcs.filesystem(remote)
     fs.put(str(run_copy / "results"), path, recursive=True)
     cat = catalog.Catalog(":memory:")
     assert cat.refresh(remote).read == 29

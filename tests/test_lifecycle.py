@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from waypost import lifecycle, manifest, records, stagetree, states
+from waypost import lifecycle, manifest, records, states, stores
 from waypost.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED
 
 WHERE = {"experiment": "e", "pair": "p", "stage": "fit", "instance": None}
@@ -54,25 +54,24 @@ class Local:
             os.utime(path, (when, when))
 
     def store(self):
-        return stagetree.open(self.root, snapshot=self.snapshot)
+        return stores.store_for(self.root, snapshot=self.snapshot)
 
 
 class Bucket:
     """A stage directory in a bucket, read from one listing of the root."""
 
     def __init__(self, root: str):
-        from snakemake_storage_plugin_waypost import MTIME_KEY
-        from waypost import storage
-        self.root, self.key = root, MTIME_KEY
+        from waypost.stores import gcs
+        self.root, self.key = root, gcs.MTIME_KEY
         self.dir = f"{root}/p/e/fit"
-        self.fs, self.base = storage.filesystem(root)
+        self.fs, self.base = gcs.filesystem(root)
 
     def put(self, name: str, data: bytes, when: float | None = None) -> None:
         self.fs.pipe_file(f"{self.base}/p/e/fit/{name}", data,
                           metadata={self.key: repr(time.time() if when is None else when)})
 
     def store(self):
-        return stagetree.open(self.root)
+        return stores.store_for(self.root)
 
 
 @pytest.fixture(params=["disk", "snapshot", "bucket"])
@@ -221,7 +220,7 @@ def test_a_record_that_does_not_fit_stops_its_writer_in_the_tests(tmp_path, monk
     assert any("started" in p for p in problems), problems
     monkeypatch.setenv(records.CHECK_ENV, "1")
     with pytest.raises(records.RecordError, match=r"does not fit records\.schema\.json"):
-        stagetree.open(str(tmp_path)).write_manifest(str(tmp_path), wrong)
+        stores.store_for(str(tmp_path)).write_manifest(str(tmp_path), wrong)
     assert not (tmp_path / MANIFEST).exists()   # nothing written
     monkeypatch.delenv(records.CHECK_ENV)
     records.checked("manifest", wrong, "x")     # outside the tests: written as it is
@@ -237,6 +236,6 @@ def test_an_older_manifest_is_still_read(tmp_path):
     directory.mkdir(parents=True)
     (directory / "model.txt").write_text("weights")
     (directory / MANIFEST).write_text(json.dumps(old))
-    life = lifecycle.read(stagetree.open(str(tmp_path)), str(directory))
+    life = lifecycle.read(stores.store_for(str(tmp_path)), str(directory))
     assert life.error is None and life.state(WHERE) == states.SUCCESS
     assert records.problems("manifest", old)   # not what waypost writes now

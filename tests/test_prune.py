@@ -25,7 +25,7 @@ from conftest import gcs_objects as objects
 from conftest import prepare_reference, waypost, write_config
 
 from waypost import config as wconfig
-from waypost import manifest, prune, records
+from waypost import manifest, prune, records, stores
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = 86400
@@ -80,7 +80,7 @@ class Files:
         return f"{self.root}/{rel}"
 
     def write(self, rel: str, data: bytes) -> None:
-        if self.root.startswith("gs://"):
+        if stores.is_bucket_url(self.root):
             fs().pipe_file(key(self.path(rel)), data)
         else:
             os.makedirs(os.path.dirname(self.path(rel)), exist_ok=True)

@@ -51,8 +51,10 @@ def test_reuse_upstream_of_student_then_rerun_downstream(run_copy):
                 assert record["reused_from"] == str(source)
                 assert [a["action"] for a in record["attempts"]] == ["reuse"]
                 assert not (directory / "_logs").exists()  # nothing ran
-                for out in record["outputs"]:  # linked, not copied: same file
-                    assert os.path.samefile(directory / out["path"], source / out["path"])
+                for out in record["outputs"]:  # copied, never linked: the source's files stay as they were
+                    copy, original = directory / out["path"], source / out["path"]
+                    assert not os.path.samefile(copy, original) and original.stat().st_nlink == 1
+                    assert copy.read_bytes() == original.read_bytes()
         student = read_manifest(stage(run_copy, pair, "train_student", "exp2"))
         assert student["reused_from"] is None and student["attempts"][0]["action"] == "cmd"
         assert student["settings"]["epochs"] == 3

@@ -1,4 +1,4 @@
-"""gs:// access through waypost.storage: transient errors are retried with
+"""gs:// access through waypost.stores.gcs: transient errors are retried with
 backoff, and the errors a user can act on are one line."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from waypost import storage
+from waypost.stores import gcs
 
 
 class FlakyProxy(http.server.ThreadingHTTPServer):
@@ -53,10 +53,10 @@ def flaky(gcs_emulator, monkeypatch):
     proxy = FlakyProxy(gcs_emulator, failures=0)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.server_address[1]}")
-    storage.reset()
+    gcs.reset()
     yield proxy
     proxy.shutdown()
-    storage.reset()
+    gcs.reset()
 
 
 def test_transient_errors_are_retried(gcs_emulator, bucket, flaky):
@@ -64,12 +64,12 @@ def test_transient_errors_are_retried(gcs_emulator, bucket, flaky):
     direct = gcsfs.core.GCSFileSystem(endpoint_url=gcs_emulator, token="anon", skip_instance_cache=True)
     direct.pipe_file(f"{bucket[len('gs://'):]}/x/_manifest.json", b'{"state": "SUCCESS", "attempts": []}')
     flaky.failures = 2
-    assert storage.read_bytes(f"{bucket}/x/_manifest.json") == b'{"state": "SUCCESS", "attempts": []}'
+    assert gcs.filesystem(bucket)[0].cat_file(f"{bucket[5:]}/x/_manifest.json") == b'{"state": "SUCCESS", "attempts": []}'
     assert flaky.seen >= 3  # two 503s, then the answer
 
 
 def test_errors_a_user_can_act_on_are_one_line():
-    denied = storage.explain(PermissionError("403 Forbidden: caller does not have storage.objects.list"), "gs://b/p")
+    denied = gcs.explain(PermissionError("403 Forbidden: caller does not have gcs.objects.list"), "gs://b/p")
     assert str(denied) == ("gs://b/p: permission denied; check the credentials "
                            "(GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`)")
-    assert str(storage.explain(FileNotFoundError("b/nope/o"), "gs://nope/p")) == "gs://nope/p: not found (no such bucket?)"
+    assert str(gcs.explain(FileNotFoundError("b/nope/o"), "gs://nope/p")) == "gs://nope/p: not found (no such bucket?)"

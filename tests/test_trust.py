@@ -373,8 +373,9 @@ def test_reuse_never_follows_a_link_out_of_their_stage_and_follows_one_inside(th
     assert not (refused / "vocab.json").exists() and not (refused / "_manifest.json").exists()
     taken = mine / "results/en-xb/exp2/train_vocab"
     assert read_manifest(taken)["state"] == "SUCCESS"
-    assert not (taken / "vocab.json").is_symlink()   # the file the link inside points to, linked
-    assert os.path.samefile(taken / "vocab.json", inside / "real/vocab.json")
+    assert not (taken / "vocab.json").is_symlink()   # the file the link inside points to, copied
+    assert (taken / "vocab.json").read_bytes() == (inside / "real/vocab.json").read_bytes()
+    assert not os.path.samefile(taken / "vocab.json", inside / "real/vocab.json")
 
 
 # --- reuse from another team's bucket -----------------------------------------
@@ -423,7 +424,7 @@ def test_reuse_refuses_a_bucket_manifest_whose_output_climbs_or_is_absolute(gcs_
 
 
 def test_bucket_objects_whose_names_climb_are_never_pulled_archived_adopted_or_read(gcs_copy, tmp_path, capfd):
-    from waypost.remote_stage import RemoteStage
+    from waypost.stores.mirror import BucketWorkspace
 
     root, work = gcs_copy.root, gcs_copy.workdir
     stage = "en-xa/exp1/train_backward"
@@ -434,7 +435,7 @@ def test_bucket_objects_whose_names_climb_are_never_pulled_archived_adopted_or_r
 
     # The step runner's local copy of the stage: what a series going on in place pulls.
     mirror = tmp_path / "mirror"
-    remote = RemoteStage(f"{root}/{stage}", str(mirror / key(root) / stage))
+    remote = BucketWorkspace(f"{root}/{stage}", str(mirror / key(root) / stage))
     remote.pull([])
     remote.pull_workspace()
     assert (mirror / key(root) / stage / "model.json").exists()   # what is fine came down
@@ -609,15 +610,15 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
         findpage,
         plan,
         prune,
-        remote_stage,
         reuse,
         runner,
-        stagetree,
         status,
         statuspage,
         steer,
+        stores,
         verify,
     )
+    from waypost.stores import mirror
 
     root, stage = tmp / "root", tmp / "root/p/e/s"
     config = {"root": str(root), "experiments": {"e": {"pairs": ["p"]}, "e2": {"pairs": ["p"]}},
@@ -635,9 +636,9 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
     run("read", lambda: manifest.read(str(stage)))
     run("load", lambda: manifest.load(str(stage)))
     for snapshot in (False, True):
-        tree = stagetree.open(str(root), snapshot=snapshot)
+        tree = stores.store_for(str(root), snapshot=snapshot)
         run("tree", lambda tree=tree: tree.manifest(str(stage)))
-    run("archived runs", lambda: status.archived_runs(stagetree.open(str(root)), str(stage)))
+    run("archived runs", lambda: status.archived_runs(stores.store_for(str(root)), str(stage)))
     grid = status.collect(config, funnels=[])
     results.append(("status", grid))
     results.append(("status page", statuspage.render(grid)))
@@ -649,7 +650,7 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
     results.append(("find page", findpage.render(findpage.build(rows, root=str(root), experiments={"e": ["p"]}))))
     cat.close()
     results.append(("prune", prune.plan(config)))
-    results.append(("consumers", steer._consumers(stagetree.open(str(root)), ["e", "e2"])))
+    results.append(("consumers", steer._consumers(stores.store_for(str(root)), ["e", "e2"])))
     run("rerun", lambda: steer.rerun(config, "s", experiments=["e"], downstream=True, dry_run=True), steer.SteerError)
     run("retry", lambda: steer.retry(config, "s", experiments=["e"], dry_run=True), steer.SteerError)
     results.append(("drift", plan.drift(config, {"s": "sha256:000000000000"}, [])))
@@ -659,7 +660,7 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
                            input=[], output=[], inputs=[], outputs=[], experiment="e2", pair="p", stage="s",
                            instance=None)
     results.append(("reuse", reuse.take(args)))
-    results.append(("blocking", remote_stage.blocking_manifests(text)))
+    results.append(("blocking", mirror.blocking_manifests(text)))
     results.append(("inputs", runner.describe_inputs([str(stage / "out.txt")])))
     results.append(("repair", verify.verify(str(root), checksums=True, repair=True)))
     run("adopt", lambda: steer.adopt(config, "s", "e", "p", force=True), steer.SteerError)
@@ -775,8 +776,9 @@ def test_every_bucket_reader_gives_a_valid_record_or_a_clear_error_and_writes_no
     """The same manifests in a bucket: the tree, the status, the catalog, verify
     (and repair), reuse's reader and the step runner's pull of an input's
     manifests; no object appears outside the stage, no local file outside the mirror."""
-    from waypost import catalog, reuse, stagetree, status, storage, verify
-    from waypost.remote_stage import RemoteStage
+    from waypost import catalog, reuse, status, stores, verify
+    from waypost.stores import gcs
+    from waypost.stores.mirror import BucketWorkspace
 
     root = f"{bucket}/root"
     stage = f"{root}/p/e/s"
@@ -784,21 +786,21 @@ def test_every_bucket_reader_gives_a_valid_record_or_a_clear_error_and_writes_no
     names = [f"{key(stage)}/{n}" for n in ("out.txt", "sub/model.bin", "_manifest.json", ".attempts/1/_manifest.json")]
     fs().pipe({names[0]: b"out", names[1]: b"model", names[2]: text, names[3]: text,
                f"{key(bucket)}/outside/secret.txt": b"secret"})
-    storage.reset()
+    gcs.reset()
     before = set(fs().find(key(bucket)))
     work = tmp_path / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     results = []
     for name, call in [
-        ("tree", lambda: stagetree.open(root).manifest(stage)),
+        ("tree", lambda: stores.store_for(root).manifest(stage)),
         ("load", lambda: manifest.load(stage)),
         ("reuse", lambda: reuse.read_source(stage)),
         ("cell", lambda: status.stage_cell(root, "e", "p", "s")),
-        ("archived", lambda: status.archived_runs(stagetree.open(root), stage)),
+        ("archived", lambda: status.archived_runs(stores.store_for(root), stage)),
         ("catalog", lambda: catalog.Catalog(str(work / "c.sqlite")).refresh(root)),
         ("verify", lambda: verify.verify(root, repair=False)),
-        ("pull", lambda: RemoteStage(f"{root}/p/e/t", str(work / "mirror" / key(root) / "p/e/t")).pull(
+        ("pull", lambda: BucketWorkspace(f"{root}/p/e/t", str(work / "mirror" / key(root) / "p/e/t")).pull(
             [str(work / "mirror" / key(stage) / "out.txt")])),
         ("repair", lambda: verify.verify(root, repair=True)),
     ]:

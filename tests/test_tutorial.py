@@ -202,8 +202,8 @@ def test_the_tutorial_on_slurm(on_this_machine, tutorial, tmp_path, slurm_cluste
 def test_the_tutorial_in_a_bucket(on_this_machine, tutorial, tmp_path, gcs_emulator):
     bucket = re.search(r"gs://([a-z0-9._-]+)", "".join(
         str(step) for s in tutorial if s.needs == "gcs" for step in s.steps)).group(1)
-    from waypost import storage
-    fs, _ = storage.filesystem("gs://" + bucket)
+    from waypost.stores import gcs
+    fs, _ = gcs.filesystem("gs://" + bucket)
     if not fs.exists(bucket):
         fs.mkdir(bucket)     # the tutorial says to make it with your cloud's tools
     _continue(on_this_machine, tmp_path / "t", tutorial, "gcs")

@@ -50,7 +50,7 @@ from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401  (re-exported)
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from waypost import jobstep, layout, lifecycle, manifest, runner
+from waypost import jobstep, lifecycle, manifest, runner, stores
 from waypost import slurm as wslurm
 from waypost import spec as wspec
 from waypost.snakemake import STEP_PARAM, job_command
@@ -203,7 +203,7 @@ class Executor(SlurmExecutor):
         if job.attempt <= 1:
             return False
         directory = self._stage_dir(job)
-        if directory is None or layout.is_gcs(directory):
+        if directory is None or stores.is_bucket_url(directory):
             return False           # the runner says so in the job (one listing is not worth it here)
         return lifecycle.at(directory).ended_in_run(os.environ.get(manifest.RUN_ID_ENV))
 

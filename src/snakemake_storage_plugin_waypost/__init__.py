@@ -4,7 +4,7 @@ Selected with ``default-storage-provider: waypost`` and
 ``default-storage-prefix: <the root>`` (docs/buckets.md).
 Snakemake then looks for stage files in the bucket (existence, mtimes) and
 hands jobs their gs:// URLs; it neither fetches inputs nor stores outputs.
-The step runner does (``waypost.remote_stage``): it fetches the inputs, runs
+The step runner does (``waypost.stores.mirror``): it fetches the inputs, runs
 the step on local copies, and stores the outputs, then the manifest last.
 
 Why not snakemake-storage-plugin-gcs (1.1.4), measured against
@@ -36,15 +36,9 @@ from snakemake_interface_storage_plugins.storage_provider import (
     StorageQueryValidationResult,
 )
 
-from waypost import storage
-
-MTIME_KEY = "waypost-mtime"
-
-
-def mtime_of(info: dict) -> float:
-    """An object's mtime: its ``waypost-mtime`` metadata, else when it was written."""
-    stamp = (info.get("metadata") or {}).get(MTIME_KEY)
-    return float(stamp) if stamp else info["mtime"].timestamp()
+from waypost import stores
+from waypost.stores import gcs
+from waypost.stores.gcs import mtime_of
 
 
 class StorageProvider(StorageProviderBase):
@@ -58,7 +52,7 @@ class StorageProvider(StorageProviderBase):
 
     @classmethod
     def is_valid_query(cls, query: str) -> StorageQueryValidationResult:
-        valid = query.startswith(storage.GCS_PREFIX) and len(query) > len(storage.GCS_PREFIX)
+        valid = query.startswith(stores.SCHEME) and len(query) > len(stores.SCHEME)
         return StorageQueryValidationResult(query=query, valid=valid,
                                             reason=None if valid else "expected gs://bucket/path")
 
@@ -78,7 +72,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         # URLs): the step runner does, so that the manifest is stored last and
         # a reuse between gs:// locations is a server-side copy.
         self.retrieve = False
-        self.fs, self.path = storage.filesystem(self.query)
+        self.fs, self.path = gcs.filesystem(self.query)
 
     def local_suffix(self) -> str:
         return self.path  # bucket/key
@@ -87,17 +81,17 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         pass
 
     def get_inventory_parent(self) -> str | None:
-        root = storage.root_of(self.query)
-        return self.cache_key(storage.filesystem(root)[1]) if root else None
+        root = gcs.root_of(self.query)
+        return self.cache_key(gcs.filesystem(root)[1]) if root else None
 
     async def inventory(self, cache: IOCacheStorageInterface):
         """Fill Snakemake's cache from the one listing of the root this file is
         under: what is listed exists, with its mtime and size; what is not
         does not (the parent key marks the root as inventoried)."""
-        root = storage.root_of(self.query)
+        root = gcs.root_of(self.query)
         if root is None:
             return
-        for name, info in storage.listing(root).items():
+        for name, info in gcs.listing(root).items():
             key = self.cache_key(name)
             cache.exists_in_storage[key] = True
             cache.mtime[key] = Mtime(storage=mtime_of(info))
@@ -123,6 +117,6 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         self.fs.rm_file(self.path)
 
     def list_candidate_matches(self) -> Iterable[str]:
-        prefix = storage.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
+        prefix = gcs.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
         bucket = prefix.split("/", 1)[0]   # names with "..", empty parts, ... never become wildcards
-        return [storage.GCS_PREFIX + name for name in storage.plain_names(bucket, self.fs.find(prefix))]
+        return [stores.SCHEME + name for name in gcs.plain_names(bucket, self.fs.find(prefix))]

@@ -27,9 +27,10 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 
-from . import layout, manifest, storage, trust
+from . import layout, manifest, stores, trust
 from .layout import CATALOG_DB
 from .parallel import chunks, in_workers
+from .stores import gcs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifests (
@@ -173,12 +174,12 @@ def _remote_manifests(fs, prefix: str, refused: dict | None = None) -> dict[str,
             continue
         problem = trust.relative_problem(path[len(prefix) + 1:]) if path.startswith(prefix + "/") else "is not below it"
         if problem is None and int(info.get("size") or 0) > trust.MAX_MANIFEST_BYTES:
-            problem = f"{trust.too_big(storage.url_of(fs, path), info['size'])}; not read"
+            problem = f"{trust.too_big(gcs.url_of(fs, path), info['size'])}; not read"
         elif problem:
-            problem = f"{storage.url_of(fs, path)}: an object name that {problem}; not read"
+            problem = f"{gcs.url_of(fs, path)}: an object name that {problem}; not read"
         if problem:
             if refused is not None:
-                refused[storage.url_of(fs, path.rsplit("/", 1)[0])] = (str(info.get("generation")), problem)
+                refused[gcs.url_of(fs, path.rsplit("/", 1)[0])] = (str(info.get("generation")), problem)
             continue
         levels = path.count("/") - depth
         rel = path[len(prefix):]
@@ -188,7 +189,7 @@ def _remote_manifests(fs, prefix: str, refused: dict | None = None) -> dict[str,
         if "/." in rel or levels not in (4, 5):   # pair/experiment/stage[/instance]/_manifest.json
             continue
         stamp = str(info.get("generation") or f"{info.get('updated')}:{info.get('size')}")
-        found[storage.url_of(fs, path.rsplit("/", 1)[0])] = stamp
+        found[gcs.url_of(fs, path.rsplit("/", 1)[0])] = stamp
     return found
 
 
@@ -222,11 +223,11 @@ def _inputs(root: str, data: dict) -> list[dict]:
     catalog's locations are)."""
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, dict)]
     relative = [i["manifest"] for i in inputs if isinstance(i.get("manifest"), str)
-                and not i["manifest"].startswith(("/", "gs://"))]
-    workdir = _workdir(root, relative) if relative and not storage.is_remote(root) else None
+                and not stores.is_absolute(i["manifest"])]
+    workdir = _workdir(root, relative) if relative and not stores.is_bucket_url(root) else None
 
     def where(path):
-        if workdir and isinstance(path, str) and not path.startswith(("/", "gs://")):
+        if workdir and isinstance(path, str) and not stores.is_absolute(path):
             return os.path.normpath(os.path.join(workdir, path))
         return path
     return [{"path": where(i.get("path")), "manifest": where(i.get("manifest")), "state": i.get("state")}
@@ -248,7 +249,7 @@ def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
     """(rows, problems) from (location, stamp, bytes or the exception) triples."""
     rows, problems = [], []
     for location, stamp, text in read:
-        path = storage.join(location, layout.MANIFEST)
+        path = layout.join(location, layout.MANIFEST)
         try:
             if isinstance(text, manifest.ManifestError):
                 raise text
@@ -283,8 +284,8 @@ def _read_remote(fs, locations: list[str], stamps: dict[str, str]):
     """(location, stamp, bytes or the exception) for gs:// stage dirs, read in concurrent batches."""
     if not locations:
         return
-    paths = [storage.filesystem(storage.join(loc, layout.MANIFEST))[1] for loc in locations]
-    got = storage.read_many(fs, paths)
+    paths = [gcs.filesystem(layout.join(loc, layout.MANIFEST))[1] for loc in locations]
+    got = gcs.read_many(fs, paths)
     for loc, path in zip(locations, paths):
         yield loc, stamps[loc], got[path]
 
@@ -338,9 +339,9 @@ class Catalog:
     def refresh(self, root: str) -> Refresh:
         """Bring one root's rows up to date, reading only what changed."""
         started = time.perf_counter()
-        fs, base = storage.filesystem(root)
-        root_key = storage.url_of(fs, base)
-        remote = storage.is_remote(root)
+        fs, base = gcs.filesystem(root)
+        root_key = gcs.url_of(fs, base)
+        remote = stores.is_bucket_url(root)
         result = Refresh(root_key)
         known = dict(self.db.execute("SELECT location, stamp FROM manifests WHERE root = ?", (root_key,)))
         known.update(self.db.execute("SELECT location, stamp FROM problems WHERE root = ?", (root_key,)))
@@ -356,7 +357,7 @@ class Catalog:
                     for part in _per_pairs(_list_pairs, root_key, pairs):
                         listed.update(part)
         except Exception as exc:  # a root that can't be listed is reported, the others still refresh
-            raise storage.explain(exc, root_key) from None
+            raise gcs.explain(exc, root_key) from None
         # In key order: SQLite inserts rows fastest that way (3× for 100,000).
         changed = sorted(loc for loc, stamp in listed.items() if known.get(loc) != stamp)
         if remote:
@@ -389,7 +390,7 @@ class Catalog:
 
     def forget_others(self, roots: list[str]) -> None:
         """Drop the rows of roots no longer configured."""
-        keys = [storage.url_of(*storage.filesystem(r)) for r in roots]
+        keys = [gcs.url_of(*gcs.filesystem(r)) for r in roots]
         marks = ",".join("?" * len(keys))
         with self.db:
             for table in ("manifests", "problems", "roots"):
@@ -518,7 +519,7 @@ def _item(row: sqlite3.Row) -> dict:
 
 
 def _dirname(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[0] if storage.is_remote(path) else os.path.dirname(path)
+    return path.rstrip("/").rsplit("/", 1)[0] if stores.is_bucket_url(path) else os.path.dirname(path)
 
 
 def _location(path: str) -> str:
@@ -527,7 +528,7 @@ def _location(path: str) -> str:
     path = path.rstrip("/") or "/"
     if path.endswith("/" + layout.MANIFEST):
         path = _dirname(path)
-    return path if storage.is_remote(path) else os.path.abspath(path)
+    return path if stores.is_bucket_url(path) else os.path.abspath(path)
 
 
 def roots_of(config: dict) -> list[str]:

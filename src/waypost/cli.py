@@ -13,9 +13,9 @@ import shlex
 import sys
 from datetime import UTC
 
-from . import __version__, graph, layout
+from . import __version__, graph, layout, stores
 from . import config as wconfig
-from .remote_stage import snakemake_options
+from .stores.mirror import snakemake_options
 
 DEFAULT_CONFIG = "config/config.yaml"
 
@@ -36,9 +36,10 @@ def reach(root: str) -> None:
     """A gs:// root whose storage endpoint can't be reached: one line (a
     StorageError, exit 1) within seconds, instead of gcsfs's minute of
     retries."""
-    from . import storage
-    if storage.is_remote(root):
-        storage.probe(root)
+    from . import stores
+    from .stores import gcs
+    if stores.is_bucket_url(root):
+        gcs.probe(root)
 
 
 # Snakemake options that take stage (rule) names, which waypost checks first.
@@ -173,9 +174,9 @@ def only_instances(cfg: dict, grid: dict, patterns: list[str], experiment: str |
 
 def _attach_archives(cfg: dict, cells: list[dict]) -> None:
     """Each cell's archived runs (``archives``: see status.archived_runs)."""
-    from . import stagetree, status
+    from . import status, stores
 
-    tree = stagetree.open(cfg["root"])
+    tree = stores.store_for(cfg["root"])
     for cell in cells:
         cell["archives"] = status.archived_runs(tree, cell["path"])
 
@@ -740,7 +741,7 @@ def cmd_find(args) -> int:
         return 1 if unread else 0
     table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
                   box=box.SIMPLE_HEAD)
-    locations = [r["location"] if r["location"].startswith("gs://") or not r["location"].startswith(os.getcwd() + os.sep)
+    locations = [r["location"] if stores.is_bucket_url(r["location"]) or not r["location"].startswith(os.getcwd() + os.sep)
                  else os.path.relpath(r["location"]) for r in rows]
     stages = [r["stage"] + (f"/{r['instance']}" if r["instance"] else "") for r in rows]
     widths = {"stage": max(map(len, stages), default=5), "created": 16, "config": 8, "state": 5}
@@ -831,14 +832,15 @@ def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> Non
     """``find --html FILE``: the rows found, as one self-contained page (findpage)."""
     from datetime import datetime
 
-    from . import findpage, storage
+    from . import findpage
+    from .stores import gcs
 
     # The stage graph as the last parse here recorded it (no parse of the workflow just for the page).
     parents = graph.load(args.config, args.workflow) if os.path.exists(graph.GRAPH_FILE) else None
     filters = {k: getattr(args, k) for k in ("stage", "pair", "experiment", "state", "since", "until", "config_hash")}
-    data = findpage.build(rows, root=storage.url_of(*storage.filesystem(cfg["root"])),
+    data = findpage.build(rows, root=gcs.url_of(*gcs.filesystem(cfg["root"])),
                           experiments={name: list(x["pairs"]) for name, x in cfg["experiments"].items()},
-                          parents=parents, roots=[storage.url_of(*storage.filesystem(r)) for r in roots],
+                          parents=parents, roots=[gcs.url_of(*gcs.filesystem(r)) for r in roots],
                           filters=filters, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     with open(args.html, "w", encoding="utf-8") as f:
         f.write(findpage.render(data))
@@ -886,7 +888,7 @@ def cmd_reuse(args) -> int:
 
 def _shown(path: str) -> str:
     """A stage dir as the steering commands print it: relative when local."""
-    return path if path.startswith("gs://") or not os.path.isabs(path) else os.path.relpath(path)
+    return path if stores.is_bucket_url(path) or not os.path.isabs(path) else os.path.relpath(path)
 
 
 def cmd_rerun(args) -> int:
@@ -1045,9 +1047,9 @@ def cmd_plan(args) -> int:
 def instances_on_disk(cfg: dict, facts: dict) -> set[str]:
     """The names of the instance directories of the workflow's stages with
     instances, in every experiment (one listing of each stage directory)."""
-    from . import stagetree
+    from . import stores
 
-    tree = stagetree.open(cfg["root"], snapshot=True)
+    tree = stores.store_for(cfg["root"], snapshot=True)
     found = set()
     for experiment, spec in cfg["experiments"].items():
         for pair in [*spec["pairs"], layout.ALL_PAIRS]:
@@ -1298,8 +1300,8 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `waypost find --json | head` ends quietly
     args = build_parser().parse_args(argv)
-    from . import storage
-    storage.quiet_gcsfs_logging()
+    from .stores import gcs
+    gcs.quiet_gcsfs_logging()
     try:
         return args.func(args)
     except wconfig.ConfigError as exc:

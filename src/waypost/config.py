@@ -192,6 +192,8 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:
         return _key_path(path + [key]), f"unknown key {key!r} ({hint})"
     if error.validator == "required":
         return _key_path(path), f"{error.message.split(' is a required')[0]} is required but missing"
+    if error.validator == "pattern" and error.schema.get("description") and "name" not in str(error.schema):
+        return _key_path(path), f"{error.instance!r} is not {error.schema['description']}"
     if error.validator in ("pattern", "not") or (error.validator == "$ref" and "name" in str(error.schema)):
         return _key_path(path), f"{error.instance!r} is not a valid name (expected {NAME_RULE})"
     if error.validator == "type":
@@ -212,8 +214,9 @@ def _name_errors(error: jsonschema.ValidationError):
     # propertyNames failures point at the parent; say which name is wrong.
     if error.validator == "propertyNames":
         for sub in error.context or []:
+            what = error.schema["propertyNames"].get("description")
             yield _key_path(list(error.absolute_path) + [sub.instance]), \
-                f"{sub.instance!r} is not a valid name (expected {NAME_RULE})"
+                f"{sub.instance!r} is not {what}" if what else f"{sub.instance!r} is not a valid name (expected {NAME_RULE})"
         return
     yield _describe(error)
 
@@ -562,6 +565,9 @@ def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, ax
     if check:
         validate(config, schema, source)
     config = apply_defaults(config, schema, stages)
+    if config.get("mounts"):   # for this process and the jobs it starts (stores.mounted)
+        from .stores import mounted
+        mounted.declare(config["mounts"])
     _to_engine_axis(config, axis)
     expand_grids(config, source)
     if stages is not None:

@@ -30,8 +30,9 @@ import time
 from datetime import UTC, datetime
 
 from . import config as wconfig
-from . import events, graph, layout, lifecycle, manifest, remote_stage, stagetree, verify
+from . import events, graph, layout, lifecycle, manifest, stores, verify
 from .layout import RUNNING
+from .stores import mirror
 
 STATE_DIR = ".waypost"
 LOCK = os.path.join(STATE_DIR, "cron.lock")
@@ -42,7 +43,7 @@ RUNS = os.path.join(STATE_DIR, "runs")
 def _snapshot(root: str) -> dict[str, tuple]:
     """stage dir → (created, state, given up) of its manifest."""
     found = {}
-    tree = stagetree.open(root)
+    tree = stores.store_for(root)
     for stage_dir in tree.manifest_dirs():
         life = lifecycle.read(tree, stage_dir)
         if life.manifest:
@@ -56,13 +57,8 @@ def _set_aside_interrupted(root: str) -> list[str]:
     them to redo the stage: the rest of the workspace (checkpoints) stays for
     the policy to resume from. A stage whose runner may still be at work is
     left alone, and said so."""
-    tree = stagetree.open(root)
-    if tree.remote:
-        suffix = "/" + RUNNING
-        dirs = sorted(layout.join(tree.root, name[:-len(suffix)]) for name in tree.objects
-                      if name.endswith(suffix) and not any(p.startswith(".") for p in name.split("/")))
-    else:
-        dirs = list(stagetree.manifests_under(root, leaf=RUNNING))
+    tree = stores.store_for(root)
+    dirs = tree.marker_dirs(RUNNING)
     notes = []
     for stage_dir in dirs:
         life = lifecycle.read(tree, stage_dir)
@@ -147,7 +143,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     output = os.path.join(RUNS, f"{stamp}.log")
     command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile")] \
-        + (["--profile", profile] if profile else []) + remote_stage.snakemake_options(root) + snakemake_args
+        + (["--profile", profile] if profile else []) + mirror.snakemake_options(root) + snakemake_args
     if config_path != "config/config.yaml":
         command += ["--configfile", config_path]
 
@@ -155,7 +151,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     verified = verify.verify(root, checksums=checksums)
     for problem in verified:
         notes.append(f"set aside {problem.stage_dir} ({problem.what}; archived in {problem.archived})")
-    if checksums and verified.sizes_only and root.startswith("gs://"):
+    if checksums and verified.sizes_only and stores.is_bucket_url(root):
         notes.append(verify.SIZES_ONLY.format(n=verified.sizes_only))
     if _has_snakemake_lock(os.getcwd()):
         alive = _snakemake_alive_here(os.getcwd())

@@ -27,7 +27,7 @@ import json
 import os
 import posixpath
 
-from . import layout, status
+from . import layout, status, stores
 
 PAGE = 200
 
@@ -93,13 +93,13 @@ class _Links:
         key = (manifest, root)
         if key not in self._dirs:
             directory = manifest[:-len(layout.MANIFEST) - 1] if manifest.endswith("/" + layout.MANIFEST) else manifest
-            if directory.startswith("gs://"):
+            if stores.is_bucket_url(directory):
                 tries = [directory]
             elif os.path.isabs(directory):
                 tries = [os.path.normpath(directory)]
             else:
                 tries = [posixpath.join(base, directory) for base in _ancestors(root)]
-                tries = [t if t.startswith("gs://") else os.path.normpath(t) for t in tries]
+                tries = [t if stores.is_bucket_url(t) else os.path.normpath(t) for t in tries]
             self._dirs[key] = next((t for t in tries if t in self.by_dir), None)
         return self._dirs[key]
 
@@ -144,7 +144,7 @@ def build(rows: list[dict], *, root: str, experiments: dict[str, list[str]], par
                 learned.setdefault(row.get("stage"), set()).add(ordered[link].get("stage"))
                 directory = stage_dir_of(ordered[link])
                 name = path[len(directory) + 1:] if path.startswith(directory + "/") else None
-                if name is None and not path.startswith(("/", "gs://")):
+                if name is None and not stores.is_absolute(path):
                     name = posixpath.basename(path)
                 inputs.append([link, name if name is not None else path, state])
             else:

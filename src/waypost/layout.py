@@ -12,6 +12,8 @@ import os
 import re
 from functools import lru_cache
 
+from .stores import is_bucket_url
+
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
 NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -24,6 +26,9 @@ MANIFEST = "_manifest.json"
 RUNNING = "_running.json"
 LOGS = "_logs"
 ATTEMPTS = ".attempts"
+# In ``.attempts/<n>/`` while an archive into it is under way (the names it
+# moves): an archive cut short is finished by the next one, into the same <n>.
+ARCHIVING = "_archiving.json"
 # Marks a stage whose outputs are placeholders of a failed or skipped stage
 # (kept so a funnel could run): the next run redoes the stage.
 UNFINISHED = "_unfinished"
@@ -60,12 +65,8 @@ def check_name(name: object, what: str) -> str:
     return name  # type: ignore[return-value]
 
 
-def is_gcs(root: str) -> bool:
-    return root.startswith("gs://")
-
-
 def join(root: str, *parts: str) -> str:
-    if is_gcs(root):
+    if is_bucket_url(root):
         return "/".join([root.rstrip("/"), *parts])
     return os.path.join(root, *parts)
 

@@ -5,7 +5,7 @@ planner (is the stage redone, or its inputs looked at again), status and the
 status page, ``waypost plan``, cron, the executor (is a dead driver's job at
 work there: adopt it; did this run's policy end the series), the step runner
 (what a killed runner left), rerun/retry/reuse and prune (never touch a
-directory with a live attempt). ``store`` is a stage tree (``stagetree``):
+directory with a live attempt). ``store`` is a ``stores.StageStore``:
 the same answers on disk and in a bucket, from what the store lists.
 
 What it reads, lazily and once: which of waypost's own files are there
@@ -271,8 +271,8 @@ def read(store, stage_dir: str, now: float | None = None, me: int | None = None)
 def at(stage_dir: str, me: int | None = None) -> Life:
     """The lifecycle of one stage directory, from a store over it (in a
     bucket: the planning's listing when this process has one)."""
-    from . import stagetree
-    return read(stagetree.over(stage_dir), stage_dir, me=me)
+    from . import stores
+    return read(stores.over(stage_dir), stage_dir, me=me)
 
 
 def live_attempt(stage_dir: str, me: int | None = None) -> LiveAttempt | None:

@@ -125,7 +125,7 @@ def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
     ``waypost verify`` compares on a gs:// root without downloading) of each
     output, with paths relative to the stage dir; both checksums from one read."""
     described = []
-    for path in paths:
+    for path in _files_of(paths):
         sha256, crc32c = digests_file(path)
         described.append({
             "path": os.path.relpath(path, stage_dir),
@@ -134,6 +134,17 @@ def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
             **({"crc32c": crc32c} if crc32c else {}),
         })
     return described
+
+
+def _files_of(paths: list[str]) -> list[str]:
+    """The outputs as files: a ``directory()`` output's files, sorted (links as themselves)."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            files += sorted(os.path.join(top, name) for top, _, names in os.walk(path) for name in names)
+        else:
+            files.append(path)
+    return files
 
 
 def hostname() -> str:
@@ -190,18 +201,19 @@ def load(location: str) -> dict | None:
     URL), read as ``read`` reads one (at most ``trust.MAX_MANIFEST_BYTES``);
     None when there is none; ManifestError when it is unusable, or can't be
     read (StorageError's one line)."""
-    from . import storage
+    from . import layout, stores
+    from .stores import gcs
 
-    if not storage.is_remote(location):
+    if not stores.is_bucket_url(location):
         return read(location)
-    url = storage.join(location, MANIFEST)
+    url = layout.join(location, MANIFEST)
     try:
-        fs, path = storage.filesystem(url)
+        fs, path = gcs.filesystem(url)
         text = fs.cat_file(path, start=0, end=trust.MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         return None
     except Exception as exc:
-        raise ManifestError(str(storage.explain(exc, url))) from None
+        raise ManifestError(str(gcs.explain(exc, url))) from None
     return parse(text, url)
 
 
@@ -496,28 +508,6 @@ def workspace_entries(stage_dir: str) -> list[str]:
         return sorted(e for e in os.listdir(stage_dir) if e != ATTEMPTS)
     except FileNotFoundError:
         return []
-
-
-def archive_workspace(stage_dir: str, keep: tuple[str, ...] = ()) -> str | None:
-    """Move everything in the stage dir (but ``keep``) into ``.attempts/<n>/``;
-    never delete. Entries are renamed, so a symbolic link moves as a link
-    (never followed); an ``.attempts`` that is a link is refused
-    (ManifestError). Returns the archive path relative to the stage dir, or None
-    if there was nothing to archive."""
-    entries = [e for e in workspace_entries(stage_dir) if e not in keep]
-    if not entries:
-        return None
-    attempts_dir = os.path.join(stage_dir, ATTEMPTS)
-    if os.path.islink(attempts_dir):   # it would move the workspace out of the stage dir
-        raise ManifestError(f"{attempts_dir} is a symbolic link (to {os.path.realpath(attempts_dir)}); waypost "
-                            "archives only into a directory of the stage directory's own: remove the link")
-    os.makedirs(attempts_dir, exist_ok=True)
-    n = 1 + max((int(e) for e in os.listdir(attempts_dir) if e.isascii() and e.isdigit()), default=0)
-    target = os.path.join(attempts_dir, str(n))
-    os.makedirs(target)
-    for entry in entries:
-        os.rename(os.path.join(stage_dir, entry), os.path.join(target, entry))   # same directory tree
-    return os.path.relpath(target, stage_dir)
 
 
 def is_engine_file(name: str) -> bool:

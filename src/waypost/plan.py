@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 from . import config as wconfig
-from . import events, layout, lifecycle, manifest, stagetree
+from . import events, layout, lifecycle, manifest, stores
 from .catalog import settings_diff
 
 
@@ -65,7 +65,7 @@ def why(job: dict, config: dict) -> str:
     if reason.startswith("Forced execution") and w.get("experiment") in config["experiments"]:
         stage_dir = layout.stage_dir(config["root"], w.get("pair", layout.ALL_PAIRS), w["experiment"], job["rule"],
                                      w.get("instance"))
-        life = lifecycle.read(stagetree.open(stage_dir), stage_dir)
+        life = lifecycle.read(stores.store_for(stage_dir), stage_dir)
         if life.live:
             return f"an attempt is still at work ({life.live.where}): its job will not start a second"
         if life.interrupted:
@@ -163,7 +163,7 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
     (names or shell patterns)."""
     rows, digests, unknown = [], {}, 0
     root = config["root"]
-    tree = stagetree.open(root)
+    tree = stores.store_for(root)
     settings_of = wconfig.step_settings_of(config)
     for experiment, exp in config["experiments"].items():
         points = wconfig.points(config, experiment)

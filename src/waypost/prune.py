@@ -7,7 +7,7 @@ Every way a stage directory is set aside moves its workspace into
 runner), ``rerun: new``, ``waypost rerun``, ``verify --repair``. With
 checkpoints of gigabytes, reruns and cron, the disk fills; ``waypost prune``
 removes what the config's ``retention`` no longer keeps, on disk and in a
-gs:// root alike (through ``stagetree``).
+gs:// root and a mounted bucket alike (through ``stores``).
 
 The rule, per stage dir (a stage's own, or each instance's; archives are
 numbered, the highest the newest):
@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import config as wconfig
-from . import layout, lifecycle, manifest, stagetree
+from . import layout, lifecycle, manifest, stores
 from .layout import ATTEMPTS, LOGS, MANIFEST, RUNNING
 
 DEFAULT_RETENTION = {"keep_last": 3, "keep_days": None}
@@ -107,7 +107,7 @@ def human(size: float) -> str:
 
 def shown(path: str) -> str:
     """A path as the commands show it (local: relative to here)."""
-    return path if path.startswith("gs://") else os.path.relpath(path)
+    return path if stores.is_bucket_url(path) else os.path.relpath(path)
 
 
 def _in_archive(key: str) -> tuple[str, str] | None:
@@ -248,7 +248,7 @@ def plan(config: dict, experiments=None, pairs=None, stages=None, now: float | N
     ``frees`` their bytes), and why (``why``). Changes nothing. ConfigError
     for a name that isn't configured."""
     wconfig.check_names(config, experiments, pairs, stages, allow_all_pairs=True)
-    tree = tree or stagetree.open(config["root"])
+    tree = tree or stores.store_for(config["root"])
     now = time.time() if now is None else now
     references = None   # read when some archive is beyond the retention
     found = []
@@ -313,7 +313,7 @@ def remove(config: dict, archives: list[Archive], tree=None) -> list[tuple[Archi
     """Remove the archives ``plan`` marked, and slim those it marked so;
     returns (archive, problem) for those that could not be (an attempt
     started in the stage dir since the plan, on a local root; an error)."""
-    tree = tree or stagetree.open(config["root"])
+    tree = tree or stores.store_for(config["root"])
     problems = []
     for archive in archives:
         if not (archive.remove or archive.slim):
@@ -336,7 +336,7 @@ def remove(config: dict, archives: list[Archive], tree=None) -> list[tuple[Archi
 def prune(config: dict, experiments=None, pairs=None, stages=None, dry_run: bool = False,
           now: float | None = None) -> tuple[list[Archive], list[tuple[Archive, str]]]:
     """``plan`` and, unless ``dry_run``, ``remove``: (every archive, problems)."""
-    tree = stagetree.open(config["root"])
+    tree = stores.store_for(config["root"])
     archives = plan(config, experiments, pairs, stages, now, tree)
     return archives, ([] if dry_run else remove(config, archives, tree))
 
@@ -372,7 +372,7 @@ def sizes(config: dict, experiments=None, pairs=None) -> list[dict]:
     """Per stage dir with archives: how many and their bytes (for
     ``waypost status --sizes``; only then are archives walked)."""
     wconfig.check_names(config, experiments, pairs, allow_all_pairs=True)
-    tree = stagetree.open(config["root"], snapshot=True)
+    tree = stores.store_for(config["root"], snapshot=True)
     rows = []
     for experiment, pair, stage, instance, directory in _stage_dirs(tree, config, experiments, pairs, None):
         numbers = tree.archives(directory)

@@ -10,17 +10,18 @@ writes a manifest of its own with ``reused_from``. Files arrive under a
 temporary name and are renamed into place only once checked, so a killed
 copy never leaves an output that looks done. Into a gs:// stage dir, the
 files are copied in the bucket (server-side from another gs:// location: no
-download; see ``remote_stage.RemoteStage.copy_in``).
+download; see ``mirror.RemoteStage.copy_in``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 
-from . import layout, lifecycle, manifest, records, remote_stage, stagetree, storage, trust
+from . import layout, lifecycle, manifest, records, stores
+from .layout import stage_root
+from .stores import mirror
 
 
 def read_source(location: str) -> dict:
@@ -29,31 +30,9 @@ def read_source(location: str) -> dict:
     can't be read or used."""
     data = manifest.load(location)
     if data is None:
-        path = storage.join(location, layout.MANIFEST)
+        path = layout.join(location, layout.MANIFEST)
         raise manifest.ManifestError(f"{path}: no manifest (not a finished waypost stage)")
     return data
-
-
-def _source_file(source: str, rel: str) -> str:
-    """Where to take a source stage's output from: on disk the file itself,
-    which must be inside the source stage dir (a symbolic link that stays
-    inside is followed to it; one that leads out, or to nothing, is refused:
-    ManifestError); in a bucket its URL."""
-    if storage.is_remote(source):
-        return storage.join(source, rel)
-    try:
-        return trust.resolve_inside(source, rel, "a reused output")
-    except trust.Untrusted as exc:
-        raise manifest.ManifestError(f"{exc}; not reused") from None
-
-
-def _target_file(stage_dir: str, rel: str) -> str:
-    """Where a reused output goes: below the stage dir, through no link out of it."""
-    target = os.path.join(stage_dir, rel)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    if not trust.inside(os.path.realpath(os.path.dirname(target)), os.path.realpath(stage_dir)):
-        raise manifest.ManifestError(f"{target}: a symbolic link in the stage directory leads out of it; not reused")
-    return target
 
 
 def source_problem(location: str) -> str | None:
@@ -72,24 +51,9 @@ def unusable(data: dict, location: str) -> str | None:
     return None
 
 
-def _bring(source: str, target: str) -> str:
-    """Put the file at ``source`` (path or gs:// URI) at local ``target``;
-    says how (linked or copied)."""
-    if storage.is_remote(source):
-        fs, path = storage.filesystem(source)
-        fs.get_file(path, target)
-        return "copied"
-    try:
-        os.link(source, target)
-        return "linked"
-    except OSError:
-        shutil.copy2(source, target)
-        return "copied"
-
-
 def take(args) -> int:
     """Run a reuse job: the runner's work when the step spec has ``reuse_from``."""
-    remote, _, declared_outputs = remote_stage.for_runner(args)  # a gs:// stage dir: its engine files, locally
+    remote, _, declared_outputs = mirror.for_runner(args)  # a gs:// stage dir: its engine files, locally
     if remote:
         remote.pull([])
     stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
@@ -108,7 +72,8 @@ def take(args) -> int:
         return 1
     os.makedirs(stage_dir, exist_ok=True)
     try:
-        archived = remote.archive() if remote else manifest.archive_workspace(stage_dir)
+        archived = remote.archive() if remote else stores.store_for(
+            stage_root(args.stage_dir, args.instance), quiet=True).archive(stage_dir)
     except manifest.ManifestError as exc:   # an .attempts that is a link out of the stage dir
         print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
         return 1
@@ -119,53 +84,39 @@ def take(args) -> int:
                             series=1, series_base=0, outputs=[o["path"] for o in data.get("outputs", [])],
                             slurm_job_id=os.environ.get("SLURM_JOB_ID"), attempts=[])
     manifest.write_json_atomic(running, records.checked("marker", marker, running), durable=False)
-    staged, how, crc32cs = [], set(), {}
+    outputs = data.get("outputs", [])
     try:
-        for out in [] if remote else data.get("outputs", []):
-            origin = _source_file(source, out["path"])
-            target = _target_file(stage_dir, out["path"])
-            temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
-            staged.append((temp, target))
-            how.add(_bring(origin, temp))
-            size, (digest, crc32c) = os.path.getsize(temp), manifest.digests_file(temp)
-            if size != out.get("size") or digest != out.get("sha256"):
-                raise manifest.ManifestError(f"{storage.join(source, out['path'])}: differs from its manifest "
-                                             f"(size {size} vs {out.get('size')}, or checksum)")
-            if crc32c:
-                crc32cs[out["path"]] = crc32c
         declared = {os.path.abspath(p) for p in declared_outputs}
-        missing = declared - {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in data.get("outputs", [])}
-        if missing:
+        brought = {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in outputs}
+        missing = {d for d in declared if d not in brought and not any(b.startswith(d + os.sep) for b in brought)}
+        if missing:   # (a directory() output: some file below it)
             raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
         if remote:
-            how.add(remote.copy_in(source, data.get("outputs", [])))
+            how, crc32cs = remote.copy_in(source, outputs)
+        else:
+            target = stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True)
+            how, crc32cs = target.bring(stores.store_for(source, quiet=True), source, stage_dir, outputs)
     except (OSError, manifest.ManifestError) as exc:
-        for temp, _ in staged:
-            if os.path.exists(temp):
-                os.unlink(temp)
         os.unlink(running)
         if remote:
             remote.close()
         print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
         return 1
-    for temp, target in staged:
-        os.replace(temp, target)
     ended = time.time()
     attempt = records.attempt(number=1, series=1, action="reuse", state="SUCCESS", exit_code=0, start=started_iso,
                               end=manifest.now_iso(), duration_s=round(ended - started, 3), host=manifest.hostname(),
                               run=os.environ.get(manifest.RUN_ID_ENV), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-                              command=None, worker={"pool": None, "class": None},
-                              how=" and ".join(sorted(how)) or "nothing")
+                              command=None, worker={"pool": None, "class": None}, how=how or "nothing")
     attempt["decision"] = {"action": "done", "reason": f"reused from {source}"}
-    outputs = []
-    for o in data.get("outputs", []):
+    recorded = []
+    for o in outputs:
         # The source's crc32c (from a source recorded before waypost kept them: the copy's, where it was read).
         crc32c = o.get("crc32c") or crc32cs.get(o["path"])
-        outputs.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
+        recorded.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
                         **({"crc32c": crc32c} if crc32c else {})})
     record = records.manifest(
         experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance, state="SUCCESS",
-        created=manifest.now_iso(), attempts=[attempt], outputs=outputs, inputs=[],
+        created=manifest.now_iso(), attempts=[attempt], outputs=recorded, inputs=[],
         settings=data.get("settings") or {}, config_hash=data.get("config_hash") or "",
         code_version=data.get("code_version") or "", reused_from=source,
         run=os.environ.get(manifest.RUN_ID_ENV),
@@ -209,7 +160,7 @@ def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str,
     root = source_root or config["root"]
     stages = [s for s in parents if s in graph.ancestors(parents, upstream_of)]
     entries, problems = {}, []
-    tree = stagetree.open(root)  # a bucket: one listing, one batch read of the manifests
+    tree = stores.store_for(root)  # a bucket: one listing, one batch read of the manifests
     for stage in stages:
         for pair in chosen:
             cell = status.stage_cell(root, source, pair, stage, tree)

@@ -46,10 +46,11 @@ import signal
 import sys
 import time
 
-from . import lifecycle, manifest, records, slurm, stagetree, with_site, workers
+from . import lifecycle, manifest, records, slurm, stores, with_site, workers
 from . import policy as wpolicy
 from . import spec as wspec
 from .layout import LOGS, MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, held_entry, stage_name, stage_root
+from .stores.local import LocalStore
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # While a step runs, its ``_running.json`` is touched this often: a marker
@@ -409,10 +410,12 @@ class StageRun:
         self.remote = None
         # The paths the step works with: on a bucket root, the local copies.
         self.inputs, self.outputs = step.inputs, step.outputs
-        if step.stage_dir.startswith("gs://"):   # only then: the runner starts at every step
-            from . import remote_stage
-            self.remote, self.inputs, self.outputs = remote_stage.for_runner(step)
+        if stores.is_bucket_url(step.stage_dir):   # only then: the runner starts at every step
+            from .stores import mirror
+            self.remote, self.inputs, self.outputs = mirror.for_runner(step)
         self.dir = self.remote.local if self.remote else step.stage_dir
+        # Where the stage dir is, as a store (disk, or a mounted bucket): archives and heartbeats.
+        self.store = None if self.remote else stores.store_for(stage_root(step.stage_dir, step.instance), quiet=True)
         # The Snakemake run this job is part of (a runner started by hand: a run of its own).
         self.run_id = os.environ.get(manifest.RUN_ID_ENV) or manifest.new_run_id()
         self.policy = wpolicy.Policy.from_config(step.policy)
@@ -446,14 +449,17 @@ class StageRun:
     def _heartbeat(self) -> None:
         """Show that this runner is alive: refresh ``_running.json``'s time."""
         try:
-            os.utime(self._path(RUNNING))
+            if self.remote:
+                os.utime(self._path(RUNNING))
+            else:
+                self.store.heartbeat(self._path(RUNNING))
         except OSError:
             return
         if self.remote:
             self.remote.put_marker(RUNNING, time.time())
 
     def _archive(self, keep: tuple[str, ...] = ()) -> str | None:
-        archived = self.remote.archive(keep) if self.remote else manifest.archive_workspace(self.dir, keep=keep)
+        archived = self.remote.archive(keep) if self.remote else self.store.archive(self.dir, keep=keep)
         if archived:
             for old in self.history:
                 if old.get("workspace") == ".":
@@ -492,7 +498,7 @@ class StageRun:
         # What the last runner left, as the lifecycle reader reads it (here,
         # the stage dir or its local copy: a marker is taken whether or not a
         # manifest closed it, since a copy's dates are the copy's).
-        life = lifecycle.read(stagetree.LocalTree(self.dir), self.dir)
+        life = lifecycle.read(LocalStore(self.dir), self.dir)
         running = life.marker or None
         previous = life.manifest
         if life.error:
@@ -607,7 +613,7 @@ class StageRun:
             env["WORKSPACE"] = str(worker["WORKSPACE"])
         oom_before = _oom_kills()
         started = time.monotonic()
-        if self.remote and "gs://" in command:
+        if self.remote and stores.SCHEME in command:
             self._announce_urls(command, self._path(log_rel))
         attempt = Attempt([self.spec.executable, self._path(script_rel)], env, self._path(log_rel), runtime,
                           self.policy.kill_grace, self._heartbeat)
@@ -641,7 +647,7 @@ class StageRun:
         a setting) reaches the step as it is, and a program that reads plain
         files can't open it."""
         import re
-        urls = sorted(set(re.findall(r"gs://[^\s'\";|&()<>]+", command)))
+        urls = sorted(set(re.findall(re.escape(stores.SCHEME) + r"[^\s'\";|&()<>]+", command)))
         message = (f"waypost: note: the command names {', '.join(urls)}; only the job's inputs and outputs are "
                    "mapped to local copies, so the step sees these as they are (URLs, not files)\n").encode()
         with open(log_path, "ab") as log:
@@ -760,14 +766,14 @@ class StageRun:
 
     def _done(self) -> bool:
         """Is the stage finished: a SUCCESS manifest whose outputs are there?"""
-        data = lifecycle.read(stagetree.LocalTree(self.dir), self.dir).manifest
+        data = lifecycle.read(LocalStore(self.dir), self.dir).manifest
         return bool(data) and data["state"] == "SUCCESS" and not manifest.verify_outputs(self.dir, data,
                                                                                          checksums=False)
 
     def _recorded_job(self, job: str) -> str | None:
         """Does a runner's record name this Slurm job: "open" (its attempt
         has no end yet), "closed", or None."""
-        life = lifecycle.read(stagetree.LocalTree(self.dir), self.dir)
+        life = lifecycle.read(LocalStore(self.dir), self.dir)
         records = [*((life.marker or {}).get("attempts") or []), *((life.manifest or {}).get("attempts") or [])]
         states = [a.get("state") for a in records if isinstance(a, dict) and str(a.get("slurm_job_id")) == str(job)]
         if not states:
@@ -1030,7 +1036,7 @@ def run_and_exit() -> None:
     teardown (freeing every module, a last collection) costs each step
     ~5 ms: skip it. A gs:// stage's client may still have work at exit."""
     status = main()
-    if "waypost.remote_stage" in sys.modules:
+    if "waypost.stores.mirror" in sys.modules or "gcsfs" in sys.modules:
         sys.exit(status)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -26,9 +26,10 @@ from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 from snakemake.iocontainers import Wildcards
 
 from . import config as wconfig
-from . import events, layout, lifecycle, manifest, reuse, runner, stagetree, storage
+from . import events, layout, lifecycle, manifest, reuse, runner, stores
 from . import spec as wspec
 from . import workers as wworkers
+from .stores import gcs
 
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 #: Set by ``waypost`` when it only reads the workflow's facts (see graph), to
@@ -161,12 +162,12 @@ class Pipeline:
         # On a gs:// root Snakemake sees stage files through waypost's storage
         # plugin: rules' paths are relative to the root (the storage prefix),
         # jobs get gs:// URLs, and the step runner works on a local copy of
-        # the bucket, ``self.mirror`` (see remote_stage).
+        # the bucket, ``self.mirror`` (see stores.mirror).
         self.mirror = None
-        if layout.is_gcs(self.root) and not self.facts_only:
-            from . import remote_stage
-            self.mirror = remote_stage.planning_mirror(self.root, workflow)
-        self.base = "" if self.mirror or layout.is_gcs(self.root) else self.root
+        if stores.is_bucket_url(self.root) and not self.facts_only:
+            from .stores import mirror
+            self.mirror = mirror.planning_mirror(self.root, workflow)
+        self.base = "" if self.mirror or stores.is_bucket_url(self.root) else self.root
         self.presence = config["rerun_policy"] == "presence"
         run_identity(workflow)   # the runner reads the run id itself
         self._code_versions: dict[str, str] = {}   # stage → its code version (see stage_code_version)
@@ -398,8 +399,8 @@ class Pipeline:
         root: is it in the one listing of the root this planning makes."""
         if self.mirror is None:
             return os.path.exists(path)
-        from . import storage
-        return storage.listed(layout.join(self.root, path))
+        from .stores import gcs
+        return gcs.listed(layout.join(self.root, path))
 
     def _pattern(self, path) -> str:
         """A rule's output as the rule wrote it (Snakemake turns paths on a
@@ -497,7 +498,7 @@ class Pipeline:
         says none."""
         if self.mirror is None:
             return None
-        info = storage.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
+        info = gcs.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
         return ((info or {}).get("metadata") or {}).get(manifest.INPUT_SET_KEY)
 
     def _as_recorded(self, path: str) -> str:
@@ -510,10 +511,10 @@ class Pipeline:
         change while the DAG is built."""
         if stage_dir not in self._lives:
             if self.mirror is None:
-                self._lives[stage_dir] = lifecycle.read(stagetree.open(stage_dir), stage_dir)
+                self._lives[stage_dir] = lifecycle.read(stores.store_for(stage_dir), stage_dir)
             else:
-                url = stage_dir if storage.is_remote(stage_dir) else layout.join(self.root, stage_dir)
-                self._lives[stage_dir] = lifecycle.read(stagetree.over(url), url)
+                url = stage_dir if stores.is_bucket_url(stage_dir) else layout.join(self.root, stage_dir)
+                self._lives[stage_dir] = lifecycle.read(stores.over(url), url)
         return self._lives[stage_dir]
 
     def _markers(self, stage_dir: str) -> tuple[bool, bool]:
@@ -563,7 +564,7 @@ class Pipeline:
             location = layout.stage_dir(self.root, pair, source, stage, instance)
         else:
             location = wconfig.source_of_instance(source, instance)
-        return location if storage.is_remote(location) else os.path.abspath(location)
+        return location if stores.is_bucket_url(location) else os.path.abspath(location)
 
     def reused_from(self, stage: str, wildcards) -> str | None:
         return self.reuse_location(wildcards.experiment, self._pair(wildcards), stage, wildcards.get("instance"))
@@ -1116,9 +1117,9 @@ class Pipeline:
             except OSError:
                 entries = {}
         else:
-            from snakemake_storage_plugin_waypost import mtime_of
-            prefix = storage.filesystem(registry)[1] + "/"
-            entries = {key[len(prefix):]: mtime_of(info) for key, info in storage.listing(self.root).items()
+            from .stores.gcs import mtime_of
+            prefix = gcs.filesystem(registry)[1] + "/"
+            entries = {key[len(prefix):]: mtime_of(info) for key, info in gcs.listing(self.root).items()
                        if key.startswith(prefix)}
         held: set[tuple] = set()
         self._on_hold = []
@@ -1168,7 +1169,7 @@ class Pipeline:
         be read."""
         try:
             return self._life(stage_dir).manifest
-        except (OSError, storage.StorageError):
+        except (OSError, gcs.StorageError):
             return None
 
     def _stage_outputs(self, everything: bool = False):
@@ -1237,8 +1238,8 @@ def local_files(files, mirror: str | None):
         return files
     from snakemake.iocontainers import Namedlist
 
-    from .remote_stage import local_of
-    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f) if storage.is_remote(str(f)) else f)
+    from .stores.mirror import local_of
+    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f) if stores.is_bucket_url(str(f)) else f)
 
 
 def _with_local_files(function, names: set[str], mirror: str):

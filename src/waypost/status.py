@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gc
 
-from . import layout, lifecycle, manifest, stagetree, storage
+from . import layout, lifecycle, manifest, stores
 from .config import check_names
 
 DONE = ("SUCCESS", "adopted")
@@ -126,13 +126,13 @@ def state_text(cell: dict) -> str:
 
 def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
     """State of one stage (or instance) directory (in ``tree``, a
-    ``stagetree`` over its root; by default one over the directory), as the
+    store over its root; by default one over the directory), as the
     lifecycle reader says, with what status shows of its manifest.
 
     ``expected`` holds the experiment/pair/stage/instance this directory is
     for; a manifest that names another location was copied here by hand.
     """
-    life = lifecycle.read(tree or stagetree.open(stage_dir), stage_dir)
+    life = lifecycle.read(tree or stores.store_for(stage_dir), stage_dir)
     cell = {"state": life.state(expected), "attempts": 0, "path": stage_dir, "log": None, "last": None}
     if life.error:
         cell["error"] = life.error
@@ -194,8 +194,8 @@ def worst(states: list[str]) -> str:
 
 def stage_cell(root: str, experiment: str, pair: str, stage: str, tree=None) -> dict:
     """The cell of one stage of one experiment and pair (``tree``: a
-    ``stagetree`` over ``root``, made if not given)."""
-    tree = tree or stagetree.open(root)
+    store (``stores.store_for``) over ``root``, made if not given)."""
+    tree = tree or stores.store_for(root)
     stage_dir = layout.stage_dir(root, pair, experiment, stage)
     expected = {"experiment": experiment, "pair": pair, "stage": stage}
     dirs = tree.state_dirs(stage_dir)
@@ -217,7 +217,7 @@ PARALLEL_FROM = 2000
 
 def _rows(root: str, tasks: list[tuple[str, str, list[str]]]) -> list[dict]:
     """{stage: cell} for each (experiment, pair, stages) task."""
-    tree = stagetree.open(root, snapshot=True)
+    tree = stores.store_for(root, snapshot=True)
     return [{stage: stage_cell(root, experiment, pair, stage, tree) for stage in stages}
             for experiment, pair, stages in tasks]
 
@@ -252,7 +252,7 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     collecting = gc.isenabled()
     gc.disable()
     try:
-        if storage.is_remote(root) or sum(len(t[2]) for t in tasks) < PARALLEL_FROM:
+        if stores.listed_at_once(root) or sum(len(t[2]) for t in tasks) < PARALLEL_FROM:
             rows = _rows(root, tasks)
         else:
             from .parallel import chunks, cpus, in_workers

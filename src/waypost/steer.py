@@ -20,7 +20,7 @@ import getpass
 import os
 import socket
 
-from . import layout, lifecycle, manifest, records, stagetree, storage, trust
+from . import layout, lifecycle, manifest, records, stores, trust
 from .config import check_instance_names, check_names, match_instances, stage_settings
 from .config import reuse_source as config_reuse_source
 from .config import source_of_instance as config_source_of_instance
@@ -59,7 +59,7 @@ def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
     setting), with where from: the next run re-links or copies them from
     there instead of computing them."""
     root = config["root"]
-    base = (root if storage.is_remote(root) else os.path.abspath(root)).rstrip("/") + "/"
+    base = (root if stores.is_bucket_url(root) else os.path.abspath(root)).rstrip("/") + "/"
     found = {}
     for directory in directories:
         if not directory.startswith(base):
@@ -124,7 +124,7 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     check_names(config, experiments, pairs, stage)
     experiments = experiments or list(config["experiments"])
     instances = _instances(instance)
-    tree = stagetree.open(config["root"])
+    tree = stores.store_for(config["root"])
     selected = [tree.key(d) for d in _stage_dirs(tree, config, stage, experiments, pairs, instances)
                 if tree.entries(d)]
     if not selected:
@@ -168,12 +168,12 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
     the listing's)."""
     check_names(config, experiment, pair, stage, allow_all_pairs=True)
     stage_dir = layout.stage_dir(config["root"], pair, experiment, stage, instance)
-    tree = stagetree.open(stage_dir)
+    tree = stores.store_for(stage_dir)
     files = [f for f in tree.files(stage_dir)
              if not any(manifest.is_engine_file(part) for part in f.split("/"))]
     if not files:
         raise SteerError(f"{stage_dir}: no files to adopt")
-    if not tree.remote:   # adopt never follows a link out of the stage dir (one that stays inside: its file)
+    if tree.links:   # adopt never follows a link out of the stage dir (one that stays inside: its file)
         away = trust.links_out(stage_dir, skip=tuple(layout.ENGINE_FILES))
         if away:
             raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
@@ -207,7 +207,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     patterns). Returns (dir, what it was, what the next run will do)."""
     check_names(config, experiments, pairs, stage)
     instances = _instances(instance)
-    tree = stagetree.open(config["root"])
+    tree = stores.store_for(config["root"])
     found = []
     for directory in _stage_dirs(tree, config, stage, experiments or list(config["experiments"]), pairs, instances):
         try:

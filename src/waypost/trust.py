@@ -33,6 +33,8 @@ import os
 import re
 import stat
 
+from . import stores
+
 # The most waypost reads of one manifest: a funnel over 10,000 inputs
 # records about 3 MB (290 bytes per input on disk, 350 in a bucket), so
 # 16 MiB leaves room for 40,000 while a planted file of gigabytes is never
@@ -116,8 +118,8 @@ def location_problem(location: object) -> str | None:
         return "is empty"
     if len(location) > 2 * MAX_PATH:
         return f"is longer than {2 * MAX_PATH} characters"
-    if location.startswith("gs://"):
-        bucket, _, name = location[len("gs://"):].partition("/")
+    if stores.is_bucket_url(location):
+        bucket, _, name = location[len(stores.SCHEME):].partition("/")
         if not bucket or "\\" in bucket or "\x00" in bucket:
             return "names no bucket"
         problem = relative_problem(name) if name else None

@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import layout, manifest, stagetree
+from . import layout, manifest, stores
 
 CACHE = os.path.join(".waypost", "verified.json")
 # What verify says of a gs:// root where some stages could be checked by size
@@ -100,7 +100,7 @@ def _check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = 
         return None, None
     outputs = data.get("outputs", [])
     # On a bucket the listing's crc32c, when the manifest records every output's.
-    crc = checksums and tree.remote and all(out.get("crc32c") for out in outputs)
+    crc = checksums and tree.listed_crc32c and all(out.get("crc32c") for out in outputs)
     how = "contents" if cache is not None or crc else "sizes"
     for out in outputs:
         path = layout.join(stage_dir, out["path"])
@@ -125,8 +125,8 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
     On a gs:// root from one listing and one batch read of the manifests,
     contents by the listed crc32c (sizes only for manifests without it: see
     SIZES_ONLY), a repair being a server-side move."""
-    tree = stagetree.open(root)
-    cache = ChecksumCache() if checksums and not tree.remote else None
+    tree = stores.store_for(root)
+    cache = ChecksumCache() if checksums and not tree.listed_crc32c else None
     problems = Verified()
     for stage_dir in tree.manifest_dirs():
         what, how = _check(tree, stage_dir, cache, checksums)
@@ -147,7 +147,7 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
 
 def summary(root: str, verified: Verified, checksums: bool = True) -> str | None:
     """The line that says how a gs:// root's outputs were checked (None on disk)."""
-    if not root.startswith("gs://"):
+    if not stores.is_bucket_url(root):
         return None
     if not checksums:
         return NO_CHECKSUMS

@@ -1,5 +1,5 @@
-"""One interface over the places stage directories live: local paths and
-``gs://bucket/prefix`` URIs, through fsspec (gcsfs for GCS).
+"""The GCS client behind the bucket stores: gcsfs, its endpoint, its errors,
+and the one listing of a root a Snakemake planning answers from.
 
 Credentials come from Google's standard mechanisms (Application Default
 Credentials, ``GOOGLE_APPLICATION_CREDENTIALS``, the metadata server); with
@@ -13,15 +13,19 @@ from __future__ import annotations
 import os
 from functools import cache
 
-GCS_PREFIX = "gs://"
+from . import SCHEME, is_bucket_url
+
+MTIME_KEY = "waypost-mtime"
+
+
+def mtime_of(info: dict) -> float:
+    """An object's mtime: its ``waypost-mtime`` metadata, else when it was written."""
+    stamp = (info.get("metadata") or {}).get(MTIME_KEY)
+    return float(stamp) if stamp else info["mtime"].timestamp()
 
 
 class StorageError(RuntimeError):
     """A root that cannot be reached: one clear line for the user."""
-
-
-def is_remote(url: str) -> bool:
-    return url.startswith(GCS_PREFIX)
 
 
 @cache
@@ -63,7 +67,7 @@ def probe(url: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    if not is_remote(url) or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+    if not is_bucket_url(url) or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
                                                                "all_proxy")):
         return
     where = endpoint()
@@ -101,8 +105,8 @@ def reset() -> None:
 
 def filesystem(url: str):
     """(fsspec filesystem, path within it) for a local path or gs:// URI."""
-    if is_remote(url):
-        return _gcs(), url[len(GCS_PREFIX):].rstrip("/")
+    if is_bucket_url(url):
+        return _gcs(), url[len(SCHEME):].rstrip("/")
     from fsspec.implementations.local import LocalFileSystem
     return LocalFileSystem(), os.path.abspath(url)
 
@@ -110,23 +114,18 @@ def filesystem(url: str):
 def url_of(fs, path: str) -> str:
     """The user-facing name of ``path`` in ``fs`` (gs:// URI or local path)."""
     from fsspec.implementations.local import LocalFileSystem
-    return path if isinstance(fs, LocalFileSystem) else GCS_PREFIX + path
+    return path if isinstance(fs, LocalFileSystem) else SCHEME + path
 
 
 def explain(exc: BaseException, url: str) -> StorageError:
     """One line for the errors a user can act on (no bucket, no permission)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, FileNotFoundError):
-        return StorageError(f"{url}: not found (no such bucket?)" if is_remote(url) else f"{url}: not found")
+        return StorageError(f"{url}: not found (no such bucket?)" if is_bucket_url(url) else f"{url}: not found")
     if isinstance(exc, PermissionError) or "403" in text or "401" in text:
         return StorageError(f"{url}: permission denied; check the credentials "
                             f"(GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`)")
     return StorageError(f"{url}: {text}")
-
-
-def read_bytes(url: str) -> bytes:
-    fs, path = filesystem(url)
-    return fs.cat_file(path)
 
 
 def read_many(fs, paths: list[str], batch: int = 1000) -> dict[str, bytes | Exception]:
@@ -138,17 +137,6 @@ def read_many(fs, paths: list[str], batch: int = 1000) -> dict[str, bytes | Exce
         got = fs.cat(some, on_error="return")
         found.update({path: got.get(path, FileNotFoundError(path)) for path in some})
     return found
-
-
-def exists(url: str) -> bool:
-    fs, path = filesystem(url)
-    return fs.exists(path)
-
-
-def join(url: str, *parts: str) -> str:
-    if is_remote(url):
-        return "/".join([url.rstrip("/"), *parts])
-    return os.path.join(url, *parts)
 
 
 # gs:// roots a Snakemake run plans over, and their listings: one listing of
@@ -187,7 +175,7 @@ def plain_names(prefix: str, names) -> list[str]:
     """The object names (fsspec paths) below ``prefix`` whose part below it
     is a plain relative path (trust.relative_problem): the ones waypost may
     turn into a local path or a Snakemake wildcard."""
-    from .trust import relative_problem
+    from ..trust import relative_problem
     start = len(prefix.rstrip("/")) + 1
     return [name for name in names if name.startswith(prefix.rstrip("/") + "/") and not relative_problem(name[start:])]
 
@@ -200,3 +188,16 @@ def listed(url: str) -> bool:
 def listed_info(url: str) -> dict | None:
     """``url``'s entry in its registered root's listing (None: not there)."""
     return listing(root_of(url)).get(filesystem(url)[1])
+
+
+def check_bucket(root: str) -> None:
+    """One clear line when the root's bucket is missing or can't be read."""
+    fs, path = filesystem(root)
+    bucket = path.split("/")[0]
+    try:
+        fs.info(bucket)
+    except FileNotFoundError:
+        raise StorageError(f"{root}: bucket {bucket!r} does not exist (waypost never creates "
+                           "buckets; check the name and the project)") from None
+    except Exception as exc:
+        raise explain(exc, root) from None

@@ -35,8 +35,10 @@ import shutil
 import sys
 import threading
 
-from . import storage, trust
-from .layout import ATTEMPTS, MANIFEST, RUNNING
+from .. import trust
+from ..layout import ATTEMPTS, MANIFEST, RUNNING
+from . import SCHEME, gcs, is_bucket_url
+from .bucket import archive_objects
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
 SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
@@ -46,16 +48,16 @@ def local_of(mirror: str, url: str) -> str:
     """Where a gs:// URL is copied locally under ``mirror`` (gs://B/K at
     MIRROR/B/K, the layout of Snakemake's own local copies of storage files):
     the one mapping the step's command, the runner and the planner share."""
-    return os.path.join(mirror, url[len(storage.GCS_PREFIX):])
+    return os.path.join(mirror, url[len(SCHEME):])
 
 
-class RemoteStage:
+class BucketWorkspace:
     """One stage directory in a bucket and the local copy its step works in."""
 
     def __init__(self, url: str, local: str):
         self.url = url.rstrip("/")
         self.local = os.path.abspath(local)
-        self.fs, self.path = storage.filesystem(self.url)
+        self.fs, self.path = gcs.filesystem(self.url)
         if not self.local.endswith("/" + self.path):
             raise ValueError(f"{local} is not a local copy of {url}")
         self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
@@ -70,12 +72,12 @@ class RemoteStage:
         """The gs:// URL of a file in the local copy of the bucket."""
         path = os.path.abspath(local_path)
         if path.startswith(self.mirror + "/"):
-            return storage.GCS_PREFIX + path[len(self.mirror) + 1:]
+            return SCHEME + path[len(self.mirror) + 1:]
         return local_path
 
     def _name(self, local_path: str) -> str:
         """The object name (bucket/key) of a file in the local copy of the bucket."""
-        return self.url_of(local_path)[len(storage.GCS_PREFIX):]
+        return self.url_of(local_path)[len(SCHEME):]
 
     def locate(self, inputs: list[dict]) -> list[dict]:
         """Input records (``runner.describe_inputs``) naming where the inputs
@@ -161,7 +163,7 @@ class RemoteStage:
                     with open(self._temp(local), "wb") as f:
                         f.write(data)
                     os.replace(self._temp(local), local)
-                    for url in blocking_manifests(data, storage.GCS_PREFIX + self._name(local)):
+                    for url in blocking_manifests(data, SCHEME + self._name(local)):
                         if trust.inside(os.path.abspath(self.local_of(url)), self.mirror):   # (parse saw to it)
                             upstream.add(self.local_of(url))
             # Past an input that did not succeed: the manifests of the stages
@@ -232,7 +234,7 @@ class RemoteStage:
         """``_manifest.json`` up, with the set of inputs it records as the
         object's metadata (``manifest.INPUT_SET_KEY``: a planning compares it
         from the listing, without a download)."""
-        from . import manifest
+        from .. import manifest
         metadata = {}
         try:
             data = manifest.read(self.local) or {}
@@ -285,56 +287,24 @@ class RemoteStage:
         self._synced = {rel: st for rel, st in self._synced.items() if rel.split("/")[0] in keep}
         return target
 
-    def copy_in(self, source: str, outputs: list[dict]) -> str:
+    def copy_in(self, source: str, outputs: list[dict]) -> tuple[str, dict[str, str]]:
         """Bring a reused stage's outputs (its manifest's ``outputs``) into the
-        bucket: each source file checked against the manifest's size and
-        checksum (from a local dir its sha256; from a gs:// location the crc32c
-        the listing has, where the manifest records one: nothing downloaded),
-        then copied in — server-side from a gs:// source, each copy checked
-        against its source's crc32c. Nothing is copied unless every source
-        checks out. Says how."""
-        from .manifest import ManifestError, sha256_file
-
-        remote = storage.is_remote(source)
-        try:   # on disk: each the file itself, inside the source stage dir (trust.resolve_inside)
-            sources = [storage.join(source, o["path"]) if remote else
-                       trust.resolve_inside(source, o["path"], "a reused output") for o in outputs]
-        except trust.Untrusted as exc:
-            raise ManifestError(f"{exc}; not reused") from None
-        targets = [self._remote(o["path"]) for o in outputs]
-        if remote:
-            found = {s: self.fs.info(storage.filesystem(s)[1]) for s in sources}
-        for src, out in zip(sources, outputs):
-            size = found[src]["size"] if remote else os.path.getsize(src)
-            if size != out.get("size"):
-                raise ManifestError(f"{src}: differs from its manifest (size {size} vs {out.get('size')})")
-            if remote and out.get("crc32c") and found[src].get("crc32c") != out["crc32c"]:
-                raise ManifestError(f"{src}: differs from its manifest (crc32c {found[src].get('crc32c')} "
-                                    f"vs {out['crc32c']}): replaced since the manifest was written")
-            if not remote and sha256_file(src) != out.get("sha256"):
-                raise ManifestError(f"{src}: differs from its manifest (sha256)")
-        if not remote:
-            self.fs.put(sources, targets)
-            return "uploaded"
-        self.fs.copy([storage.filesystem(s)[1] for s in sources], targets)
-        copied = [self.fs.info(t) for t in targets]
-        if any(c.get("crc32c") != found[s].get("crc32c") for c, s in zip(copied, sources)):
-            self.fs.rm(targets)
-            raise ManifestError(f"{source}: a server-side copy differs from its source (crc32c)")
-        return "copied in the bucket"
+        bucket (``bucket.bring_objects``: server-side from a bucket, checked
+        by crc32c; uploaded from disk, checked by sha256). Says how."""
+        from . import store_for
+        from .bucket import bring_objects
+        return bring_objects(self.fs, self.path, store_for(source, quiet=True), source, outputs)
 
     def put_marker(self, name: str, mtime: float) -> None:
         """Upload a marker file dated ``mtime`` for Snakemake (see the storage plugin)."""
-        from snakemake_storage_plugin_waypost import MTIME_KEY
         with open(os.path.join(self.local, name), "rb") as f:
-            self.fs.pipe_file(self._remote(name), f.read(), metadata={MTIME_KEY: repr(mtime)})
+            self.fs.pipe_file(self._remote(name), f.read(), metadata={gcs.MTIME_KEY: repr(mtime)})
 
     def registry(self, url: str, until: float | None) -> None:
         """Create (dated ``until``) or remove an empty object at ``url`` (a gs:// URL)."""
-        from snakemake_storage_plugin_waypost import MTIME_KEY
-        path = storage.filesystem(url)[1]
+        path = gcs.filesystem(url)[1]
         if until is not None:
-            self.fs.pipe_file(path, b"", metadata={MTIME_KEY: repr(until)})
+            self.fs.pipe_file(path, b"", metadata={gcs.MTIME_KEY: repr(until)})
         else:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(path)
@@ -351,38 +321,12 @@ class RemoteStage:
         shutil.rmtree(self.local, ignore_errors=True)
 
 
-def archive_objects(fs, path: str, listing: dict[str, dict], keep: tuple[str, ...] = (),
-                    uploads: dict[str, str] | None = None) -> tuple[str | None, list[str]]:
-    """Move a stage directory's workspace in the bucket into ``.attempts/<n>/``
-    server-side (a rewrite per object, nothing downloaded), all but the
-    entries in ``keep``. ``path`` is the stage dir (bucket/key), ``listing``
-    its objects (relative name → info, archives included); ``uploads``
-    (relative name → local file) go up straight into the archive instead of
-    their bucket copies. Returns ``.attempts/<n>`` (None when there was
-    nothing to archive) and the relative names moved out of the workspace."""
-    uploads = uploads or {}
-    remote = [rel for rel in RemoteStage._workspace(listing) if rel.split("/")[0] not in keep]
-    if not remote and not uploads:
-        return None, []
-    numbers = [int(rel.split("/")[1]) for rel in listing
-               if rel.startswith(ATTEMPTS + "/") and rel.split("/")[1].isascii() and rel.split("/")[1].isdigit()]
-    target = f"{ATTEMPTS}/{1 + max(numbers, default=0)}"
-    moved = [rel for rel in remote if rel not in uploads]
-    if moved:
-        fs.copy([f"{path}/{r}" for r in moved], [f"{path}/{target}/{r}" for r in moved])
-    if uploads:
-        fs.put(list(uploads.values()), [f"{path}/{target}/{r}" for r in uploads])
-    if remote:
-        fs.rm([f"{path}/{r}" for r in remote])
-    return target, remote
-
-
 def blocking_manifests(text: bytes, url: str = "manifest") -> list[str]:
     """The manifests (gs:// URLs) of the inputs that kept a stage from
     success, from its manifest (at ``url``): none for a SUCCESS stage, or one
     that can't be read or used (``manifest.parse``: every URL it lists is a
     normalised one, so its local copy stays in the mirror)."""
-    from .manifest import ManifestError, parse
+    from ..manifest import ManifestError, parse
 
     try:
         data = parse(text, url)
@@ -392,39 +336,26 @@ def blocking_manifests(text: bytes, url: str = "manifest") -> list[str]:
         return []
     return [os.path.dirname(i["path"]) + "/" + MANIFEST for i in data.get("inputs") or []
             if isinstance(i, dict) and i.get("state") not in ("SUCCESS", "ADOPTED")
-            and storage.is_remote(str(i.get("path")))]
+            and is_bucket_url(str(i.get("path")))]
 
 
-def for_runner(step) -> tuple[RemoteStage | None, list[str], list[str]]:
+def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
     """The remote stage of a runner whose stage directory is a gs:// URL
     (None for a local one), and the paths of the step's inputs and outputs
     it works with: their local copies (the command has them already:
     Snakemake formatted it with these paths)."""
-    if not storage.is_remote(step.stage_dir):
+    if not is_bucket_url(step.stage_dir):
         return None, step.inputs, step.outputs
     if not step.mirror:
         raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
-    stage = RemoteStage(step.stage_dir, local_of(step.mirror, step.stage_dir))
-    return (stage, [stage.local_of(u) if storage.is_remote(u) else u for u in step.inputs],
-            [stage.local_of(u) if storage.is_remote(u) else u for u in step.outputs])
-
-
-def check_bucket(root: str) -> None:
-    """One clear line when the root's bucket is missing or can't be read."""
-    fs, path = storage.filesystem(root)
-    bucket = path.split("/")[0]
-    try:
-        fs.info(bucket)
-    except FileNotFoundError:
-        raise storage.StorageError(f"{root}: bucket {bucket!r} does not exist (waypost never creates "
-                                   "buckets; check the name and the project)") from None
-    except Exception as exc:
-        raise storage.explain(exc, root) from None
+    stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
+    return (stage, [stage.local_of(u) if is_bucket_url(u) else u for u in step.inputs],
+            [stage.local_of(u) if is_bucket_url(u) else u for u in step.outputs])
 
 
 def snakemake_options(root: str) -> list[str]:
     """The Snakemake options a run over ``root`` needs (none for a local root)."""
-    if not storage.is_remote(root):
+    if not is_bucket_url(root):
         return []
     return ["--default-storage-provider", PROVIDER, "--default-storage-prefix", root]
 
@@ -442,8 +373,9 @@ def planning_mirror(root: str, workflow) -> str:
                             "(or those two keys in the profile; "
                             "see docs/buckets.md in waypost's manual)")
     try:
-        check_bucket(root)
-    except storage.StorageError as exc:
+        gcs.check_bucket(root)
+    except gcs.StorageError as exc:
         raise WorkflowError(str(exc)) from None
-    storage.register_root(root)
+    gcs.register_root(root)
     return os.path.abspath(str(workflow.storage_registry.default_storage_provider.local_prefix))
+

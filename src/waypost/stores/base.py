@@ -1,0 +1,197 @@
+"""The interface every root's store answers (``StageStore``).
+
+A store is chosen from the root by ``stores.store_for``; the commands that
+look at or steer the file state (status, rerun, adopt, plan, verify, cron,
+prune), the catalog and the runner are written once against it. Paths in and
+out are the user's: local paths as given (``results/...``), or gs:// URLs
+under the root.
+
+A backend says what it can do with flags, never by its scheme:
+``snapshot``, ``listed_crc32c``, ``links``, ``server_side_copy`` (a copy
+between two of its locations moves no bytes through this machine). None
+relies on hard links, symbolic links, xattrs or atomic directory renames.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from .. import layout, manifest
+from ..layout import LOGS, MANIFEST
+
+
+def archive_number(names, unfinished) -> int:
+    """Which ``.attempts/<n>`` an archive goes into, from the names in
+    ``.attempts``: the one an archive cut short left (``unfinished``, its
+    ``layout.ARCHIVING`` note still there) to go on with, else the next."""
+    numbers = [int(n) for n in names if n.isascii() and n.isdigit()]
+    cut = [int(n) for n in unfinished if n.isascii() and n.isdigit()]
+    return max(cut) if cut else 1 + max(numbers, default=0)
+
+
+def walked(name: str) -> bool:
+    """Directories a search for manifests goes into (not archives, not logs)."""
+    return not name.startswith((".", LOGS))
+
+
+class StageStore(abc.ABC):
+    """The stage directories under one root, and what waypost does to them.
+
+    The abstract methods are what a backend implements (a fourth backend is
+    one subclass plus one subclass of ``tests/store_contract.py``); the rest
+    is written once here over them."""
+
+    root: str
+    # What the backend can do (callers ask these, never the root's scheme).
+    snapshot = False          # answers from one listing made when it was opened
+    listed_crc32c = False     # each file's crc32c comes with the listing (verify reads nothing)
+    links = True              # may hold symbolic links (never followed out of a stage dir)
+    server_side_copy = False  # a copy within the service moves no bytes through this machine
+    # The gs:// location a copy from this store can start from server-side (None: none).
+    bucket_url: str | None = None
+
+    # --- naming ----------------------------------------------------------
+    @abc.abstractmethod
+    def key(self, path: str) -> str:
+        """One spelling per directory (to compare paths)."""
+
+    @abc.abstractmethod
+    def relative(self, path: str) -> str:
+        """``path`` relative to the root."""
+
+    # --- listing -----------------------------------------------------------
+    @abc.abstractmethod
+    def entries(self, directory: str) -> list[str]:
+        """Names in a directory but the archive, sorted."""
+
+    @abc.abstractmethod
+    def isdir(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def isfile(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int | None:
+        """A file's size; None when it isn't there."""
+
+    @abc.abstractmethod
+    def files(self, directory: str) -> list[str]:
+        """Every file below a directory (archives too), relative to it, sorted."""
+
+    @abc.abstractmethod
+    def file_sizes(self, directory: str) -> dict[str, int]:
+        """Every file below a directory (a link counts as itself), relative to it, with its size."""
+
+    @abc.abstractmethod
+    def marker_dirs(self, leaf: str = MANIFEST) -> list[str]:
+        """Every directory holding an engine file ``leaf`` (not archives), sorted."""
+
+    def manifest_dirs(self) -> list[str]:
+        """Every directory with a manifest (stages and instances; not archives)."""
+        return self.marker_dirs(MANIFEST)
+
+    @abc.abstractmethod
+    def archives(self, directory: str) -> list[str]:
+        """The numbers of a stage dir's archived attempts (``.attempts/<n>``), ascending."""
+
+    @abc.abstractmethod
+    def usage(self, path: str) -> tuple[int, int, float | None]:
+        """(bytes, files, newest file time) below a directory."""
+
+    @abc.abstractmethod
+    def escapes(self, stage_dir: str, rel: str) -> str | None:
+        """Where a stage dir's file (``rel``) really is, when a symbolic link
+        takes it out of the stage dir; None when it is inside."""
+
+    # --- engine records ------------------------------------------------------
+    @abc.abstractmethod
+    def manifest(self, directory: str) -> dict | None:
+        """A directory's manifest; None if none; ManifestError if unusable."""
+
+    @abc.abstractmethod
+    def mtime(self, path: str) -> float:
+        """A file's modification time, as every node sees it (a bucket's
+        ``waypost-mtime``); OSError when it isn't there."""
+
+    @abc.abstractmethod
+    def marker(self, directory: str) -> tuple[bytes, float] | None:
+        """A stage dir's ``_running.json`` and the age of its heartbeat (for
+        ``waypost.lifecycle``, the one reader of what it means); None without one."""
+
+    @abc.abstractmethod
+    def write_manifest(self, directory: str, record: dict) -> None:
+        """Write a manifest whole: a reader sees the old one or the new one."""
+
+    @abc.abstractmethod
+    def write_marker(self, path: str, text: str) -> None:
+        """A small engine file, written whole and dated now."""
+
+    @abc.abstractmethod
+    def heartbeat(self, path: str) -> None:
+        """Date an engine file now, so that every node sees it fresh (the lease)."""
+
+    # --- changing ------------------------------------------------------------
+    @abc.abstractmethod
+    def remove(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def remove_tree(self, path: str) -> None:
+        """Remove a directory and everything below it (links as links)."""
+
+    @abc.abstractmethod
+    def remove_files(self, directory: str, names: list[str]) -> None:
+        """Remove some files below a directory (relative names)."""
+
+    @abc.abstractmethod
+    def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
+        """Move what is in a stage directory (but ``keep``) into
+        ``.attempts/<n>/``; returns ``.attempts/<n>``, or None when there was
+        nothing. Never deletes; an archive cut short is finished by the next."""
+
+    @abc.abstractmethod
+    def bring(self, source: StageStore, source_dir: str, stage_dir: str,
+              outputs: list[dict]) -> tuple[str, dict[str, str]]:
+        """Copy a stage's outputs (its manifest's ``outputs``) from ``source``
+        into ``stage_dir``, each checked against the manifest (size; sha256,
+        or the listed crc32c) and put in place only once checked; the source
+        is never changed. Returns how ("copied", "copied in the bucket", ...)
+        and the crc32c of each copy where it was seen; ManifestError when a
+        file differs (then nothing was put in place)."""
+
+    # --- checksums -----------------------------------------------------------
+    @abc.abstractmethod
+    def digests(self, path: str) -> tuple[str, str | None]:
+        """(sha256, crc32c) of a file."""
+
+    def crc32c(self, path: str) -> str | None:
+        """A file's crc32c as the listing has it (None: not listed)."""
+        return None
+
+    def sha256(self, path: str) -> str:
+        return self.digests(path)[0]
+
+    def state_dirs(self, stage_dir: str) -> list[tuple[str | None, str]]:
+        """The directories that hold a stage's state: ``[(None, stage_dir)]``,
+        or ``(instance, dir)`` for each instance of a stage with instances
+        (and no files of its own)."""
+        entries = self.entries(stage_dir)
+        if any(manifest.is_engine_file(e) or self.isfile(layout.join(stage_dir, e)) for e in entries):
+            return [(None, stage_dir)]
+        instances = [e for e in entries if layout.is_valid_name(e) and self.isdir(layout.join(stage_dir, e))]
+        return [(name, layout.join(stage_dir, name)) for name in instances] or [(None, stage_dir)]
+
+    def describe(self, stage_dir: str, files: list[str]) -> list[dict]:
+        """Size, sha256 and crc32c of files of a stage dir (relative paths),
+        as a manifest's ``outputs`` (see manifest.describe_outputs)."""
+        described = []
+        for f in files:
+            path = layout.join(stage_dir, f)
+            sha256, crc32c = self.digests(path)
+            described.append({"path": f, "size": self.size(path), "sha256": sha256,
+                              **({"crc32c": crc32c} if crc32c else {})})
+        return described
+
+

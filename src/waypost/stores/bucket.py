@@ -1,0 +1,387 @@
+"""Stage directories in a ``gs://bucket/prefix``, through the bucket's API (gcsfs).
+
+One listing of the prefix when the store is made; manifests and
+``_running.json`` markers read in one concurrent batch the first time one is
+asked for; archiving a stage a server-side copy + delete, resumable; a reuse
+from the same service a server-side copy checked by crc32c. A bucket store is
+a snapshot: what others write after it was listed is not in it (what it
+archives or writes itself is). A GCS object is whole or absent (never half
+written), and its listing is strongly consistent, so a stage is done on any
+node once its manifest object is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from bisect import bisect_left
+
+from .. import layout, manifest, records, trust
+from ..layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
+from . import gcs
+from .base import StageStore, archive_number, walked
+
+
+class BucketStore(StageStore):
+    snapshot = True
+    listed_crc32c = True
+    links = False
+    server_side_copy = True
+
+    def __init__(self, root: str, found: dict[str, dict] | None = None):
+        """A listing of ``root``; or, with ``found``, one made already
+        (fsspec name → info: the planning's)."""
+        self.root = self.bucket_url = root.rstrip("/")
+        self.fs, self.base = gcs.filesystem(self.root)
+        if found is None:
+            gcs.check_bucket(self.root)
+            try:
+                found = self.fs.find(self.base, detail=True)
+            except FileNotFoundError:
+                found = {}
+        objects, self.refused = {}, {}   # refused: names no path can stand for, left alone (trust)
+        for name, info in found.items():
+            if name.startswith(self.base + "/") and info.get("type", "file") == "file":
+                rel = name[len(self.base) + 1:]
+                problem = trust.relative_problem(rel)
+                if problem:
+                    self.refused[rel] = problem
+                else:
+                    objects[rel] = info
+        self._index(objects)
+        self._read: dict[str, dict[str, bytes | Exception]] = {}  # MANIFEST / RUNNING → their contents
+
+    def _index(self, objects: dict[str, dict]) -> None:
+        self.objects = objects                      # relative name → object info
+        self._sorted: list[str] | None = None       # their names, sorted (made when asked for)
+        self.children: dict[str, set[str]] = {}     # relative dir ("" the root) → names in it
+        for name in objects:
+            parts = name.split("/")
+            for depth in range(len(parts)):
+                self.children.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+
+    def _rel(self, path: str) -> str | None:
+        """``path`` relative to the root ("" for the root); None if outside."""
+        path = path.rstrip("/")
+        if path == self.root:
+            return ""
+        return path[len(self.root) + 1:] if path.startswith(self.root + "/") else None
+
+    @staticmethod
+    def _in(rel: str, name: str) -> str:
+        return f"{rel}/{name}" if rel else name
+
+    def key(self, path: str) -> str:
+        return path.rstrip("/")
+
+    def relative(self, path: str) -> str:
+        rel = self._rel(path)
+        return path if rel is None else rel
+
+    def entries(self, directory: str) -> list[str]:
+        rel = self._rel(directory)
+        return sorted(self.children.get(rel, set()) - {ATTEMPTS}) if rel is not None else []
+
+    def isdir(self, path: str) -> bool:
+        rel = self._rel(path)
+        return rel is not None and rel in self.children
+
+    def isfile(self, path: str) -> bool:
+        return self._rel(path) in self.objects
+
+    def exists(self, path: str) -> bool:
+        return self._rel(path) in self.objects
+
+    def escapes(self, stage_dir: str, rel: str) -> str | None:
+        return None   # objects have no links
+
+    def size(self, path: str) -> int | None:
+        info = self.objects.get(self._rel(path))
+        return None if info is None else info["size"]
+
+    def files(self, directory: str) -> list[str]:
+        rel = self._rel(directory)
+        if rel is None:
+            return []
+        prefix = self._in(rel, "")
+        return sorted(name[len(prefix):] for name in self.objects if name.startswith(prefix))
+
+    def marker_dirs(self, leaf: str = MANIFEST) -> list[str]:
+        found = []
+        for name in self.objects:
+            parts = name.split("/")
+            if parts[-1] == leaf and len(parts) <= 7 and all(walked(p) for p in parts[:-1]):
+                found.append(layout.join(self.root, *parts[:-1]))
+        return sorted(found)
+
+    def _contents(self, leaf: str) -> dict[str, bytes | Exception]:
+        """Every workspace file named ``leaf`` in the tree, read in one batch."""
+        if leaf not in self._read:
+            names = [n for n in self.objects
+                     if n.rsplit("/", 1)[-1] == leaf and not any(p.startswith(".") for p in n.split("/"))]
+            big = {n for n in names if int(self.objects[n].get("size") or 0) > trust.MAX_MANIFEST_BYTES}
+            got = gcs.read_many(self.fs, [f"{self.base}/{n}" for n in names if n not in big]) if names else {}
+            self._read[leaf] = {n: trust.Untrusted(trust.too_big(f"{self.root}/{n}", self.objects[n]["size"]))
+                                if n in big else got[f"{self.base}/{n}"] for n in names}
+        return self._read[leaf]
+
+    def manifest(self, directory: str) -> dict | None:
+        rel = self._rel(directory)
+        url = layout.join(directory.rstrip("/"), MANIFEST)
+        if rel is None:  # another root's (an input from elsewhere): read it alone
+            return manifest.load(directory)
+        name = self._in(rel, MANIFEST)
+        if name not in self.objects:
+            return None
+        if int(self.objects[name].get("size") or 0) > trust.MAX_MANIFEST_BYTES:
+            raise manifest.ManifestError(f"{trust.too_big(url, self.objects[name]['size'])}; {manifest.UNUSED}")
+        if any(part.startswith(".") for part in name.split("/")):   # in an archive: not in the batch
+            try:
+                text = self.fs.cat_file(f"{self.base}/{name}")
+            except Exception as exc:
+                text = exc
+        else:
+            text = self._contents(MANIFEST).get(name, FileNotFoundError(url))
+        if isinstance(text, Exception):
+            raise manifest.ManifestError(f"{url}: unreadable manifest ({text})")
+        return manifest.parse(text, url)
+
+    def mtime(self, path: str) -> float:
+        info = self.objects.get(self._rel(path))
+        if info is None:
+            raise FileNotFoundError(path)
+        return gcs.mtime_of(info)
+
+    def marker(self, directory: str) -> tuple[bytes, float] | None:
+        rel = self._rel(directory)
+        name = self._in(rel, RUNNING) if rel is not None else None
+        if name not in self.objects:
+            return None
+        text = self._contents(RUNNING).get(name)
+        if not isinstance(text, bytes):
+            return b"", 0.0   # listed, gone or unreadable since: its writer is gone
+        return text, time.time() - gcs.mtime_of(self.objects[name])
+
+    def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
+        """Server-side (see archive_objects)."""
+        rel = self._rel(directory)
+        prefix = self._in(rel, "")
+        listing = {n[len(prefix):]: info for n, info in self.objects.items() if n.startswith(prefix)}
+        target, moved = archive_objects(self.fs, self.base + ("/" + rel if rel else ""), listing, keep)
+        if target:
+            objects = dict(self.objects)
+            for name in moved:
+                objects[prefix + f"{target}/{name}"] = objects.pop(prefix + name)
+            self._index(objects)
+            for read in self._read.values():
+                for name in moved:
+                    read.pop(prefix + name, None)
+        return target
+
+    def write_manifest(self, directory: str, record: dict) -> None:
+        rel = self._rel(directory)
+        data = manifest.dumps(records.checked("manifest", record, layout.join(directory, MANIFEST))).encode()
+        self.fs.pipe_file(f"{self.base}/{self._in(rel, MANIFEST)}", data)
+        self._index({**self.objects, self._in(rel, MANIFEST): {"size": len(data),
+                                                               "metadata": {gcs.MTIME_KEY: repr(time.time())}}})
+        if MANIFEST in self._read:
+            self._read[MANIFEST][self._in(rel, MANIFEST)] = data
+
+    def write_marker(self, path: str, text: str) -> None:
+        rel = self._rel(path)
+        self.fs.pipe_file(f"{self.base}/{rel}", text.encode(), metadata={gcs.MTIME_KEY: repr(time.time())})
+        self._index({**self.objects, rel: {"size": len(text.encode()), "metadata": {gcs.MTIME_KEY: repr(time.time())}}})
+
+    def heartbeat(self, path: str) -> None:
+        """Rewritten with its ``waypost-mtime`` now (a new generation: every reader's listing has it)."""
+        rel = self._rel(path)
+        data = self.fs.cat_file(f"{self.base}/{rel}")
+        self.fs.pipe_file(f"{self.base}/{rel}", data, metadata={gcs.MTIME_KEY: repr(time.time())})
+
+    def bring(self, source: StageStore, source_dir: str, stage_dir: str,
+              outputs: list[dict]) -> tuple[str, dict[str, str]]:
+        return bring_objects(self.fs, self._object(stage_dir), source, source_dir, outputs)
+
+    def fetch(self, stage_dir: str, rel: str, local: str) -> str:
+        self.fs.get_file(f"{self._object(stage_dir)}/{rel}", local)
+        return "copied"   # (downloaded)
+
+    def bucket_of(self, directory: str) -> str:
+        return directory.rstrip("/")
+
+    def _object(self, directory: str) -> str:
+        """The bucket/key of a directory (under the root or not)."""
+        return gcs.filesystem(directory)[1]
+
+    def remove(self, path: str) -> None:
+        rel = self._rel(path)
+        if rel in self.objects:
+            self.fs.rm_file(f"{self.base}/{rel}")
+            self._index({n: i for n, i in self.objects.items() if n != rel})
+
+    def _under(self, rel: str) -> list[str]:
+        """The names of the objects below a directory (relative to the root)."""
+        if self._sorted is None:
+            self._sorted = sorted(self.objects)
+        prefix = self._in(rel, "")
+        start = bisect_left(self._sorted, prefix)
+        end = bisect_left(self._sorted, prefix + "\U0010ffff", start)
+        return self._sorted[start:end]
+
+    def remove_tree(self, path: str) -> None:
+        """Remove every object below a directory (one batch delete)."""
+        rel = self._rel(path)
+        if not rel:
+            raise ValueError(f"{path}: not a directory under the root {self.root}")
+        names = self._under(rel)
+        if names:
+            self.fs.rm([f"{self.base}/{n}" for n in names])
+        gone = set(names)
+        self._index({n: i for n, i in self.objects.items() if n not in gone})
+        for read in self._read.values():
+            for name in names:
+                read.pop(name, None)
+
+    def file_sizes(self, directory: str) -> dict[str, int]:
+        rel = self._rel(directory)
+        if not rel:
+            return {}
+        prefix = self._in(rel, "")
+        return {name[len(prefix):]: int(self.objects[name].get("size") or 0) for name in self._under(rel)}
+
+    def remove_files(self, directory: str, names: list[str]) -> None:
+        """Remove some objects below a directory (relative names; one batch delete)."""
+        rel = self._rel(directory)
+        if not rel:
+            raise ValueError(f"{directory}: not a directory under the root {self.root}")
+        gone = {self._in(rel, name) for name in names} & set(self.objects)
+        if gone:
+            self.fs.rm([f"{self.base}/{n}" for n in sorted(gone)])
+        self._index({n: i for n, i in self.objects.items() if n not in gone})
+        for read in self._read.values():
+            for name in gone:
+                read.pop(name, None)
+
+    def archives(self, directory: str) -> list[str]:
+        rel = self._rel(directory)
+        if rel is None:
+            return []
+        attempts = self._in(rel, ATTEMPTS)
+        names = self.children.get(attempts, ())
+        return sorted((n for n in names if n.isascii() and n.isdigit() and f"{attempts}/{n}" in self.children), key=int)
+
+    def usage(self, path: str) -> tuple[int, int, float | None]:
+        """(bytes, objects, newest object time) below a directory, from the
+        listing (an archive's objects are written when it is made: a
+        server-side move is a copy)."""
+        rel = self._rel(path)
+        if rel is None:
+            return 0, 0, None
+        total, count, newest = 0, 0, None
+        for name in self._under(rel):
+            info = self.objects[name]
+            total, count = total + int(info.get("size") or 0), count + 1
+            when = _epoch(info)
+            if when is not None and (newest is None or when > newest):
+                newest = when
+        return total, count, newest
+
+    def sha256(self, path: str) -> str:
+        """Reads the object (nothing else can: GCS keeps crc32c and md5)."""
+        with self.fs.open(gcs.filesystem(path)[1], "rb") as f:
+            return manifest.sha256_stream(f)
+
+    def crc32c(self, path: str) -> str | None:
+        """The object's crc32c as the listing has it (base64 of the 4
+        big-endian bytes, as manifests record it); None if it isn't there."""
+        info = self.objects.get(self._rel(path))
+        return None if info is None else info.get("crc32c")
+
+    def digests(self, path: str) -> tuple[str, str | None]:
+        """The sha256 read from the object, the crc32c from the listing."""
+        return self.sha256(path), self.crc32c(path)
+
+
+def _epoch(info: dict) -> float | None:
+    """An object's last write (epoch seconds) from its listing info."""
+    when = info.get("mtime") or info.get("updated")
+    if when is None:
+        return None
+    if isinstance(when, str):
+        from datetime import datetime
+        try:
+            when = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return when.timestamp() if hasattr(when, "timestamp") else float(when)
+
+
+
+def archive_objects(fs, path: str, listing: dict[str, dict], keep: tuple[str, ...] = (),
+                    uploads: dict[str, str] | None = None) -> tuple[str | None, list[str]]:
+    """Move a stage directory's workspace in the bucket into ``.attempts/<n>/``
+    server-side (a rewrite per object, nothing downloaded), all but the
+    entries in ``keep``. ``path`` is the stage dir (bucket/key), ``listing``
+    its objects (relative name → info, archives included); ``uploads``
+    (relative name → local file) go up straight into the archive instead of
+    their bucket copies. Safe to cut short: a note (``layout.ARCHIVING``)
+    goes into the archive first and goes last, every copy is made before any
+    delete, and the next archive goes on into the same ``<n>``. Returns
+    ``.attempts/<n>`` (None when there was nothing to archive) and the
+    relative names moved out of the workspace."""
+    uploads = uploads or {}
+    remote = [rel for rel in listing if not rel.startswith(ATTEMPTS + "/") and rel.split("/")[0] not in keep]
+    if not remote and not uploads:
+        return None, []
+    archived = [rel.split("/") for rel in listing if rel.startswith(ATTEMPTS + "/")]
+    names = {parts[1] for parts in archived if len(parts) > 2}
+    cut = {parts[1] for parts in archived if len(parts) == 3 and parts[2] == ARCHIVING}
+    target = f"{ATTEMPTS}/{archive_number(names, cut)}"
+    fs.pipe_file(f"{path}/{target}/{ARCHIVING}", json.dumps(sorted({*remote, *uploads})).encode())
+    moved = [rel for rel in remote if rel not in uploads]
+    if moved:
+        fs.copy([f"{path}/{r}" for r in moved], [f"{path}/{target}/{r}" for r in moved])
+    if uploads:
+        fs.put(list(uploads.values()), [f"{path}/{target}/{r}" for r in uploads])
+    if remote:
+        fs.rm([f"{path}/{r}" for r in remote])
+    fs.rm_file(f"{path}/{target}/{ARCHIVING}")
+    return target, remote
+
+
+def bring_objects(fs, target: str, source: StageStore, source_dir: str,
+                  outputs: list[dict]) -> tuple[str, dict[str, str]]:
+    """A reused stage's outputs into the stage dir at bucket/key ``target``:
+    each source file checked against the manifest's size and checksum (from
+    a local dir its sha256; from the same service the crc32c its listing
+    has, where the manifest records one: nothing downloaded), then copied in,
+    server-side from the same service, each copy checked against its
+    source's crc32c. Nothing is copied unless every source checks out."""
+    targets = [f"{target}/{o['path']}" for o in outputs]
+    if source.bucket_url is None:   # the source's files are local: checked, then uploaded
+        sources = []
+        for out in outputs:
+            local = source.local_file(source_dir, out["path"])
+            if os.path.getsize(local) != out.get("size") or manifest.sha256_file(local) != out.get("sha256"):
+                raise manifest.ManifestError(f"{local}: differs from its manifest (size or sha256)")
+            sources.append(local)
+        fs.put(sources, targets)
+        return "uploaded", {}
+    base = gcs.filesystem(source.bucket_of(source_dir))[1]
+    sources = [f"{base}/{o['path']}" for o in outputs]
+    found = {s: fs.info(s) for s in sources}
+    for src, out in zip(sources, outputs):
+        if found[src]["size"] != out.get("size"):
+            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (size {found[src]['size']} vs "
+                                         f"{out.get('size')})")
+        if out.get("crc32c") and found[src].get("crc32c") != out["crc32c"]:
+            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (crc32c {found[src].get('crc32c')} "
+                                         f"vs {out['crc32c']}): replaced since the manifest was written")
+    fs.copy(sources, targets)
+    copied = [fs.info(t) for t in targets]
+    if any(c.get("crc32c") != found[s].get("crc32c") for c, s in zip(copied, sources)):
+        fs.rm(targets)
+        raise manifest.ManifestError(f"{source_dir}: a server-side copy differs from its source (crc32c)")
+    return "copied in the bucket", {o["path"]: found[s]["crc32c"] for o, s in zip(outputs, sources)
+                                    if found[s].get("crc32c")}

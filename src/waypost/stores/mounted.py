@@ -1,0 +1,287 @@
+"""A bucket mounted on the nodes (gcsfuse, rclone) as the root.
+
+Steps read and write through the mount: to them the root is a directory.
+A mount is not POSIX (no hard links or symlinks, copy2's metadata step
+fails, a rename is a copy + delete, listings and stats are cached per node,
+locks hold on one node only), so waypost does its own metadata work through
+the bucket's API when it knows which bucket is mounted there: listing
+(status, find, the catalog), archiving (server-side copy + delete,
+resumable), reuse (a server-side copy, checked by crc32c: no bytes through
+the node) and verify (the listed crc32c). Which bucket a mount serves comes
+from the config (``mounts``) or the mount table (``/proc/mounts``: gcsfuse
+shows the bucket, rclone ``remote:bucket[/path]``). Without it every
+operation is a plain copy through the mount, and waypost says so once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from .. import layout
+from .base import StageStore
+from .local import LocalStore
+
+MOUNTS_ENV = "WAYPOST_MOUNTS"   # the config's mounts (JSON), for the jobs of a run
+FUSE_KINDS = {"fuse.gcsfuse": "gcsfuse", "fuse.rclone": "rclone"}
+# How long a reuse made through the API waits for this node's mount to list the copies.
+SETTLE_S = float(os.environ.get("WAYPOST_MOUNT_SETTLE_SECONDS", "70"))
+_declared: dict[str, str] = {}
+_said: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Mount:
+    point: str          # where it is mounted
+    kind: str           # gcsfuse, rclone, declared, or the filesystem type
+    url: str | None     # the gs:// location it serves (None: not known)
+
+
+def declare(mounts: dict[str, str]) -> None:
+    """The config's ``mounts`` (mount point → gs://bucket[/prefix]), for this
+    process and the jobs it starts."""
+    _declared.update({os.path.realpath(point): url.rstrip("/") for point, url in mounts.items()})
+    os.environ[MOUNTS_ENV] = json.dumps(_declared)
+
+
+def _table() -> list[tuple[str, str, str]]:
+    return _read_table("/proc/mounts")
+
+
+def _read_table(path: str) -> list[tuple[str, str, str]]:
+    """(source, mount point, type) of every mount (octal escapes undone)."""
+    try:
+        with open(path) as f:
+            rows = [line.split()[:3] for line in f if len(line.split()) >= 3]
+    except OSError:
+        return []
+    return [(_unescaped(src), _unescaped(point), kind) for src, point, kind in rows]
+
+
+def _unescaped(field: str) -> str:
+    return field.encode().decode("unicode_escape")
+
+
+def bucket_of_source(kind: str, source: str) -> str | None:
+    """The bucket (and path) a FUSE mount's source names: gcsfuse's is the
+    bucket; rclone's ``remote:bucket[/path]``."""
+    if kind == "fuse.gcsfuse":
+        return source if source and "/" not in source and ":" not in source else None
+    if kind == "fuse.rclone":   # (a remote:/absolute/path is a local or SFTP remote, no bucket)
+        _, _, rest = source.partition(":")
+        return None if rest.startswith("/") else rest.strip("/") or None
+    return None
+
+
+def mount_of(path: str) -> Mount | None:
+    """The mount ``path`` is on, when it is a FUSE or declared mount."""
+    from . import SCHEME
+    real = os.path.realpath(path)
+    declared = {**json.loads(os.environ.get(MOUNTS_ENV) or "{}"), **_declared}
+    for point in sorted(declared, key=len, reverse=True):
+        if real == point or real.startswith(point.rstrip("/") + "/"):
+            return Mount(point, "declared", declared[point])
+    best = None
+    for source, point, kind in _table():
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if kind.startswith("fuse") and inside and (best is None or len(point) > len(best[1])):
+            best = (source, point, kind)
+    if best is None:
+        return None
+    source, point, kind = best
+    bucket = bucket_of_source(kind, source)
+    return Mount(point, FUSE_KINDS.get(kind, kind), SCHEME + bucket if bucket else None)
+
+
+def open_mounted(root: str, mount: Mount, quiet: bool = False) -> StageStore:
+    if mount.url is None:
+        if not quiet and mount.point not in _said:
+            _said.add(mount.point)
+            print(f"waypost: {root} is on a {mount.kind} mount ({mount.point}) whose bucket waypost doesn't know: "
+                  "reuse and archives copy through the mount, listings go through it (declare it in the "
+                  "config: mounts: {" + mount.point + ": gs://BUCKET[/PREFIX]})", file=sys.stderr)
+        return PlainMountStore(root)
+    real = os.path.realpath(root)
+    url = mount.url + real[len(mount.point.rstrip("/")):]
+    return MountedStore(root, url.rstrip("/"))
+
+
+class PlainMountStore(LocalStore):
+    """A mount whose bucket waypost doesn't know: files through the mount,
+    plain copies (the base class copies, never links)."""
+
+    links = False
+    bucket_url = None
+
+    def heartbeat(self, path: str) -> None:
+        """Rewritten (temp + rename: a new object), so every mount sees a new time."""
+        touch(path)
+
+
+def touch(path: str) -> None:
+    with open(path, "rb") as f:
+        data = f.read()
+    temp = os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
+    with open(temp, "wb") as f:
+        f.write(data)
+    os.replace(temp, path)
+
+
+class MountedStore(LocalStore):
+    """Paths are the mount's (local); what waypost reads and changes goes
+    through the bucket's API at ``url`` (gs://bucket/prefix of the root)."""
+
+    snapshot = True
+    listed_crc32c = True
+    links = False
+    server_side_copy = True
+
+    def __init__(self, root: str, url: str):
+        super().__init__(root)
+        self.real = os.path.realpath(root).rstrip("/")
+        self.bucket_url = url
+        self._api = None
+
+    @property
+    def api(self):
+        """The bucket store over the whole root: one listing, made when first needed."""
+        if self._api is None:
+            from .bucket import BucketStore
+            self._api = BucketStore(self.bucket_url)
+        return self._api
+
+    def url(self, path: str) -> str:
+        real = os.path.realpath(path)
+        if real != self.real and not real.startswith(self.real + "/"):
+            raise ValueError(f"{path}: not under the root {self.root}")
+        return self.bucket_url + real[len(self.real):]
+
+    def bucket_of(self, directory: str) -> str:
+        return self.url(directory)
+
+    def path(self, url: str) -> str:
+        return os.path.join(self.root, url[len(self.bucket_url) + 1:]) if url != self.bucket_url else self.root
+
+    def _stage(self, directory: str):
+        """A bucket store over one stage directory (one listing of it)."""
+        from .bucket import BucketStore
+        return BucketStore(self.url(directory))
+
+    # reads: from the one listing
+    def entries(self, directory):
+        return self.api.entries(self.url(directory))
+
+    def isdir(self, path):
+        return self.api.isdir(self.url(path))
+
+    def isfile(self, path):
+        return self.api.isfile(self.url(path))
+
+    def exists(self, path):
+        return self.api.exists(self.url(path))
+
+    def escapes(self, stage_dir, rel):
+        return None   # a mount holds no links
+
+    def size(self, path):
+        return self.api.size(self.url(path))
+
+    def files(self, directory):
+        return self.api.files(self.url(directory))
+
+    def file_sizes(self, directory):
+        return self.api.file_sizes(self.url(directory))
+
+    def marker_dirs(self, leaf=layout.MANIFEST):
+        return [self.path(u) for u in self.api.marker_dirs(leaf)]
+
+    def archives(self, directory):
+        return self.api.archives(self.url(directory))
+
+    def usage(self, path):
+        return self.api.usage(self.url(path))
+
+    def manifest(self, directory):
+        if not self._under(directory):
+            return super().manifest(directory)
+        return self.api.manifest(self.url(directory))
+
+    def mtime(self, path):
+        return self.api.mtime(self.url(path))
+
+    def marker(self, directory):
+        return self.api.marker(self.url(directory))
+
+    def crc32c(self, path):
+        return self.api.crc32c(self.url(path))
+
+    def digests(self, path):
+        return self.api.digests(self.url(path))
+
+    def _under(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return real == self.real or real.startswith(self.real + "/")
+
+    # Changes go through the mount (a rename there is the bucket's copy +
+    # delete, made by the mount itself): a node's mount keeps showing a file
+    # it wrote itself after it was moved or deleted through the API (rclone's
+    # VFS cache, measured), so only what no mount has seen yet is made
+    # through the API: the copies a reuse brings in.
+    def _changed(self) -> None:
+        self._api = None   # the listing is out of date
+
+    def write_manifest(self, directory, record):
+        super().write_manifest(directory, record)
+        self._changed()
+
+    def write_marker(self, path, text):
+        super().write_marker(path, text)
+        self._changed()
+
+    def heartbeat(self, path):
+        touch(path)
+
+    def remove(self, path):
+        super().remove(path)
+        self._changed()
+
+    def remove_tree(self, path):
+        super().remove_tree(path)
+        self._changed()
+
+    def remove_files(self, directory, names):
+        super().remove_files(directory, names)
+        self._changed()
+
+    def archive(self, directory, keep=()):
+        """Renames through the mount, file by file where an archive cut
+        short left part of a directory (LocalStore.archive): each is the
+        bucket's own server-side copy + delete, resumable from its note."""
+        target = super().archive(directory, keep)
+        self._changed()
+        return target
+
+    def bring(self, source, source_dir, stage_dir, outputs):
+        if source.bucket_url is None:
+            return super().bring(source, source_dir, stage_dir, outputs)   # plain copies, checked
+        how = self._stage(stage_dir).bring(source, source_dir, self.url(stage_dir), outputs)
+        settle(stage_dir, [o["path"] for o in outputs])
+        self._changed()
+        return how
+
+
+def settle(directory: str, want: list[str]) -> None:
+    """Wait (at most SETTLE_S) until this node's mount lists the files the
+    API wrote into ``directory`` (its listing cache: rclone
+    --dir-cache-time, gcsfuse's TTLs): the step or run that comes next
+    looks for them through the mount."""
+    until = time.monotonic() + SETTLE_S
+    while time.monotonic() < until:
+        if all(os.path.exists(os.path.join(directory, w)) for w in want):
+            return
+        time.sleep(0.2)
+    print(f"waypost: {directory}: the mount does not show the copied files after {SETTLE_S:.0f} s "
+          "(its directory cache); going on", file=sys.stderr)

@@ -1,0 +1,154 @@
+"""A bucket mounted on the nodes as the root: the reference pipeline with
+``root:`` on a real FUSE mount (rclone over fake-gcs-server, found in
+/proc/mounts), reuse as a server-side copy, a deleted output redone alone,
+rerun --downstream archiving, two crons, status and find through the mount
+and through gs:// agreeing, and a second mount of the bucket (another node)
+seeing a running stage as running."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import (
+    LOCAL_PROFILE,
+    REPO,
+    SMALL_CONFIG,
+    SNAKEFILE,
+    gcs_fs,
+    gcs_key,
+    planned,
+    snakemake,
+    waypost,
+    write_config,
+)
+
+PAIRS = ("en-xa", "en-xb")
+UPSTREAM_OF_STUDENT = ["fetch_corpus", "clean_corpus", "train_vocab", "train_backward", "translate_mono",
+                       "train_teacher", "translate_corpus"]
+
+
+def grid(workdir: Path, config: str) -> dict:
+    """experiment → pair → stage → state, as ``waypost status`` reads it."""
+    found = json.loads(waypost(workdir, "status", "--json", config=config).stdout)["experiments"]
+    return {e: {p: {s: c["state"] for s, c in row.items()} for p, row in rows.items()} for e, rows in found.items()}
+
+
+def found(workdir: Path, config: str, root: str) -> list[tuple]:
+    rows = json.loads(waypost(workdir, "find", "--stage", "train_*", "--json", "--db", f".waypost/{config}.db",
+                              config=config).stdout)
+    return sorted((r["location"][len(root):], r["state"], r.get("config_hash")) for r in rows)
+
+
+def wait_until_listed(url: str, rel: str, timeout: float = 10) -> None:
+    """Until the bucket has an object the mount writes."""
+    deadline = time.time() + timeout
+    while not gcs_fs().exists(f"{gcs_key(url)}/{rel}") and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def test_the_reference_pipeline_on_a_mounted_bucket(mount_root, tmp_path):
+    url, path = mount_root
+    work = tmp_path
+    config = {**copy.deepcopy(SMALL_CONFIG), "root": str(path / "results")}   # (never SMALL_CONFIG itself)
+    write_config(work, config)
+    write_config(work, {**config, "root": f"{url}/results"}, name="gs.yaml")
+    snakemake(work)
+    assert planned(work) == {}
+    # Through the mount and through gs://: the same states, the same stages found.
+    assert grid(work, "config.yaml") == grid(work, "gs.yaml")
+    assert {s for rows in grid(work, "gs.yaml").values() for row in rows.values() for s in row.values()} == {"SUCCESS"}
+    assert found(work, "config.yaml", str(path / "results")) == found(work, "gs.yaml", f"{url}/results")
+
+    # A second experiment reuses everything upstream of the student: server-side copies.
+    config["experiments"]["exp2"] = {"pairs": list(PAIRS), "teachers": 2}
+    write_config(work, config)
+    out = waypost(work, "reuse", "--into", "exp2", "--from", "exp1", "--upstream-of", "train_student").stdout
+    assert "takes 7 stage(s) from exp1" in out
+    snakemake(work)
+    for pair in PAIRS:
+        corpus = json.loads((path / "results" / pair / "exp2" / "translate_corpus" / "_manifest.json").read_text())
+        assert corpus["reused_from"].endswith(f"/results/{pair}/exp1/translate_corpus")
+        assert corpus["attempts"][0]["how"] == "copied in the bucket"
+        student = json.loads((path / "results" / pair / "exp2" / "train_student" / "_manifest.json").read_text())
+        assert student["attempts"][0]["action"] == "cmd"
+    assert planned(work) == {}
+
+    # A deleted output is redone alone.
+    model = path / "results/en-xa/exp1/train_student/model.json"
+    model.unlink()
+    assert planned(work) == {"train_student": 1}
+    snakemake(work)
+    assert model.exists() and planned(work) == {}
+
+    # rerun --downstream archives; the next run redoes the stages.
+    out = waypost(work, "rerun", "export", "--experiment", "exp2", "--downstream").stdout
+    assert "will be redone" in out
+    assert (path / "results/en-xa/exp2/export/.attempts/1/_manifest.json").exists()
+    assert planned(work) == {"export": 2}
+    snakemake(work)
+    assert planned(work) == {}
+
+    # Two crons: the second has nothing to do.
+    for _ in range(2):
+        cron = subprocess.run([sys.executable, "-m", "waypost.cli", "cron", "--config", str(work / "config.yaml"),
+                               "--workflow", str(REPO / "workflow"), "--profile", str(LOCAL_PROFILE), "--", "-s",
+                               str(SNAKEFILE)], cwd=work, capture_output=True, text=True, timeout=600)
+        assert cron.returncode == 0, cron.stderr
+    log = [json.loads(line) for line in (work / ".waypost" / "cron.log").read_text().splitlines()]
+    assert len(log) == 2 and log[-1]["jobs"] == 0
+
+
+SLOW = '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+rule slow:
+    output: out=wp.out("x.txt", funnel=True)
+    shell: "sleep 6; echo done > {output.out}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def node2_status(workdir: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "waypost.cli", "status", "--config", "config/node2.yaml",
+                           "--workflow", "workflow", "--json"], cwd=workdir, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["experiments"]["e1"]["_all"]["slow"]
+
+
+def test_a_second_node_sees_a_running_stage_as_running(mount_root, second_node, tmp_path):
+    url, path = mount_root
+    (tmp_path / "workflow").mkdir()
+    (tmp_path / "workflow" / "Snakefile").write_text(SLOW)
+    (tmp_path / "config").mkdir()
+    config = {"root": str(path / "results"), "experiments": {"e1": {}}}
+    write_config(tmp_path, config, name="config/config.yaml")
+    other = second_node / path.name / "results"
+    write_config(tmp_path, {**config, "root": str(other)}, name="config/node2.yaml")
+    run = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                            str(LOCAL_PROFILE)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    try:
+        wait_until_listed(url, "results/_all/e1/slow/_running.json")
+        time.sleep(1.5)   # the second mount's directory cache
+        cell = node2_status(tmp_path)
+        assert cell["state"] == "running", cell   # not gone, not done
+    finally:
+        out, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, out
+    wait_until_listed(url, "results/_all/e1/slow/_manifest.json")
+    time.sleep(1.5)
+    cell = node2_status(tmp_path)
+    assert cell["state"] == "SUCCESS", cell

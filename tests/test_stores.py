@@ -1,0 +1,138 @@
+"""The store contract (tests/store_contract.py), run by every backend: local
+disk, a gs:// bucket through its API, a bucket mounted with rclone whose
+bucket waypost knows (found in /proc/mounts), and a mount it doesn't know
+(plain copies through the mount)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import gcs_fs, gcs_key
+from store_contract import StoreContract
+
+from waypost import stores
+from waypost.stores.mounted import MountedStore, PlainMountStore
+
+
+class Disk:
+    def __init__(self, root: Path):
+        self.root = str(root)
+
+    def write(self, rel: str, data: bytes) -> None:
+        path = Path(self.root, rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+    def read(self, rel: str) -> bytes:
+        return Path(self.root, rel).read_bytes()
+
+    def exists(self, rel: str) -> bool:
+        return Path(self.root, rel).exists()
+
+    def open(self):
+        return stores.store_for(self.root)
+
+
+class Bucket:
+    """Files checked through the bucket's API (what every node sees)."""
+
+    def __init__(self, url: str, root: str | None = None):
+        self.url, self.root = url, root or url
+
+    def write(self, rel: str, data: bytes) -> None:
+        gcs_fs().pipe_file(f"{gcs_key(self.url)}/{rel}", data)
+
+    def read(self, rel: str) -> bytes:
+        return gcs_fs().cat_file(f"{gcs_key(self.url)}/{rel}")
+
+    def exists(self, rel: str) -> bool:
+        return gcs_fs().exists(f"{gcs_key(self.url)}/{rel}")
+
+    def open(self):
+        return stores.store_for(self.root)
+
+
+class Mount(Disk):
+    """Files written through the mount (as steps write them), checked in the
+    bucket (rclone uploads a file whole at its close, as gcsfuse does)."""
+
+    def __init__(self, url: str, root: Path, store=None):
+        super().__init__(root)
+        self.bucket, self.store = Bucket(url), store
+
+    def read(self, rel: str) -> bytes:
+        return self.bucket.read(rel)
+
+    def exists(self, rel: str) -> bool:
+        return self.bucket.exists(rel)
+
+    def open(self):
+        return self.store(self.root) if self.store else stores.store_for(self.root)
+
+
+class TestLocalStore(StoreContract):
+    @pytest.fixture
+    def backend(self, tmp_path):
+        return Disk(tmp_path / "results")
+
+
+class TestBucketStore(StoreContract):
+    @pytest.fixture
+    def backend(self, bucket):
+        return Bucket(f"{bucket}/results")
+
+
+class TestMountedStore(StoreContract):
+    @pytest.fixture
+    def backend(self, mount_root):
+        url, path = mount_root
+        backend = Mount(url, path)
+        assert isinstance(backend.open(), MountedStore) and backend.open().bucket_url == url
+        return backend
+
+
+class TestPlainMountStore(StoreContract):
+    """A mount whose bucket waypost doesn't know: all through the mount."""
+
+    @pytest.fixture
+    def backend(self, mount_root):
+        url, path = mount_root
+        return Mount(url, path, store=PlainMountStore)
+
+
+def test_the_mount_table_maps_rclone_and_gcsfuse_mounts_to_buckets(tmp_path, monkeypatch):
+    from waypost.stores import mounted
+    table = tmp_path / "mounts"
+    table.write_text("fgcs:runs-bucket/team /mnt/rc fuse.rclone rw 0 0\n"
+                     "data-bucket /mnt/gcs fuse.gcsfuse rw 0 0\n"
+                     "host:/export /mnt/sshfs fuse.sshfs rw 0 0\n"
+                     "sftp:/home/me /mnt/sftp fuse.rclone rw 0 0\n"
+                     "/dev/sda1 / ext4 rw 0 0\n")
+    monkeypatch.setattr(mounted, "_table", lambda: mounted.__dict__["_read_table"](str(table)))
+    monkeypatch.delenv(mounted.MOUNTS_ENV, raising=False)
+    monkeypatch.setattr(mounted, "_declared", {})
+    assert mounted.mount_of("/mnt/rc/results") == mounted.Mount("/mnt/rc", "rclone", "gs://runs-bucket/team")
+    assert mounted.mount_of("/mnt/gcs/a/b") == mounted.Mount("/mnt/gcs", "gcsfuse", "gs://data-bucket")
+    assert mounted.mount_of("/mnt/sshfs/x").url is None and mounted.mount_of("/mnt/sftp/x").url is None
+    assert mounted.mount_of(str(tmp_path)) is None
+    mounted.declare({"/mnt/sshfs": "gs://declared/prefix"})
+    assert mounted.mount_of("/mnt/sshfs/x") == mounted.Mount("/mnt/sshfs", "declared", "gs://declared/prefix")
+    assert os.environ[mounted.MOUNTS_ENV]   # for the jobs of the run
+
+
+def test_a_directory_output_is_described_and_reused_file_by_file(tmp_path):
+    """A ``directory()`` output: its files in the manifest, brought in through the store."""
+    from waypost import manifest
+    source = tmp_path / "results/p/e1/s"
+    (source / "shards/a").mkdir(parents=True)
+    (source / "shards/a/0.bin").write_bytes(b"0")
+    (source / "shards/1.bin").write_bytes(b"1")
+    outputs = manifest.describe_outputs(str(source), [str(source / "shards")])
+    assert [o["path"] for o in outputs] == ["shards/1.bin", "shards/a/0.bin"]
+    target = tmp_path / "results/p/e2/s"
+    how, _ = stores.store_for(str(tmp_path / "results")).bring(stores.store_for(str(source)), str(source),
+                                                                 str(target), outputs)
+    assert how in ("copied", "reflinked") and (target / "shards/a/0.bin").read_bytes() == b"0"
+    assert (source / "shards/a/0.bin").stat().st_nlink == 1
