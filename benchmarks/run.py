@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,study_status,mount,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,study_status,study_planning,mount,slurm] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -40,6 +40,7 @@ import bench_planning
 import bench_runner
 import bench_slurm
 import bench_status
+import bench_study_planning
 import bench_study_status
 from common import (
     REPO,
@@ -64,6 +65,7 @@ BENCHMARKS = {                      # the issue's order
     "findpage": bench_findpage.run,     # issue 21: the catalog as a page
     "status": bench_status.run,
     "study_status": bench_study_status.run,   # issue 31: status at a study's scale
+    "study_planning": bench_study_planning.run,   # issue 31: planning a study at 10,000 points
     "mount": bench_mount.run,           # issue 29: a bucket mounted as the root
     "slurm": bench_slurm.run,
 }
