@@ -318,7 +318,7 @@ def remove(config: dict, archives: list[Archive], tree=None) -> list[tuple[Archi
     for archive in archives:
         if not (archive.remove or archive.slim):
             continue
-        if not tree.remote:   # a bucket tree's markers are its snapshot's: the plan's answer stands
+        if not tree.snapshot:   # a bucket store's markers are its snapshot's: the plan's answer stands
             live = lifecycle.at(archive.directory).live   # as it is now, not as planned
             if live:
                 problems.append((archive, f"an attempt started in its stage dir ({live.where}); left"))

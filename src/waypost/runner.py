@@ -1011,7 +1011,7 @@ class StageRun:
 
 def main(argv: list[str] | None = None) -> int:
     step, lost = parse_args(sys.argv[1:] if argv is None else argv)
-    if step.reuse_from or step.stage_dir.startswith("gs://"):
+    if step.reuse_from or stores.is_bucket_url(step.stage_dir):
         with_site()   # gcsfs and the rest of what they import are site-packages'
     if step.reuse_from and not lost:
         from . import reuse

@@ -145,7 +145,7 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     for directory in selected:
         try:
             archived = "(dry run)" if dry_run else tree.archive(directory)
-        except manifest.ManifestError as exc:   # an .attempts that is a link out (manifest.archive_workspace)
+        except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
             raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _ in done)}" if done
                                          else "; nothing was changed")) from None
         if archived:
