@@ -186,6 +186,7 @@ class Pipeline:
         self._finished = False
         self._forced: set | None = None   # see _forced_stages
         self._lives: dict[str, lifecycle.Life] = {}   # see _life
+        self._store = None   # the root's store, for a root read directory by directory (_life)
         self._items: dict[str, list] = {}   # stage → its rule's inputs as written (see _inputs_of)
         self._set_changes: dict[str, str | None] = {}   # stage dir → how its set of inputs changed
         self._on_hold: list[str] = []       # see _held
@@ -511,7 +512,9 @@ class Pipeline:
         change while the DAG is built."""
         if stage_dir not in self._lives:
             if self.mirror is None:
-                self._lives[stage_dir] = lifecycle.read(stores.store_for(stage_dir), stage_dir)
+                if self._store is None:   # one store over the root for the whole planning
+                    self._store = stores.store_for(self.root, quiet=True)
+                self._lives[stage_dir] = lifecycle.read(self._store, stage_dir)
             else:
                 url = stage_dir if stores.is_bucket_url(stage_dir) else layout.join(self.root, stage_dir)
                 self._lives[stage_dir] = lifecycle.read(stores.over(url), url)
