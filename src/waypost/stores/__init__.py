@@ -57,9 +57,12 @@ _planning: dict[str, tuple] = {}   # root → (the planning's listing, a store o
 def over(stage_dir: str):
     """A store to look at one stage directory: in a bucket, the planning's
     listing of its root when this process made one (no request), else a
-    listing of the directory; on disk or a mount, the directory as it is."""
+    listing of the directory; on disk or a mount, the directory as it is
+    (through the mount: a step runner, started without ``site``, reads its
+    own stage directory with no bucket client)."""
     if not is_bucket_url(stage_dir):
-        return store_for(stage_dir, quiet=True)
+        from .local import LocalStore
+        return LocalStore(stage_dir)
     from . import gcs
     from .bucket import BucketStore
     root = gcs.root_of(stage_dir)
