@@ -66,8 +66,8 @@ def run_bundle(list_path: str) -> int:
                 child.send_signal(signum)
             except OSError:
                 pass
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
-        signal.signal(signum, stop if signum != signal.SIGCONT else signal.SIG_DFL)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, stop)
     env = {**os.environ, BUNDLED_ENV: "1"}
     for step, status in entries:
         if stopped:

@@ -26,7 +26,7 @@ import time
 from functools import cached_property
 
 from . import manifest, slurm, states
-from .layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED
+from .layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join
 
 # A ``_running.json`` whose heartbeat (its mtime, refreshed every minute by
 # the runner while the step runs) is older than this counts as left by a
@@ -107,19 +107,12 @@ class Life:
         """Names in the directory (not its archive)."""
         return self.store.entries(self.dir)
 
-    def has(self, name: str) -> bool:
-        return name in self._engine
-
     @cached_property
     def _engine(self) -> set[str]:
         return {name for name in self.entries if name in (RUNNING, MANIFEST, UNFINISHED, PROVISIONAL)}
 
     def _stamp(self, name: str) -> float:
-        return self.store.mtime(self.store_path(name))
-
-    def store_path(self, name: str) -> str:
-        from .layout import join
-        return join(self.dir, name)
+        return self.store.mtime(join(self.dir, name))
 
     @cached_property
     def _manifest(self) -> tuple[dict | None, str | None]:
@@ -204,7 +197,7 @@ class Life:
         """Must the planner redo this stage whatever its outputs say: an
         attempt left open (interrupted, or at work: its job then waits for
         it), or a series whose next one is due."""
-        return self.open_attempt or (not self.open_attempt and self.next_series_due is True)
+        return self.open_attempt or self.next_series_due is True
 
     @property
     def recheck(self) -> bool:
@@ -233,7 +226,10 @@ class Life:
 
     def missing_outputs(self) -> list[str]:
         """The outputs a SUCCESS manifest records that aren't there."""
-        from .layout import join
+        return self._missing
+
+    @cached_property
+    def _missing(self) -> list[str]:
         return [o["path"] for o in (self.manifest or {}).get("outputs", [])
                 if not self.store.exists(join(self.dir, o["path"]))]
 
