@@ -18,6 +18,7 @@ Run alone: ``.venv/bin/python benchmarks/bench_planning.py [PAIRS ...]``.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -57,6 +58,26 @@ def dry_run_cmd(snakefile: Path, workdir: Path) -> list[str]:
             "--profile", str(LOCAL_PROFILE), "--configfile", str(workdir / "config.yaml"), "-n"]
 
 
+def plan_alike(commands: dict[str, list[str]], workdir: Path, what: str) -> dict[str, dict[str, int]]:
+    """One checked dry run of each (also the warm-up): their jobs by rule
+    (not ``all``); RuntimeError when they differ."""
+    planned = {}
+    for name, cmd in commands.items():
+        result = check(timed(cmd, cwd=workdir), f"{name} dry run ({what})")
+        planned[name] = {rule: n for rule, n in job_counts(result.output).items() if rule != "all"}
+    if len({json.dumps(p, sort_keys=True) for p in planned.values()}) > 1:
+        raise RuntimeError(f"the workflows plan different jobs ({what}): {planned}")
+    return planned
+
+
+def alternate(commands: dict[str, list[str]], workdir: Path, repetitions: int) -> dict[str, list[float]]:
+    """The dry runs timed back to back, the order flipped every round."""
+    def runner(cmd, what):
+        return lambda: check(timed(cmd, cwd=workdir, keep_output=False), what).seconds
+    return interleaved({name: runner(cmd, f"{name} dry run") for name, cmd in commands.items()},
+                       repetitions, warmup=0)
+
+
 def compare(workdir: Path, label: str, jobs: int, repetitions: int, state: str) -> tuple[Row, dict]:
     """Time waypost's and plain's dry runs alternately; check they plan alike."""
     commands = {"waypost": dry_run_cmd(SNAKEFILE, workdir), "plain": dry_run_cmd(PLAIN_SNAKEFILE, workdir)}
@@ -65,20 +86,12 @@ def compare(workdir: Path, label: str, jobs: int, repetitions: int, state: str) 
     # (On the done root waypost's `rule all` has no inputs left, and a rule
     # with neither inputs nor outputs is always "run": a no-op `all` job.
     # Plain Snakemake says "Nothing to be done". Only the real work counts.)
-    planned = {}
-    for name, cmd in commands.items():
-        result = check(timed(cmd, cwd=workdir), f"{name} dry run ({label}, {state})")
-        planned[name] = {rule: n for rule, n in job_counts(result.output).items() if rule != "all"}
-    if planned["waypost"] != planned["plain"]:
-        raise RuntimeError(f"the two workflows plan different jobs ({label}, {state}): {planned}")
+    planned = plan_alike(commands, workdir, f"{label}, {state}")
     want = jobs - 1 if state == "empty" else 0
     if sum(planned["waypost"].values()) != want:
         raise RuntimeError(f"expected {want} jobs ({label}, {state}), planned {planned['waypost']}")
 
-    def runner(cmd, what):
-        return lambda: check(timed(cmd, cwd=workdir, keep_output=False), what).seconds
-    samples = interleaved({name: runner(cmd, f"{name} dry run") for name, cmd in commands.items()},
-                          repetitions, warmup=0)
+    samples = alternate(commands, workdir, repetitions)
     wp, plain = median(samples["waypost"]), median(samples["plain"])
     ratio = paired_ratio(samples, "waypost", "plain")
     what = "everything to do" if state == "empty" else "everything done"

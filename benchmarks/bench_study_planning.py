@@ -18,21 +18,16 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_planning import alternate, dry_run_cmd, plan_alike
 from common import (
     BENCH,
-    LOCAL_PROFILE,
-    PYTHON,
     REPO,
     Row,
     Section,
-    check,
-    interleaved,
-    job_counts,
     log,
     median,
     paired_ratio,
     show,
-    timed,
 )
 
 POINTS = int(os.environ.get("BENCH_STUDY_POINTS", "10000"))
@@ -57,19 +52,10 @@ def run(ctx: dict) -> Section:
         (d / "config.yaml").write_text(json.dumps(cfg))
         points = side * side
 
-        def cmd(snakefile: str) -> list[str]:
-            return [PYTHON, "-m", "snakemake", "-s", str(d / "workflow" / snakefile), "-d", str(d), "--profile",
-                    str(LOCAL_PROFILE), "--configfile", str(d / "config.yaml"), "-n"]
-        commands = {"waypost": cmd("Snakefile"), "plain": cmd("plain.Snakefile")}
-        planned = {}
-        for name, c in commands.items():
-            result = check(timed(c, cwd=d), f"{name} dry run of the study")
-            planned[name] = {rule: n for rule, n in job_counts(result.output).items() if rule != "all"}
-        if planned["waypost"] != planned["plain"]:
-            raise RuntimeError(f"the two studies plan different jobs: {planned}")
-        samples = interleaved({name: (lambda c=c, name=name: check(timed(c, cwd=d, keep_output=False),
-                                                                     f"{name} dry run").seconds)
-                               for name, c in commands.items()}, REPETITIONS, warmup=0)
+        commands = {"waypost": dry_run_cmd(d / "workflow" / "Snakefile", d),
+                    "plain": dry_run_cmd(d / "workflow" / "plain.Snakefile", d)}
+        planned = plan_alike(commands, d, "the study")
+        samples = alternate(commands, d, REPETITIONS)
         wp, plain = median(samples["waypost"]), median(samples["plain"])
         ratio = paired_ratio(samples, "waypost", "plain")
         jobs = sum(planned["waypost"].values())
