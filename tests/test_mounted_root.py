@@ -152,3 +152,38 @@ def test_a_second_node_sees_a_running_stage_as_running(mount_root, second_node, 
     time.sleep(1.5)
     cell = node2_status(tmp_path)
     assert cell["state"] == "SUCCESS", cell
+
+
+def test_a_mount_the_table_cannot_name_is_served_through_its_bucket_once_the_config_declares_it(
+        mounted_bucket, unnamed_mount, tmp_path):
+    """A mount whose /proc/mounts line names no bucket: reuse copies
+    through the mount and says so once; with ``mounts:`` in the config the
+    planner and the jobs (from their step spec) know the bucket, and a reuse
+    is a copy in the bucket."""
+    url, _ = mounted_bucket
+    name = "declared-" + tmp_path.name[-20:].replace("_", "-")
+    root = unnamed_mount / name / "results"
+    root.mkdir(parents=True)
+    config = {**copy.deepcopy(SMALL_CONFIG), "root": str(root)}
+    config["experiments"] = {"exp1": config["experiments"]["exp1"]}
+    write_config(tmp_path, config)
+    snakemake(tmp_path, "--until", "translate_corpus")
+
+    def reuse_into(experiment: str) -> tuple[set[str], str]:
+        config["experiments"][experiment] = copy.deepcopy(config["experiments"]["exp1"])
+        write_config(tmp_path, config)
+        waypost(tmp_path, "reuse", "--into", experiment, "--from", "exp1", "--upstream-of", "train_student")
+        run = snakemake(tmp_path, "--until", "translate_corpus")
+        hows = {json.loads((root / pair / experiment / "translate_corpus" / "_manifest.json").read_text())
+                ["attempts"][0]["how"] for pair in config["experiments"]["exp1"]["pairs"]}
+        return hows, run.stderr + run.stdout
+
+    hows, said = reuse_into("exp2")
+    assert hows == {"copied"}
+    assert "whose bucket waypost doesn't know" in said
+
+    config["mounts"] = {str(unnamed_mount): url}
+    hows, said = reuse_into("exp3")
+    assert hows == {"copied in the bucket"}
+    assert "whose bucket waypost doesn't know" not in said
+    assert grid(tmp_path, "config.yaml")["exp3"]["en-xa"]["translate_corpus"] == "SUCCESS"

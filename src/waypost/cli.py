@@ -37,9 +37,7 @@ def reach(root: str) -> None:
     StorageError, exit 1) within seconds, instead of gcsfs's minute of
     retries."""
     from . import stores
-    from .stores import gcs
-    if stores.is_bucket_url(root):
-        gcs.probe(root)
+    stores.reach(root)
 
 
 # Snakemake options that take stage (rule) names, which waypost checks first.
@@ -684,7 +682,7 @@ def cmd_verify(args) -> int:
         action = f"archived in {p.stage_dir}/{p.archived}" if p.archived else "not done (use --repair to set it aside)"
         print(f"{p.stage_dir}: {p.what}; {action}")
     print(f"{len(problems)} stage(s) not to be trusted" if problems else "every manifest checks out")
-    how = verify.summary(cfg["root"], problems, checksums=not args.no_checksums)
+    how = verify.summary(problems, checksums=not args.no_checksums)
     if how:
         print(how)   # on a gs:// root: crc32c from the listing, or sizes only (and how many)
     return 1 if problems else 0   # problems found (also when --repair set them aside)
@@ -741,8 +739,7 @@ def cmd_find(args) -> int:
         return 1 if unread else 0
     table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
                   box=box.SIMPLE_HEAD)
-    locations = [r["location"] if stores.is_bucket_url(r["location"]) or not r["location"].startswith(os.getcwd() + os.sep)
-                 else os.path.relpath(r["location"]) for r in rows]
+    locations = [stores.shown(r["location"]) for r in rows]
     stages = [r["stage"] + (f"/{r['instance']}" if r["instance"] else "") for r in rows]
     widths = {"stage": max(map(len, stages), default=5), "created": 16, "config": 8, "state": 5}
     for column in ("experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config", "location"):
@@ -888,7 +885,7 @@ def cmd_reuse(args) -> int:
 
 def _shown(path: str) -> str:
     """A stage dir as the steering commands print it: relative when local."""
-    return path if stores.is_bucket_url(path) or not os.path.isabs(path) else os.path.relpath(path)
+    return stores.shown(path)
 
 
 def cmd_rerun(args) -> int:

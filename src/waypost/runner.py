@@ -410,7 +410,7 @@ class StageRun:
         self.remote = None
         # The paths the step works with: on a bucket root, the local copies.
         self.inputs, self.outputs = step.inputs, step.outputs
-        if stores.is_bucket_url(step.stage_dir):   # only then: the runner starts at every step
+        if stores.needs_mirror(step.stage_dir):   # only then: the runner starts at every step
             from .stores import mirror
             self.remote, self.inputs, self.outputs = mirror.for_runner(step)
         self.dir = self.remote.local if self.remote else step.stage_dir
@@ -1011,7 +1011,10 @@ class StageRun:
 
 def main(argv: list[str] | None = None) -> int:
     step, lost = parse_args(sys.argv[1:] if argv is None else argv)
-    if step.reuse_from or stores.is_bucket_url(step.stage_dir):
+    if step.mounts:   # which bucket a mount serves, as the config says (stores.mounted)
+        from .stores import mounted
+        mounted.declare(step.mounts)
+    if step.reuse_from or stores.needs_mirror(step.stage_dir):
         with_site()   # gcsfs and the rest of what they import are site-packages'
     if step.reuse_from and not lost:
         from . import reuse

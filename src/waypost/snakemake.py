@@ -164,10 +164,10 @@ class Pipeline:
         # jobs get gs:// URLs, and the step runner works on a local copy of
         # the bucket, ``self.mirror`` (see stores.mirror).
         self.mirror = None
-        if stores.is_bucket_url(self.root) and not self.facts_only:
+        if stores.needs_mirror(self.root) and not self.facts_only:
             from .stores import mirror
             self.mirror = mirror.planning_mirror(self.root, workflow)
-        self.base = "" if self.mirror or stores.is_bucket_url(self.root) else self.root
+        self.base = "" if stores.needs_mirror(self.root) else self.root
         self.presence = config["rerun_policy"] == "presence"
         run_identity(workflow)   # the runner reads the run id itself
         self._code_versions: dict[str, str] = {}   # stage → its code version (see stage_code_version)
@@ -513,10 +513,10 @@ class Pipeline:
         if stage_dir not in self._lives:
             if self.mirror is None:
                 if self._store is None:   # one store over the root for the whole planning
-                    self._store = stores.store_for(self.root, quiet=True)
+                    self._store = stores.store_for(self.root)   # (an unknown mount: said once)
                 self._lives[stage_dir] = lifecycle.read(self._store, stage_dir)
             else:
-                url = stage_dir if stores.is_bucket_url(stage_dir) else layout.join(self.root, stage_dir)
+                url = stores.resolve(self.root, stage_dir)
                 self._lives[stage_dir] = lifecycle.read(stores.over(url), url)
         return self._lives[stage_dir]
 
@@ -567,7 +567,7 @@ class Pipeline:
             location = layout.stage_dir(self.root, pair, source, stage, instance)
         else:
             location = wconfig.source_of_instance(source, instance)
-        return location if stores.is_bucket_url(location) else os.path.abspath(location)
+        return stores.absolute(location)
 
     def reused_from(self, stage: str, wildcards) -> str | None:
         return self.reuse_location(wildcards.experiment, self._pair(wildcards), stage, wildcards.get("instance"))
@@ -996,6 +996,8 @@ class Pipeline:
                 fields["tolerated"] = True
             if self.mirror:
                 fields["mirror"] = self.mirror
+            if self.config.get("mounts"):
+                fields["mounts"] = self.config["mounts"]
             self._step_options[key] = wspec.encode(fields)
         return self._step_options[key]
 
@@ -1242,7 +1244,7 @@ def local_files(files, mirror: str | None):
     from snakemake.iocontainers import Namedlist
 
     from .stores.mirror import local_of
-    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f) if stores.is_bucket_url(str(f)) else f)
+    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f))
 
 
 def _with_local_files(function, names: set[str], mirror: str):

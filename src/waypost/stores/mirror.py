@@ -47,8 +47,9 @@ SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
 def local_of(mirror: str, url: str) -> str:
     """Where a gs:// URL is copied locally under ``mirror`` (gs://B/K at
     MIRROR/B/K, the layout of Snakemake's own local copies of storage files):
-    the one mapping the step's command, the runner and the planner share."""
-    return os.path.join(mirror, url[len(SCHEME):])
+    the one mapping the step's command, the runner and the planner share. A
+    path is its own."""
+    return os.path.join(mirror, str(url)[len(SCHEME):]) if str(url).startswith(SCHEME) else url
 
 
 class BucketWorkspace:
