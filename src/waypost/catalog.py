@@ -362,18 +362,3 @@ def _location(path: str) -> str:
 def roots_of(config: dict) -> list[str]:
     """The pipeline's own root, then the config's ``catalog`` roots."""
     return list(dict.fromkeys([config["root"], *config.get("catalog", [])]))
-
-
-def settings_diff(old: dict, new: dict) -> list[str]:
-    """``key: old → new`` for each setting that differs (nested keys dotted)."""
-    out = []
-
-    def walk(a, b, prefix):
-        for key in sorted(set(a) | set(b), key=str):
-            x, y = a.get(key, "∅"), b.get(key, "∅")
-            if isinstance(x, dict) and isinstance(y, dict):
-                walk(x, y, f"{prefix}{key}.")
-            elif x != y:
-                out.append(f"{prefix}{key}: {json.dumps(x) if x != '∅' else x} → {json.dumps(y) if y != '∅' else y}")
-    walk(old or {}, new or {}, "")
-    return out

@@ -423,6 +423,7 @@ class StageRun:
         self.series_no = 1
         self.series: list[dict] = []
         self.series_base = 0            # series before the last reset (waypost retry) don't count
+        self.previous_settings: dict | None = None   # the last manifest's settings (see _resumes_other_settings)
         self.first = ("cmd", "a first series")
         self.refusal = ""
         # How the runner's lines name the stage: experiment/pair/stage[/instance].
@@ -501,6 +502,8 @@ class StageRun:
         life = lifecycle.read(LocalStore(self.dir), self.dir)
         running = life.marker or None
         previous = life.manifest
+        # What the work in the workspace was made under, for attempts that recorded none of their own.
+        self.previous_settings = (previous or {}).get("settings")
         if life.error:
             print(f"waypost: {life.error}; archiving it with the old workspace", file=sys.stderr)
         self.series_base = (previous or {}).get("series_base", 0)
@@ -565,6 +568,28 @@ class StageRun:
                   file=sys.stderr)
         return None
 
+    def _resumes_other_settings(self, action: str) -> dict | None:
+        """When this attempt goes on with the work an earlier one left in the
+        workspace (a restart in place, a rerun in the workspace as it is)
+        and that one ran under other settings: which, and what differs (said
+        in the log too: a checkpoint of 50 epochs resumed after ``epochs``
+        became 40 is the user's to judge)."""
+        if not (action == "restart" or (action == "rerun" and self.policy.rerun == "dirty")):
+            return None
+        earlier = next((a for a in reversed(self.history) if a.get("action") in ("cmd", "restart", "rerun")), None)
+        if earlier is None:
+            return None
+        then = earlier.get("settings", self.previous_settings)
+        if then is None:
+            return None
+        from .diffs import settings_diff
+        differs = settings_diff(then, self.spec.settings)
+        if not differs:
+            return None
+        print(f"waypost: {self.name}: this {action} goes on with attempt {earlier['number']}'s work, made under "
+              f"other settings: {'; '.join(differs)}", file=sys.stderr)
+        return {"attempt": earlier["number"], "settings": differs}
+
     @staticmethod
     def _close_interrupted(attempt: dict) -> None:
         """Fill in how an attempt whose runner died ended: Slurm's word when
@@ -596,11 +621,13 @@ class StageRun:
             else self.policy.runtime_seconds(in_series)
         previous = self.series[-1]["state"] if self.series else ""
         worker = workers.worker_env(os.environ, self.spec.worker_env)
+        resumes = self._resumes_other_settings(action)
         record = records.attempt(
             number=number, series=self.series_no, action=action, start=manifest.now_iso(), run=self.run_id,
             host=manifest.hostname(), slurm_job_id=os.environ.get("SLURM_JOB_ID"), command=command,
             worker={"pool": self.spec.pool, "class": self.spec.worker_class, **worker}, log=log_rel,
-            script=script_rel, runtime_limit_s=runtime,
+            script=script_rel, runtime_limit_s=runtime, settings=self.spec.settings,
+            config_hash=self.spec.config_hash, resumes=resumes,
             why=self.first[1] if in_series == 1 else None)   # how this series began
         self.history.append(record)
         self.series.append(record)
