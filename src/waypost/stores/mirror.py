@@ -209,23 +209,47 @@ class BucketWorkspace:
             if remote:
                 self.fs.get(remote, temps)
         except FileNotFoundError:
-            for one, temp in zip(remote, temps):
-                with contextlib.suppress(FileNotFoundError):
+            for one, temp, path in zip(remote, temps, local):
+                try:
                     self.fs.get_file(one, temp)
+                except FileNotFoundError:
+                    self._get_folder(one, path)
         for temp, path in zip(temps, local):
             if os.path.exists(temp):
                 os.replace(temp, path)
+
+    def _get_folder(self, remote: str, local: str) -> None:
+        """A ``directory()`` input (a prefix, no object of its own): every
+        object below it, into a fresh directory put in place of the old copy
+        (whose files the bucket may no longer have). Nothing when there are none."""
+        names = [n for n in self.fs.find(remote) if n.startswith(remote.rstrip("/") + "/")]
+        if not names:
+            return
+        fresh = self._temp(local)
+        shutil.rmtree(fresh, ignore_errors=True)
+        targets = [os.path.join(fresh, n[len(remote.rstrip("/")) + 1:]) for n in names]
+        for target in targets:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+        self.fs.get(names, targets)
+        old = self._temp(local) + ".old"
+        if os.path.isdir(local):
+            os.rename(local, old)
+        os.rename(fresh, local)
+        shutil.rmtree(old, ignore_errors=True)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
         """Make the bucket's workspace what the local one is. The declared
         outputs go up only at the end (``final``); ``_manifest.json`` after
         everything else."""
         held = set() if final else {os.path.relpath(os.path.abspath(o), self.local) for o in outputs}
-        local = {rel: st for rel, st in self._local_files().items() if rel not in held}
+
+        def is_held(rel: str) -> bool:   # a declared output, or a file of a directory() one
+            return rel in held or any(rel.startswith(h + "/") for h in held)
+        local = {rel: st for rel, st in self._local_files().items() if not is_held(rel)}
         remote = self._workspace(self._listing())
         self._upload([rel for rel, st in local.items()
                       if rel != MANIFEST and (rel not in remote or self._synced.get(rel) != st)])
-        stale = [rel for rel in remote if rel not in local and rel not in held]
+        stale = [rel for rel in remote if rel not in local and not is_held(rel)]
         if stale:
             self.fs.rm([self._remote(r) for r in stale])
         if MANIFEST in local:
