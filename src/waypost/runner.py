@@ -147,6 +147,22 @@ def _parent(stage_dir: str, path: str) -> tuple[str, dict]:
     return ("ADOPTED" if os.path.exists(path) else "MISSING"), {}
 
 
+def producer_dir(path: str, depth: int = 8) -> str:
+    """The stage directory that made an input: the nearest directory above
+    it with a manifest (a file in a ``directory()`` output, such as a
+    checkpoint's parts, is below its stage's directory); the input's own
+    directory when none has (placed by hand)."""
+    own = directory = os.path.dirname(path)
+    for _ in range(depth):
+        if os.path.exists(os.path.join(directory, MANIFEST)):
+            return directory
+        parent = os.path.dirname(directory)
+        if not parent or parent == directory:
+            break
+        directory = parent
+    return own
+
+
 def parent_state(stage_dir: str, path: str) -> str:
     return _parent(stage_dir, path)[0]
 
@@ -159,7 +175,7 @@ def describe_inputs(paths: list[str]) -> list[dict]:
     """
     described = []
     for path in paths:
-        stage_dir = os.path.dirname(path)
+        stage_dir = producer_dir(path)
         state, data = _parent(stage_dir, path)
         name = os.path.relpath(path, stage_dir)
         described.append({
@@ -731,7 +747,7 @@ class StageRun:
         """Parents whose state the policy's ``depends`` does not accept."""
         blocked = []
         for path in self.inputs:
-            state = parent_state(os.path.dirname(path), path)
+            state = parent_state(producer_dir(path), path)
             effective = "SUCCESS" if state == "ADOPTED" else state
             if effective == "MISSING" or not self.policy.accepts(effective):
                 blocked.append(f"{os.path.dirname(path)} is {state}")
