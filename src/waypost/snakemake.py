@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shlex
+import string
 import sys
 import time
 from dataclasses import dataclass, field
@@ -194,6 +195,7 @@ class Pipeline:
         self._on_hold: list[str] = []       # see _held
         self._pending: dict = {}            # checkpoint outputs that instances wait for (see _stage_outputs)
         self._fanout = fanout.Planning(self)   # the checkpoints that ran, the stages made from their parts
+        self._dim_checks: list[tuple] = []     # dimensions the rules name, checked by finish (_check_parts)
         self._default_class: dict[str, str] = {}   # stage → the worker class its rule names
         self._rule_resources: dict[str, object] = {}   # stage rules whose resources are still to fill
         self._own: dict[str, tuple] = {}   # stage → patterns of its marker and outputs
@@ -339,7 +341,12 @@ class Pipeline:
         them; or ``filename`` a function of the wildcards returning paths
         (see ``path_of``; ``stage`` may then be a tuple of the stages it
         picks from). Only names the stage read from: a wrong name
-        reads the wrong files, it writes nothing there."""
+        reads the wrong files, it writes nothing there.
+
+        When this stage's instances have named dimensions (``wp.parts``,
+        ``wp.dims``), ``filename`` and ``instance`` may hold them as
+        placeholders: ``wp.stage("split", "parts/{part}.txt")`` is this
+        job's part, ``instance="{teacher}"`` the instance of its teacher."""
         consumer = self._declaring("stage")
         named = [stage] if isinstance(stage, str) else list(stage)
         for name in named:
@@ -349,6 +356,11 @@ class Pipeline:
         if len(named) != 1:
             raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): several stages go "
                              "with a function that picks the path")
+        placeholders = {field for text in (filename, instance) if isinstance(text, str)
+                        for _, field, _, _ in string.Formatter().parse(text) if field}
+        placeholders -= {"experiment", "instance", self.axis_wc}
+        if placeholders:
+            self._dim_checks.append((consumer.name, f"wp.stage({stage!r}, {filename!r})", placeholders, None, None))
 
         def path(wildcards):
             upstream = self._known(stage, consumer.name)
@@ -394,6 +406,8 @@ class Pipeline:
         if along is not None and (not along or not all(isinstance(d, str) and d for d in along)):
             raise StageError(f"rule {consumer.name}: wp.each({stage!r}, {filename!r}, over={over!r}): expected "
                              "the name of a dimension, or a list of them")
+        if along is not None:
+            self._dim_checks.append((consumer.name, None, set(), stage, along))
 
         def paths(wildcards):
             upstream = self._known(stage, consumer.name)
@@ -771,6 +785,29 @@ class Pipeline:
                 if source.instances is not None:
                     raise StageError(f"rule {stage.name}: {parts!r}: checkpoint {parts.stage} has instances; "
                                      "parts come from a checkpoint with one job per experiment (and axis value)")
+        for name, helper, needed, upstream, along in self._dim_checks:
+            consumer = self.stages[name]
+            dims = fanout.dims_of(consumer.instances)
+            if upstream is None:   # placeholders in a wp.stage
+                missing = sorted(needed - set(dims))
+                if missing:
+                    raise StageError(f"rule {name}: {helper}: no dimension {missing[0]!r} (rule {name}'s "
+                                     f"instances have: {', '.join(dims) or 'no named dimensions'})")
+                continue
+            source = self._known(upstream, name)
+            helper = f"wp.each({upstream!r}, ..., over={list(along) if len(along) > 1 else along[0]!r})"
+            theirs = fanout.dims_of(source.instances)
+            unknown = [d for d in along if d not in theirs]
+            if unknown:
+                raise StageError(f"rule {name}: {helper}: stage {upstream} has no dimension {unknown[0]!r} "
+                                 f"(its dimensions: {', '.join(theirs) or 'none: wp.dims(...) names them'})")
+            kept = [d for d in theirs if d not in along]
+            plain_one = consumer.instances is not None and not dims and len(kept) == 1
+            missing = [d for d in kept if d not in dims]
+            if missing and not plain_one:
+                raise StageError(f"rule {name}: {helper}: gathering along {', '.join(along)} keeps "
+                                 f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
+                                 f"instances=wp.dims({', '.join(f'{d}=...' for d in kept)}))")
 
     def _instance_names(self, instanced: list[str]) -> dict[str, list[str]]:
         """Experiment → the instance names of its stages, for the experiments

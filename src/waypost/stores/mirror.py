@@ -64,6 +64,7 @@ class BucketWorkspace:
         self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
         self._synced: dict[str, tuple[int, int]] = {}    # local file → (size, mtime_ns) as in the bucket
         self._pulled: dict[str, dict] = {}   # the stage's workspace in the bucket when pulled
+        self.root_local: str | None = None   # the local copy of the root it is under, when known (for_runner)
 
     def local_of(self, url: str) -> str:
         """Where a gs:// URL is copied locally."""
@@ -160,6 +161,9 @@ class BucketWorkspace:
                 if data is None:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(local)  # an old copy must not outlive the bucket's
+                    above = self._manifest_above(local)
+                    if above is not None:   # an input in a directory() output: its stage's, further up
+                        upstream.add(above)
                 else:
                     with open(self._temp(local), "wb") as f:
                         f.write(data)
@@ -172,6 +176,19 @@ class BucketWorkspace:
             # a step that reports the first failure: the reference report).
             manifests = upstream - seen
             seen |= manifests
+
+    def _manifest_above(self, local: str) -> str | None:
+        """The manifest one directory up from a missing one, while that
+        directory is a stage directory or below one (pair/experiment/stage
+        under the root): where an input in a ``directory()`` output (a
+        checkpoint's parts) finds the manifest of the stage that made it."""
+        if self.root_local is None:
+            return None
+        directory = os.path.dirname(os.path.dirname(local))
+        rel = os.path.relpath(directory, self.root_local)
+        if rel.startswith("..") or rel.count("/") < 2:
+            return None
+        return os.path.join(directory, MANIFEST)
 
     def refresh(self) -> None:
         """The stage's ``_manifest.json`` and ``_running.json`` as the bucket
@@ -374,6 +391,8 @@ def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
     if not step.mirror:
         raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
     stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
+    from ..layout import stage_root
+    stage.root_local = stage_root(stage.local, step.instance)
     return (stage, [stage.local_of(u) if is_bucket_url(u) else u for u in step.inputs],
             [stage.local_of(u) if is_bucket_url(u) else u for u in step.outputs])
 
