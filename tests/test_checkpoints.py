@@ -43,7 +43,7 @@ rule measure:
 rule tally:
     input: sums=wp.each("measure", "sum.txt")
     output: total=wp.out("total.txt")
-    shell: "cat {input.sums} | paste -sd+ | bc > {output.total}; echo {wildcards.site} >> {output.total}"
+    shell: "awk -v site={wildcards.site} '{{s += $1}} END {{print s; print site}}' {input.sums} > {output.total}"
 
 
 wp.finish()
@@ -285,3 +285,60 @@ def test_a_part_that_cannot_name_an_instance_is_named_with_its_file(tmp_path: Pa
     assert proc.returncode != 0
     assert ("out/news/e/cut/pieces/bad name.txt: wp.parts('cut', 'pieces/{piece}.txt'): {piece} is 'bad name', "
             "which can't name an instance") in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.fixture(params=["gs", "mounted"])
+def elsewhere(request, tmp_path):
+    """A root in a bucket (through its API) or on a mounted bucket: (root,
+    the Snakemake flags it needs, a function reading a file under it)."""
+    from conftest import gcs_flags, gcs_fs, gcs_key
+    if request.param == "gs":
+        root = f"{request.getfixturevalue('bucket')}/results"
+        return root, gcs_flags(root), lambda rel: gcs_fs().cat_file(f"{gcs_key(root)}/{rel}").decode()
+    _, path = request.getfixturevalue("mount_root")
+    root = str(path / "results")
+    return root, (), lambda rel: (path / "results" / rel).read_text()
+
+
+def test_checkpoint_parts_follow_the_data_in_a_bucket_and_on_a_mount(tmp_path: Path, elsewhere):
+    import json
+    root, flags, read = elsewhere
+    # The readings come from outside the root (a download, say): the
+    # checkpoint reads them by their path.
+    snakefile = SURVEY.replace('    input: readings="readings/{site}.txt"\n', "").replace(
+        "{input.readings}", f"{tmp_path}/readings/{{wildcards.site}}.txt")
+    run = tiny_pipeline(tmp_path, snakefile, {"root": root, "experiments": {"may": {"sites": ["north"]}}})
+    (tmp_path / "readings").mkdir()
+    readings(tmp_path, "north", [1, 2, 3, 4, 5, 6, 7])
+
+    dry = run("-n", *flags, *reported(tmp_path))
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert _job_stats(tmp_path / "events.jsonl") == {"chunk": 1, "tally": 1}
+    first = run(*flags, *reported(tmp_path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert ran(tmp_path) == {"chunk": 1, "measure": 3, "tally": 1}
+    assert read("north/may/tally/total.txt") == "28\nnorth\n"
+    part = json.loads(read("north/may/measure/002/_manifest.json"))["inputs"][0]
+    assert part["manifest"] == f"{root}/north/may/chunk/_manifest.json" and part["sha256"]
+    again = run("-n", *flags)
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
+
+    redo_chunk(tmp_path, "north")   # the same data: only the checkpoint runs
+    same = run(*flags, *reported(tmp_path))
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert ran(tmp_path) == {"chunk": 1}
+
+    readings(tmp_path, "north", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])   # more: a changed part and a new one
+    redo_chunk(tmp_path, "north")
+    more = run(*flags, *reported(tmp_path))
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert ran(tmp_path) == {"chunk": 1, "measure": 2, "tally": 1}
+    assert read("north/may/tally/total.txt") == "66\nnorth\n"
+    assert len(json.loads(read("north/may/measure/001/_manifest.json"))["attempts"]) == 1
+
+    readings(tmp_path, "north", [1, 2])   # less: one part
+    redo_chunk(tmp_path, "north")
+    less = run(*flags, *reported(tmp_path))
+    assert less.returncode == 0, less.stderr[-3000:]
+    assert ran(tmp_path) == {"chunk": 1, "measure": 1, "tally": 1}
+    assert read("north/may/tally/total.txt") == "3\nnorth\n"

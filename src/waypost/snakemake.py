@@ -518,7 +518,9 @@ class Pipeline:
         if self.mirror is None:
             return os.path.exists(path)
         from .stores import gcs
-        return gcs.listed(layout.join(self.root, path))
+        url = layout.join(self.root, path)
+        # (or a directory() output: objects below it)
+        return gcs.listed(url) or gcs.filesystem(url)[1] in gcs.directories(self.root)
 
     def _pattern(self, path) -> str:
         """A rule's output as the rule wrote it (Snakemake turns paths on a
