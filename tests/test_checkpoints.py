@@ -342,3 +342,38 @@ def test_checkpoint_parts_follow_the_data_in_a_bucket_and_on_a_mount(tmp_path: P
     assert less.returncode == 0, less.stderr[-3000:]
     assert ran(tmp_path) == {"chunk": 1, "measure": 1, "tally": 1}
     assert read("north/may/tally/total.txt") == "3\nnorth\n"
+
+
+def test_checkpoint_parts_run_packed_on_slurm(slurm_cluster, tmp_path: Path):
+    # The checkpoint, its parts and the tally are stage jobs of a packed
+    # class: the parts the checkpoint found are submitted together, as one
+    # job array, once it ended.
+    import time
+
+    from conftest import REPO, finish
+    from test_slurm_jobs import FAST, sacct
+    snakefile = SURVEY.replace('    output: chunks=', '    resources: worker="small"\n    output: chunks=').replace(
+        '    output: sum=', '    resources: worker="small"\n    output: sum=').replace(
+        '    output: total=', '    resources: worker="small"\n    output: total=')
+    run = tiny_pipeline(tmp_path, snakefile, {"root": "results", "pool": "onprem",
+                                              "experiments": {"may": {"sites": ["north"]}}})
+    (tmp_path / "config" / "workers.yaml").write_text(yaml.safe_dump({"pools": {"onprem": {
+        "executor": "slurm", "classes": {"small": {"partition": "cpu", "cpus": 1, "mem_mb": 200, "runtime": 10,
+                                                   "pack": 8}}}}}))
+    (tmp_path / "readings").mkdir()
+    readings(tmp_path, "north", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])   # chunks 000 .. 003
+    since = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
+                             str(REPO / "profiles" / "onprem"), *FAST, *reported(tmp_path)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    code, out = finish(proc, timeout=300)
+    assert code == 0, out[-5000:]
+    assert ran(tmp_path) == {"chunk": 1, "measure": 4, "tally": 1}
+    assert (tmp_path / "results/north/may/tally/total.txt").read_text() == "55\nnorth\n"
+    parts = {read_manifest(tmp_path / "results/north/may/measure" / n)["attempts"][0]["slurm_job_id"]
+             for n in ("000", "001", "002", "003")}
+    jobs = {r["JobIDRaw"]: r for r in sacct("JobIDRaw", "JobID", "State", since=since, workdir=tmp_path, jobs=6)}
+    assert {jobs[j]["State"] for j in parts} == {"COMPLETED"}
+    assert len({jobs[j]["JobID"].split("_")[0] for j in parts}) == 1, jobs   # one array: the four parts
+    again = run("-n")
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
