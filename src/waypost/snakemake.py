@@ -443,9 +443,10 @@ class Pipeline:
             raise StageError(f"rule {consumer.name}: {helper}: gathering along {', '.join(along)} keeps "
                              f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
                              f"instances=wp.dims({', '.join(f'{d}=...' for d in kept)}))")
-        return [name for name in self.instances(upstream.name, wildcards.experiment, pair)
-                if all(fanout.values_of(upstream.instances, wildcards.experiment, pair, name)[d] == own[d]
-                       for d in kept)]
+        if not kept:   # along every dimension: all of them
+            return self.instances(upstream.name, wildcards.experiment, pair)
+        combos = upstream.instances.combinations(wildcards.experiment, pair)   # (a Dims: it keeps some)
+        return [name for name, dims in combos.items() if all(dims[d] == own[d] for d in kept)]
 
     def parts(self, stage: str, pattern: str):
         """A stage's instances (``wp.out(..., instances=wp.parts(...))``):
@@ -1425,14 +1426,28 @@ class Pipeline:
         return [path for _, _, path in self._stage_outputs()]
 
 
+_TAKES_AXIS_VALUE: dict = {}   # instances function → whether it takes the axis value (asked per job)
+
+
 def _takes_axis_value(function) -> bool:
     """Does an instances function take the axis value too (two arguments)?"""
+    if isinstance(function, fanout.Parts | fanout.Dims):
+        return True
+    try:
+        return _TAKES_AXIS_VALUE[function]
+    except (KeyError, TypeError):
+        pass
     try:
         params = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return False
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    found = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    try:
+        _TAKES_AXIS_VALUE[function] = found
+    except TypeError:   # (an unhashable callable: asked again next time)
+        pass
+    return found
 
 
 def _presigned(function):
