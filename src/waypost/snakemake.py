@@ -633,6 +633,8 @@ class Pipeline:
         manifest, a reused or adopted stage, none recorded). Said once per job, in the run's
         output: in presence and mtime mode alike, such a stage is redone."""
         stage_dir = self._own_files(stage)[0].format(**dict(wildcards.items()))
+        if stage_dir not in self._set_changes and self.mirror is None and not self._made_here(stage_dir):
+            self._set_changes[stage_dir] = None   # nothing recorded to compare with: its inputs aren't needed
         if stage_dir not in self._set_changes:
             current = {self._as_recorded(p) for paths in self._resolve(stage, wildcards).values()
                        for p in _as_list(paths)}
@@ -654,6 +656,13 @@ class Pipeline:
                     events.note("set_changed", stage=name, change=change)
             self._set_changes[stage_dir] = change
         return self._set_changes[stage_dir]
+
+    def _made_here(self, stage_dir: str) -> bool:
+        """Does a stage directory's manifest say it succeeded, made here
+        (not reused, not adopted): the only kind whose set of inputs counts?"""
+        data = self._recorded(stage_dir)
+        return bool(data) and data.get("state") == "SUCCESS" and not data.get("reused_from") \
+            and not data.get("adopted")
 
     def _listed_input_set(self, stage_dir: str) -> str | None:
         """The set of inputs a bucket's manifest object says it records (its
