@@ -32,7 +32,7 @@ from common import BENCH, Row, Section, log, median, paired_ratio, show, write_c
 TARGET = 1.10
 SNAKEFILE = BENCH / "checkpoints" / "Snakefile"
 PLAIN = BENCH / "plain" / "checkpoints.Snakefile"
-SIZES = [(100, 5)]      # (sites per experiment, repetitions)
+SIZES = [(100, 7)]      # (sites per experiment, repetitions)
 CHUNKS, TEACHERS = 5, 2
 
 
@@ -100,7 +100,10 @@ def run(ctx: dict, sizes=SIZES) -> Section:
         "wildcard regexes for the `{part}-{teacher}` directories, `rule all` over the final outputs. Same "
         "profile, config file and directory, run alternately; each dry run first checked to plan the same jobs "
         "by rule as the other. With the checkpoints done, both re-evaluate the DAG from their outputs before "
-        "planning the parts.")
+        "planning the parts. What waypost adds there is its `rule all`, not the checkpoints: in presence mode "
+        "`wp.targets` lists every missing output (here every part × teacher too), and a plain workflow whose "
+        "`rule all` lists the same outputs planned as fast as waypost's in a spot check by hand (3.81 s against "
+        "3.78 s, then 3.88 s against 3.94 s, at 100 sites with the checkpoints done).")
     ctx.setdefault("cleanup", []).append(tmp)
     return section
 
