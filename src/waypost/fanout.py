@@ -33,6 +33,10 @@ class FanoutError(Exception):
     """A fan-out written in a way waypost can't use; the message names the rule."""
 
 
+def _where(rule: str | None) -> str:
+    return f"rule {rule}: " if rule else ""
+
+
 def spec_values(pipeline, spec, experiment: str, pair: str) -> list[str]:
     """The values of one instances spec (a list, a function of the
     experiment or of the experiment and the axis value, ``Parts``, ``Dims``)."""
@@ -50,9 +54,10 @@ class Parts:
     def __init__(self, pipeline, stage: str, pattern: str, rule: str | None):
         match = _PATTERN.fullmatch(pattern) if isinstance(pattern, str) else None
         if match is None or ".." in pattern.split("/"):
-            raise FanoutError(f"rule {rule}: wp.parts({stage!r}, {pattern!r}): expected a path in the stage's "
+            raise FanoutError(f"{_where(rule)}wp.parts({stage!r}, {pattern!r}): expected a path in the stage's "
                               "directory whose last part holds one {name}, as in 'parts/{part}.txt'")
         self.pipeline, self.stage = pipeline, layout.check_name(stage, "stage")
+        self.rule = rule   # the rule it is written in (or whose instances it is: wp.out)
         self.pattern = pattern
         self.directory = match.group(1).rstrip("/")
         self.prefix, self.name, self.suffix = match.group(2), match.group(3), match.group(4)
@@ -100,13 +105,13 @@ class Dims:
 
     def __init__(self, pipeline, dims: dict, rule: str | None):
         if not dims:
-            raise FanoutError(f"rule {rule}: wp.dims(): name at least one dimension (wp.dims(part=..., teacher=...))")
+            raise FanoutError(f"{_where(rule)}wp.dims(): name at least one dimension (wp.dims(part=..., teacher=...))")
         for name, spec in dims.items():
             if name in ("experiment", "instance") or (pipeline.axis_wc and name == pipeline.axis_wc):
-                raise FanoutError(f"rule {rule}: wp.dims({name}=...): {name!r} is a wildcard of waypost's; "
+                raise FanoutError(f"{_where(rule)}wp.dims({name}=...): {name!r} is a wildcard of waypost's; "
                                   "name the dimension otherwise")
             if isinstance(spec, Dims | str) or not (callable(spec) or hasattr(spec, "__iter__")):
-                raise FanoutError(f"rule {rule}: wp.dims({name}={spec!r}): expected a list of names, a function "
+                raise FanoutError(f"{_where(rule)}wp.dims({name}={spec!r}): expected a list of names, a function "
                                   "of the experiment (and axis value), or wp.parts(...)")
         self.pipeline, self.rule = pipeline, rule
         self.specs = dict(dims)
@@ -129,7 +134,7 @@ class Dims:
             for values in itertools.product(*columns):
                 name = "-".join(values)
                 if name in combos:
-                    raise FanoutError(f"rule {self.rule}: experiment {experiment}: instance {name!r} stands for "
+                    raise FanoutError(f"{_where(self.rule)}experiment {experiment}: instance {name!r} stands for "
                                       f"{combos[name]} and for {dict(zip(self.dims, values))}: values of "
                                       f"{', '.join(self.dims)} joined by '-' must differ")
                 combos[name] = dict(zip(self.dims, values))
@@ -154,7 +159,7 @@ def values_of(spec, experiment: str, pair: str, instance: str | None) -> dict[st
     if isinstance(spec, Dims):
         combos = spec.combinations(experiment, pair)
         if instance not in combos:
-            raise FanoutError(f"rule {spec.rule}: instance {instance!r} of experiment {experiment} is not one of "
+            raise FanoutError(f"{_where(spec.rule)}instance {instance!r} of experiment {experiment} is not one of "
                               f"its {', '.join(spec.dims)} combinations")
         return combos[instance]
     return {}

@@ -308,7 +308,8 @@ class Pipeline:
         or a function giving them: of the experiment, or of the experiment
         and the axis value, for a number that differs per pair): its
         directory has one subdirectory each, and ``{wildcards.instance}``
-        names the job's.
+        names the job's. Also ``wp.parts(...)`` (the files a checkpoint
+        stage found) and ``wp.dims(...)`` (named dimensions).
         ``funnel=True``: the stage runs once per experiment over all its axis
         values (a report, a summary): its directory is under ``_all``.
         Said on one output, either holds for the rule's others."""
@@ -320,6 +321,8 @@ class Pipeline:
             if stage.instances is not None and stage.instances is not instances:
                 raise StageError(f"rule {stage.name}: its outputs name different instances")
             stage.instances = instances
+            if isinstance(instances, fanout.Parts | fanout.Dims) and instances.rule is None:
+                instances.rule = stage.name   # (written before the rule: its messages name it)
             stage.parents.update(parts.stage for parts in fanout.checkpoint_parts(instances))
         stage.funnel = stage.funnel or funnel
         return self._own_path(stage, filename)
@@ -603,7 +606,7 @@ class Pipeline:
         stage_dir = self._own_files(stage)[0].format(**values)
         new = stage_dir not in self._fanout._changed
         why = self._fanout.changed(stage, stage_dir)
-        if why and new:
+        if why and new and not self._set_changes.get(stage_dir):   # (one reason said is enough)
             name = layout.stage_name(self._pair(wildcards), values["experiment"], stage, values.get("instance"))
             print(f"waypost: {name}: {why}: redone", file=sys.stderr)
             events.note("parts_changed", stage=name, change=why)
