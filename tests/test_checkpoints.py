@@ -156,6 +156,23 @@ def test_a_checkpoint_decides_the_parts_then_more_data_then_less(tmp_path: Path,
     assert "Nothing to be done" in final.stdout + final.stderr, final.stdout + final.stderr
 
 
+def test_a_checkpoint_output_placed_by_hand_is_done_and_its_parts_run(tmp_path: Path):
+    run = survey(tmp_path)
+    readings(tmp_path, "south", [10, 20])
+    placed = tmp_path / "out/north/may/chunk/chunks"   # no manifest: adopted, as any stage's files
+    placed.mkdir(parents=True)
+    (placed / "c000.csv").write_text("5\n")
+    (placed / "c001.csv").write_text("6\n")
+    first = run(*reported(tmp_path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert ran(tmp_path) == {"chunk": 1, "measure": 3, "tally": 2}   # south's chunk; north's two parts
+    assert (tmp_path / "out/north/may/tally/total.txt").read_text() == "11\nnorth\n"
+    # Its parts have no checksums to compare with: done is done (presence).
+    (placed / "c001.csv").write_text("7\n")
+    again = run("-n")
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
+
+
 # Ensembles of teachers translate each part of a corpus a checkpoint cut:
 # part × teacher, gathered per teacher, per part and all together.
 GRID = '''

@@ -17,6 +17,12 @@ a function of the experiment, or of the experiment and the axis value, or
 (``wp.stage("split", "parts/{part}.txt")``, ``instance="{teacher}"``) or a
 param (``wp.dim("teacher")``), and gathers along some dimensions with
 ``wp.each(stage, file, over="part")``: no wildcard regex anywhere.
+
+Snakemake attributes used beyond ``checkpoints.<stage>.get(**wildcards)``
+(snakemake 9.27; the range pinned in pyproject.toml): ``workflow.globals``
+(the Snakefile's ``checkpoints`` object), ``Rule.is_checkpoint`` and
+``Rule.wildcard_names``, and ``IncompleteCheckpointException.targetfile``
+(the checkpoint's output that an input waits for: ``snakemake.Pipeline``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import itertools
 import re
 
 from . import layout, stores
+from .manifest import ManifestError
 
 _PATTERN = re.compile(r"((?:[^{}/]+/)*)([^{}/]*)\{(\w+)\}([^{}/]*)")
 
@@ -186,8 +193,8 @@ class Planning:
             grew = bool(more)
         self.after = after
 
-    def checkpoint(self, stage: str, experiment: str, pair: str) -> tuple[str, object, dict]:
-        """(stage directory, a store over it, file → sha256 of its manifest)
+    def checkpoint(self, stage: str, experiment: str, pair: str) -> tuple[str, object, dict | None]:
+        """(stage directory, a store over it, file → sha256 of its manifest, None without one)
         of a checkpoint job that ran; IncompleteCheckpointException (from
         Snakemake's ``checkpoints.<stage>.get``) until it has. Read after it
         ran, not from the planning's snapshot of the root made before."""
@@ -203,11 +210,13 @@ class Planning:
             stage_dir = layout.stage_dir(pipeline.root, slot, experiment, stage)
             store = stores.store_for(stage_dir, quiet=True)
             try:
-                data = store.manifest(stage_dir) or {}
-            except Exception:   # an unusable manifest: nothing to compare the parts with
-                data = {}
-            self._checkpoints[key] = (stage_dir, store, {o.get("path"): o.get("sha256")
-                                                         for o in data.get("outputs") or [] if isinstance(o, dict)})
+                data = store.manifest(stage_dir)
+            except (ManifestError, OSError):   # unusable: nothing to compare the parts with
+                data = None
+            # None: no manifest (placed by hand, or unusable): what was made
+            # from its parts is not compared with it.
+            self._checkpoints[key] = (stage_dir, store, None if not data else {
+                o.get("path"): o.get("sha256") for o in data.get("outputs") or [] if isinstance(o, dict)})
         return self._checkpoints[key]
 
     def changed(self, stage: str, stage_dir: str) -> str | None:
@@ -241,7 +250,7 @@ class Planning:
             if pipeline.workflow.get_rule(stage).is_checkpoint and instance is None:
                 _, _, current = self.checkpoint(stage, experiment, pair)
                 rel = str(record.get("path", ""))[len(parent_dir) + 1:]
-                if current.get(rel) != record.get("sha256"):
+                if current is not None and current.get(rel) != record.get("sha256"):
                     return f"made from {name}'s {rel}, which " + ("changed" if rel in current else "is gone")
             elif stage in self.after:
                 local_dir = parent_dir if not pipeline.mirror else parent_dir[len(pipeline.root.rstrip("/")) + 1:]

@@ -50,7 +50,10 @@ STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.sp
 #   Rule.resources._data, Rule.input_modifier/output_modifier: ``_wire``
 #   replaces a stage rule's inputs with one function;
 # - Rule.run_func and the RULEFUNC_CONTEXT_MARKER parameter of a rule's run
-#   function: ``_shell_run_func``.
+#   function: ``_shell_run_func``;
+# - checkpoints (see waypost.fanout): workflow.globals["checkpoints"],
+#   Rule.is_checkpoint, IncompleteCheckpointException.targetfile (an input
+#   that waits for a checkpoint is its output, as Snakemake's own handler makes it).
 
 
 class StageError(Exception):
