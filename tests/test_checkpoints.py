@@ -173,6 +173,26 @@ def test_a_checkpoint_output_placed_by_hand_is_done_and_its_parts_run(tmp_path: 
     assert "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
 
 
+def test_a_per_instance_override_reaches_the_parts_it_names(tmp_path: Path):
+    # The parts are found as the checkpoint runs: an override that names
+    # some of them (a name, a pattern) applies to those once they are.
+    snakefile = SURVEY.replace('    shell: "paste -sd+ {input.chunk} | bc > {output.sum}"',
+                               '    params: scale=wp.setting("scale")\n'
+                               '    shell: "echo \\"($(paste -sd+ {input.chunk})) * {params.scale}\\" | bc > {output.sum}"')
+    assert "params: scale" in snakefile
+    run = tiny_pipeline(tmp_path, snakefile, {"root": "out", "experiments": {"may": {
+        "sites": ["north"], "per_instance": {"00[1]": {"measure": {"scale": 10}}, "002": {"measure": {"scale": 100}}}}}})
+    (tmp_path / "workflow" / "schemas").mkdir()
+    (tmp_path / "workflow" / "schemas" / "config.schema.yaml").write_text(yaml.safe_dump({"properties": {"stages": {
+        "properties": {"measure": {"properties": {"scale": {"type": "integer", "default": 1}}}}}}}))
+    (tmp_path / "readings").mkdir()
+    readings(tmp_path, "north", [1, 2, 3, 4, 5, 6, 7])   # chunks 000 (6) 001 (15) 002 (7)
+    proc = run()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sums = [(tmp_path / "out/north/may/measure" / n / "sum.txt").read_text() for n in ("000", "001", "002")]
+    assert sums == ["6\n", "150\n", "700\n"]
+
+
 # Ensembles of teachers translate each part of a corpus a checkpoint cut:
 # part × teacher, gathered per teacher, per part and all together.
 GRID = '''

@@ -199,6 +199,7 @@ class Pipeline:
         self._pending: dict = {}            # checkpoint outputs that instances wait for (see _stage_outputs)
         self._fanout = fanout.Planning(self)   # the checkpoints that ran, the stages made from their parts
         self._dim_checks: list[tuple] = []     # dimensions the rules name, checked by finish (_check_parts)
+        self._unchecked: dict[str, list] = {}  # experiment → instances known, when a checkpoint finds more
         self._default_class: dict[str, str] = {}   # stage → the worker class its rule names
         self._rule_resources: dict[str, object] = {}   # stage rules whose resources are still to fill
         self._own: dict[str, tuple] = {}   # stage → patterns of its marker and outputs
@@ -776,7 +777,7 @@ class Pipeline:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
         self.config.update(prepared)
-        for experiment, known in instances.items():   # one instance per set of overrides that match some
+        for experiment, known in {**instances, **self._unchecked}.items():   # one per set of overrides matching some
             groups: dict[tuple, str] = {}
             for instance in known:
                 groups.setdefault(wconfig.override_keys(self.config, experiment, instance), instance)
@@ -842,11 +843,16 @@ class Pipeline:
         for experiment in self.experiments:
             if self._overridden[experiment]:
                 names = {}
+                parts = False
                 for stage in instanced:
                     if fanout.checkpoint_parts(self.stages[stage].instances):
-                        continue   # found by a checkpoint as it runs: an override matches them then
+                        parts = True   # found by a checkpoint as it runs: an override may name them
+                        continue
                     names.update(dict.fromkeys(self.instances(stage, experiment)))
-                found[experiment] = list(names)
+                if parts:   # (its overrides can't be checked against the parts before they are found)
+                    self._unchecked[experiment] = list(names)
+                else:
+                    found[experiment] = list(names)
         return found
 
     def _wire(self, rule, stage: Stage) -> None:
@@ -1165,7 +1171,9 @@ class Pipeline:
         resources = {}
         for name in dict.fromkeys(n for first in firsts for n in first):
             values = [first.get(name) for first in firsts]
-            if name not in growing and all(v == values[0] for v in values):
+            # (a checkpoint's parts, which per_instance overrides may name: per job)
+            parts = fanout.checkpoint_parts(self.stages[stage].instances) and any(self._overridden.values())
+            if name not in growing and not parts and all(v == values[0] for v in values):
                 resources[name] = values[0]
             else:
                 resources[name] = self._resource_function(stage, default_class, name)
