@@ -10,6 +10,7 @@ test's own workflows; plans from the events Snakemake reports."""
 from __future__ import annotations
 
 import collections
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -414,3 +415,41 @@ def test_checkpoint_parts_run_packed_on_slurm(slurm_cluster, tmp_path: Path):
     assert len({jobs[j]["JobID"].split("_")[0] for j in parts}) == 1, jobs   # one array: the four parts
     again = run("-n")
     assert "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
+
+
+def test_the_steering_commands_name_parts_like_any_instance(tmp_path: Path):
+    """Parts a checkpoint found are instances to status, rerun and find:
+    filtered by name or pattern, redone one at a time."""
+    run = survey(tmp_path)
+    readings(tmp_path, "north", [1, 2, 3, 4, 5, 6, 7])   # chunks 000 001 002
+    readings(tmp_path, "south", [10, 20])                # chunk 000
+    assert run().returncode == 0
+
+    def waypost(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "waypost.cli", args[0], "--config", "config/config.yaml",
+                               "--workflow", "workflow", *args[1:]], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)
+    shown = waypost("status", "--json", "--instance", "00[12]")
+    assert shown.returncode == 0, shown.stderr
+    cells = json.loads(shown.stdout)["experiments"]["may"]["north"]["measure"]
+    assert sorted(cells["instances"]) == ["001", "002"], cells
+    out = tmp_path / "out"
+
+    def made() -> list[str]:
+        return [read_manifest(out / "north/may/measure" / n)["created"] for n in ("000", "001", "002")]
+    before = made()
+    rerun = waypost("rerun", "measure", "--site", "north", "--instance", "001")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert (out / "north/may/measure/001/.attempts/1/_manifest.json").exists()
+    again = run(*reported(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert ran(tmp_path) == {"measure": 1}   # presence mode: the tally, of the same set, is kept
+    after = made()
+    assert (after[0], after[2]) == (before[0], before[2]) and after[1] > before[1]
+    downstream = waypost("rerun", "measure", "--site", "north", "--instance", "002", "--downstream")
+    assert downstream.returncode == 0, downstream.stdout + downstream.stderr
+    assert run(*reported(tmp_path)).returncode == 0
+    assert ran(tmp_path) == {"measure": 1, "tally": 1}
+    assert (out / "north/may/tally/.attempts/1").is_dir() and not (out / "south/may/tally/.attempts").exists()
+    unknown = waypost("rerun", "measure", "--site", "north", "--instance", "009")
+    assert unknown.returncode != 0 and "009" in unknown.stdout + unknown.stderr
