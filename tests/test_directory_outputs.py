@@ -153,3 +153,29 @@ def test_a_directory_output_is_recorded_verified_adopted_and_reused(root, tmp_pa
         sorted((o["path"], o["sha256"]) for o in manifest_of(root, tiles)["outputs"])
     assert root.read("_all/east/mosaic/mosaic.txt") == root.read("_all/north/mosaic/mosaic.txt")
     assert {n: root.read(f"{tiles}/{n}") for n in before} == before
+
+
+def test_a_directory_input_is_pulled_whole_and_again_only_when_the_bucket_changed(bucket, tmp_path):
+    """The step runner's local copy of a directory() input in a bucket: every
+    object below it; left as it is (jobs side by side may be reading it)
+    while the bucket's objects are the same ones; replaced whole, with no
+    file of the old copy left, once one changed (even to the same size)."""
+    from waypost.stores.mirror import BucketWorkspace, local_of
+    mirror = tmp_path / "mirror"
+    stage = f"{bucket}/p/e/reader"
+    work = BucketWorkspace(stage, local_of(str(mirror), stage))
+    tiles = f"{gcs_key(bucket)}/p/e/slicer/tiles"
+    for name, data in (("a.dat", b"aa"), ("edge/b.dat", b"bb"), ("gone.dat", b"x")):
+        gcs_fs().pipe_file(f"{tiles}/{name}", data)
+    local = Path(local_of(str(mirror), f"{bucket}/p/e/slicer/tiles"))
+    work.pull([str(local)])
+    assert {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()} == \
+        {"a.dat": b"aa", "edge/b.dat": b"bb", "gone.dat": b"x"}
+    inode = local.stat().st_ino
+    work.pull([str(local)])
+    assert local.stat().st_ino == inode   # the same objects: the copy left alone
+    gcs_fs().pipe_file(f"{tiles}/a.dat", b"AA")
+    gcs_fs().rm_file(f"{tiles}/gone.dat")
+    work.pull([str(local)])
+    assert {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()} == \
+        {"a.dat": b"AA", "edge/b.dat": b"bb"}

@@ -30,6 +30,7 @@ transient errors retried with backoff.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -239,9 +240,18 @@ class BucketWorkspace:
         """A ``directory()`` input (a prefix, no object of its own): every
         object below it, into a fresh directory put in place of the old copy
         (whose files the bucket may no longer have). Nothing when there are none."""
-        names = [n for n in self.fs.find(remote) if n.startswith(remote.rstrip("/") + "/")]
-        if not names:
+        found = {n: i for n, i in self.fs.find(remote, detail=True).items() if n.startswith(remote.rstrip("/") + "/")}
+        if not found:
             return
+        names = sorted(found)
+        # Each object's generation, kept beside the copy: a copy that is the
+        # bucket's is left alone (jobs side by side may be reading it).
+        generations = {n[len(remote.rstrip("/")) + 1:]: str(found[n].get("generation") or found[n].get("updated"))
+                       for n in names}
+        listed = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.generations.json")
+        with contextlib.suppress(OSError, ValueError), open(listed) as f:
+            if os.path.isdir(local) and json.load(f) == generations:
+                return
         fresh = self._temp(local)
         shutil.rmtree(fresh, ignore_errors=True)
         targets = [os.path.join(fresh, n[len(remote.rstrip("/")) + 1:]) for n in names]
@@ -253,6 +263,9 @@ class BucketWorkspace:
             os.rename(local, old)
         os.rename(fresh, local)
         shutil.rmtree(old, ignore_errors=True)
+        with open(self._temp(listed), "w") as f:
+            json.dump(generations, f)
+        os.replace(self._temp(listed), listed)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
         """Make the bucket's workspace what the local one is. The declared
