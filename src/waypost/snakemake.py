@@ -1015,7 +1015,13 @@ class Pipeline:
             return found
         if found is False:   # (marks that can't be told from the fields' own text)
             return wspec.encode(self._spec_fields(stage, experiment, pair, instance))
-        head, middle, tail, base, hash_first = found
+        return self._point_spec(found, values)
+
+    @staticmethod
+    def _point_spec(template: tuple, values: dict) -> str:
+        """A grid point's line from its scope's template (``_spec_template``)
+        and the point's values."""
+        head, middle, tail, base, hash_first = template
         settings = {**base, **values}
         blob = wconfig.settings_json(settings)
         digest = wconfig.settings_hash(settings, blob)
