@@ -280,7 +280,9 @@ class LocalSnapshot(LocalStore):
     """A LocalStore that lists each directory once and answers from that
     listing (names and types from one ``scandir``, no stat per name, no
     opening of files that aren't there): what changes after a directory was
-    listed is not seen. For commands that only look (``waypost status``)."""
+    listed is not seen, nor a directory made below the root after its parent
+    was listed. For commands that only look (``waypost status``, and the
+    planning, which looks at each stage directory once)."""
 
     def __init__(self, root: str):
         super().__init__(root)
