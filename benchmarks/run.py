@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,runner,catalog,findpage,status,study_status,study_planning,mount,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,checkpoints,runner,catalog,findpage,status,study_status,study_planning,mount,slurm] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_catalog
+import bench_checkpoints
 import bench_findpage
 import bench_mount
 import bench_planning
@@ -60,6 +61,7 @@ from common import (
 
 BENCHMARKS = {                      # the issue's order
     "planning": bench_planning.run,
+    "checkpoints": bench_checkpoints.run,   # issue 30: planning a checkpointed workflow
     "runner": bench_runner.run,
     "catalog": bench_catalog.run,
     "findpage": bench_findpage.run,     # issue 21: the catalog as a page

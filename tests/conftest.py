@@ -228,6 +228,18 @@ def second_node(gcs_emulator, mounted_bucket, tmp_path_factory):
         yield point
 
 
+@pytest.fixture(scope="session")
+def unnamed_mount(gcs_emulator, mounted_bucket, tmp_path_factory):
+    """The same bucket mounted again under a device name of its own
+    (``team-data``): /proc/mounts does not say which bucket it serves; the
+    config's ``mounts`` can. Yields the mount point."""
+    import fake_gcs
+    work = tmp_path_factory.mktemp("unnamed")
+    with fake_gcs.mounted(gcs_emulator, gcs_key(mounted_bucket[0]), work / "mnt", work / "rclone",
+                          unnamed=True) as point:
+        yield point
+
+
 @pytest.fixture
 def mount_root(mounted_bucket, request) -> tuple[str, Path]:
     """A fresh directory of the mounted bucket for one test: (its gs:// URL, its path on the mount)."""

@@ -91,7 +91,8 @@ def mount_problem() -> str | None:
 
 
 @contextlib.contextmanager
-def mounted(url: str, bucket: str, point: Path, work: Path, dir_cache: str = "1s", cache_mode: str = "off"):
+def mounted(url: str, bucket: str, point: Path, work: Path, dir_cache: str = "1s", cache_mode: str = "off",
+            unnamed: bool = False):
     """``bucket`` of the emulator at ``url`` mounted at ``point`` with rclone
     (a node's gcsfuse, in shape: no hard links, rename = copy + delete, a
     file uploaded whole at its close, listings cached per mount for
@@ -100,11 +101,13 @@ def mounted(url: str, bucket: str, point: Path, work: Path, dir_cache: str = "1s
     ``cache_mode`` off, as gcsfuse writes: rclone 1.60's write cache
     (``--vfs-cache-mode writes``) loses a rename over a file whose upload is
     in flight (``--vfs-write-back 0s``) and brings a deleted file back when
-    its upload was still pending (``--vfs-write-back 1s``): both measured."""
+    its upload was still pending (``--vfs-write-back 1s``): both measured.
+    ``unnamed``: the mount table shows a device name of its own
+    (``--devname``), not which bucket the mount serves."""
     point.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     config = rclone_config(url, work / "rclone.conf")
-    cmd = ["rclone", "--config", str(config), "mount", f"fgcs:{bucket}", str(point), "--vfs-cache-mode", cache_mode,
+    cmd = ["rclone", "--config", str(config), "mount", f"fgcs:{bucket}", str(point), *(["--devname", "team-data"] * unnamed), "--vfs-cache-mode", cache_mode,
            "--dir-cache-time", dir_cache, "--cache-dir", str(work / "cache")]
     with open(work / "rclone.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)

@@ -122,6 +122,41 @@ class StoreContract:
         store.remove_tree(stage)
         assert not backend.exists(f"{STAGE}/model.bin") and backend.open().manifest_dirs() == []
 
+    def test_lists_every_manifest_for_the_catalog_with_stamps_that_change(self, backend):
+        self.populate(backend)
+        self.populate(backend, {"m.bin": b"m"}, "en-fr/exp2/score/0")
+        self.populate(backend, {"deep.txt": b"d"}, f"{STAGE}/sub/deeper")   # below an instance: not a stage
+        backend.open().archive(self.stage(backend), keep=("_logs",))
+        self.populate(backend, {"model.bin": b"again"})
+        stage, instance = self.stage(backend), self.stage(backend, "en-fr/exp2/score/0")
+        archived = layout.join(stage, layout.ATTEMPTS, "1")
+        listed = backend.open().listed_manifests()
+        assert sorted(listed) == sorted([stage, archived, instance])
+        read = {d: (stamp, manifest.parse(text, d)) for d, stamp, text in backend.open().read_manifests(sorted(listed), listed)}
+        assert set(read) == set(listed) and read[instance][1]["state"] == "SUCCESS"
+        assert all(stamp for stamp, _ in read.values())
+        time.sleep(0.01)
+        backend.open().write_manifest(instance, record("FAILED"))
+        again = backend.open().listed_manifests()
+        assert again[instance] != listed[instance] and again[stage] == listed[stage]
+
+    def test_a_manifest_too_big_to_read_is_refused_in_the_listing(self, backend):
+        from waypost import trust
+        self.populate(backend)
+        backend.write(f"en-fr/exp1/train/{layout.MANIFEST}", b" " * (trust.MAX_MANIFEST_BYTES + 1))
+        refused: dict = {}
+        listed = backend.open().listed_manifests(refused)
+        big = self.stage(backend, "en-fr/exp1/train")
+        assert self.stage(backend) in listed
+        if big in refused:   # listed with sizes: never read
+            assert big not in listed and "not read" in refused[big][1]
+        else:                # read as it comes, and refused there
+            [(_, _, text)] = backend.open().read_manifests([big])
+            with pytest.raises(manifest.ManifestError):
+                if isinstance(text, Exception):
+                    raise text
+                manifest.parse(text, big)
+
     # --- archives --------------------------------------------------------------
     def test_archive_moves_the_workspace_and_numbers_archives(self, backend):
         self.populate(backend)

@@ -14,7 +14,7 @@ import yaml
 from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 
 from waypost import catalog, parallel
-from waypost.stores import gcs
+from waypost.stores import gcs, walk
 
 
 def manifests_under(root: Path) -> set[str]:
@@ -29,8 +29,9 @@ def loading(request, monkeypatch):
     can start, the refresh does the work itself."""
     started = []
     if request.param != "in process":
-        for name in ("PARALLEL_FROM", "CHUNK", "PAIRS_PER_CHUNK"):
-            monkeypatch.setattr(catalog, name, 1)
+        for module, names in ((catalog, ("PARALLEL_FROM", "CHUNK")), (walk, ("PARALLEL_FROM", "PAIRS_PER_CHUNK"))):
+            for name in names:
+                monkeypatch.setattr(module, name, 1)
         real = parallel.ProcessPoolExecutor
 
         def pool(*args, **kwargs):

@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import SMALL_CONFIG, read_manifest, snakemake, waypost, write_config
 
 from waypost import catalog, reuse
-from waypost.stores import gcs
+from waypost.stores import gcs, walk
 
 TEACHERS = Path("results/en-xa/exp1/train_teacher")
 
@@ -138,7 +138,7 @@ def test_an_old_cache_file_is_rebuilt_not_misread(run_copy, tmp_path):
                       "CREATE TABLE roots (root TEXT PRIMARY KEY, refreshed REAL, manifests INTEGER);")
     root = str(run_copy / "results")
     location = str(run_copy / "results/en-xa/exp1/train_student")
-    stamp = catalog._stamp((run_copy / "results/en-xa/exp1/train_student/_manifest.json").stat())
+    stamp = walk._stamp((run_copy / "results/en-xa/exp1/train_student/_manifest.json").stat())
     old.execute("INSERT INTO manifests VALUES (?, ?, ?, 'exp1', 'en-xa', 'train_student', NULL, 'SUCCESS', "
                 "'2026-01-01', 1, 'x', 'y', NULL, 0, 0, '{}')", (location, root, stamp))
     old.commit()

@@ -85,7 +85,7 @@ def test_verify_on_a_bucket_compares_crc32c_without_downloading(gcs_copy, gcs_lo
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{root}/{student}: model.json does not match its checksum (crc32c" in proc.stdout
     assert "1 stage(s) not to be trusted" in proc.stdout
-    assert "gs:// root: 1 stage(s) checked by size only" in proc.stdout
+    assert "bucket: 1 stage(s) checked by size only" in proc.stdout
     assert output_downloads(requests) == [], output_downloads(requests)
     assert objects(root) == names
 

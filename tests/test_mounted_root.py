@@ -2,8 +2,9 @@
 ``root:`` on a real FUSE mount (rclone over fake-gcs-server, found in
 /proc/mounts), reuse as a server-side copy, a deleted output redone alone,
 rerun --downstream archiving, two crons, status and find through the mount
-and through gs:// agreeing, and a second mount of the bucket (another node)
-seeing a running stage as running."""
+and through gs:// agreeing, a second mount of the bucket (another node, by
+another host name) seeing a running stage as running, and a mount the mount
+table can't name served through its bucket once the config declares it."""
 
 from __future__ import annotations
 
@@ -121,9 +122,13 @@ rule all:
 
 
 def node2_status(workdir: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "waypost.cli", "status", "--config", "config/node2.yaml",
-                           "--workflow", "workflow", "--json"], cwd=workdir, capture_output=True, text=True,
-                          timeout=120)
+    """``waypost status`` on the second node: through the second mount, on a
+    host of another name (its own UTS namespace), so that the running
+    stage's runner can't be asked by its pid: only its lease tells."""
+    cmd = [sys.executable, "-m", "waypost.cli", "status", "--config", "config/node2.yaml", "--workflow", "workflow",
+           "--json"]
+    proc = subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname node2-of-test && exec "$@"', "sh", *cmd],
+                          cwd=workdir, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["experiments"]["e1"]["_all"]["slow"]
 
@@ -144,7 +149,7 @@ def test_a_second_node_sees_a_running_stage_as_running(mount_root, second_node, 
         wait_until_listed(url, "results/_all/e1/slow/_running.json")
         time.sleep(1.5)   # the second mount's directory cache
         cell = node2_status(tmp_path)
-        assert cell["state"] == "running", cell   # not gone, not done
+        assert cell["state"] == "running", cell   # not gone, not done: its lease is fresh
     finally:
         out, _ = run.communicate(timeout=120)
     assert run.returncode == 0, out
@@ -152,3 +157,38 @@ def test_a_second_node_sees_a_running_stage_as_running(mount_root, second_node, 
     time.sleep(1.5)
     cell = node2_status(tmp_path)
     assert cell["state"] == "SUCCESS", cell
+
+
+def test_a_mount_the_table_cannot_name_is_served_through_its_bucket_once_the_config_declares_it(
+        mounted_bucket, unnamed_mount, tmp_path):
+    """A mount whose /proc/mounts line names no bucket: reuse copies
+    through the mount and says so once; with ``mounts:`` in the config the
+    planner and the jobs (from their step spec) know the bucket, and a reuse
+    is a copy in the bucket."""
+    url, _ = mounted_bucket
+    name = "declared-" + tmp_path.name[-20:].replace("_", "-")
+    root = unnamed_mount / name / "results"
+    root.mkdir(parents=True)
+    config = {**copy.deepcopy(SMALL_CONFIG), "root": str(root)}
+    config["experiments"] = {"exp1": config["experiments"]["exp1"]}
+    write_config(tmp_path, config)
+    snakemake(tmp_path, "--until", "translate_corpus")
+
+    def reuse_into(experiment: str) -> tuple[set[str], str]:
+        config["experiments"][experiment] = copy.deepcopy(config["experiments"]["exp1"])
+        write_config(tmp_path, config)
+        waypost(tmp_path, "reuse", "--into", experiment, "--from", "exp1", "--upstream-of", "train_student")
+        run = snakemake(tmp_path, "--until", "translate_corpus")
+        hows = {json.loads((root / pair / experiment / "translate_corpus" / "_manifest.json").read_text())
+                ["attempts"][0]["how"] for pair in config["experiments"]["exp1"]["pairs"]}
+        return hows, run.stderr + run.stdout
+
+    hows, said = reuse_into("exp2")
+    assert hows == {"copied"}
+    assert "whose bucket waypost doesn't know" in said
+
+    config["mounts"] = {str(unnamed_mount): url}
+    hows, said = reuse_into("exp3")
+    assert hows == {"copied in the bucket"}
+    assert "whose bucket waypost doesn't know" not in said
+    assert grid(tmp_path, "config.yaml")["exp3"]["en-xa"]["translate_corpus"] == "SUCCESS"

@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -155,6 +157,72 @@ def test_mtime_mode_deletion_reruns_downstream(run_copy):
     write_config(run_copy, config)
     (stage(run_copy, "en-xa", "train_student") / "model.json").unlink()
     assert planned(run_copy) == {"train_student": 1, "evaluate": 1, "export": 1, "report": 1}
+
+
+PLAIN_CHAIN = """
+rule all:
+    input: "c.txt"
+rule b:
+    input: "a.txt"
+    output: "b.txt"
+    shell: "cat {input} > {output}"
+rule c:
+    input: "b.txt"
+    output: "c.txt"
+    shell: "cat {input} > {output}"
+"""
+
+
+def plain_jobs(workdir: Path, *args: str) -> set[str]:
+    """The rules plain Snakemake's dry run (mtime trigger) would run."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-c1", "--rerun-triggers", "mtime", *args],
+                          cwd=workdir, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return {line.split()[1].rstrip(":") for line in proc.stdout.splitlines() if line.startswith(("rule ", "localrule "))} - {"all"}
+
+
+def touch_later(path: Path) -> None:
+    later = path.stat().st_mtime + 60
+    os.utime(path, (later, later))
+
+
+def test_mtime_mode_reruns_on_a_newer_input_as_snakemake_does(run_copy, tmp_path):
+    """What docs/concepts.md says of mtime mode, side by side with plain
+    Snakemake 9: an input newer than its outputs reruns what uses it, unless
+    it is at most --max-checksum-file-size (1 MB) and its checksum is the
+    one Snakemake recorded when the job ran: a touched, unchanged small
+    file reruns nothing; a touched one over the limit, or a changed one,
+    reruns what follows it."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "Snakefile").write_text(PLAIN_CHAIN)
+    (plain / "a.txt").write_text("x\n")
+    subprocess.run([sys.executable, "-m", "snakemake", "-c1", "-q"], cwd=plain, check=True, capture_output=True)
+    config = json.loads(json.dumps(SMALL_CONFIG))
+    config["rerun_policy"] = "mtime"
+    write_config(run_copy, config)
+    assert planned(run_copy) == {} and plain_jobs(plain) == set()
+    corpus = stage(run_copy, "en-xa", "clean_corpus")
+    output = corpus / read_manifest(corpus)["outputs"][0]["path"]
+
+    # Touched, the same bytes: nothing (Snakemake compares the checksum it recorded).
+    touch_later(plain / "a.txt")
+    touch_later(output)
+    assert plain_jobs(plain) == set()
+    assert planned(run_copy) == {}
+
+    # The same touch with a checksum limit below the file's size: what follows reruns.
+    limit = ("--max-checksum-file-size", "1")
+    assert plain_jobs(plain, *limit) == {"b", "c"}
+    follows = planned(run_copy, *limit)
+    assert "clean_corpus" not in follows and follows.get("train_student") == 1, follows
+
+    # Changed bytes: what follows reruns, as for the touch over the limit.
+    (plain / "a.txt").write_text("y\n")
+    output.write_bytes(output.read_bytes() + b"\n")
+    touch_later(output)
+    assert plain_jobs(plain) == {"b", "c"}
+    assert planned(run_copy) == follows
 
 
 def test_adding_files_by_hand_makes_a_stage_done(run_copy):

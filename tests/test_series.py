@@ -538,3 +538,32 @@ def test_a_check_can_give_a_stage_up_for_good(tmp_path):
     assert "the next run: a fresh start (its workspace archived under .attempts/ first)" in out.stdout, out.stdout
     run("-n", *reported(tmp_path))
     assert _job_stats(tmp_path / "events.jsonl").get("solve") == 1
+
+
+def test_a_restart_that_goes_on_with_work_made_under_other_settings_says_so(tmp_path):
+    """epochs changed while a student's series was unfinished: plan says the
+    next series restarts in place on work made with the old value, the
+    restart records and logs it, and `status --attempts` shows it."""
+    config = always_timing_out(max_series=3)
+    write_config(tmp_path, config)
+    snakemake(tmp_path, check=False)
+    assert [a["action"] for a in read_manifest(student_dir(tmp_path))["attempts"]] == ["cmd", "restart"]
+
+    config["experiments"]["exp1"]["per_pair"]["en-xb"]["train_student"]["epochs"] = 900
+    write_config(tmp_path, config)
+    found = json.loads(waypost(tmp_path, "plan", "--json").stdout)
+    [row] = [r for r in found["drift"] if r.get("unfinished")]
+    assert (row["pair"], row["stage"]) == ("en-xb", "train_student")
+    assert "going on with attempt 2's work, made under other settings: epochs: 1000 → 900" in row["what"][0]
+    shown = waypost(tmp_path, "plan").stdout
+    assert "not done, and the next series goes on with work made under other settings" in shown
+
+    run = snakemake(tmp_path, check=False)
+    assert "this restart goes on with attempt 2's work, made under other settings: epochs: 1000 → 900" in run.stderr
+    attempts = read_manifest(student_dir(tmp_path))["attempts"]
+    assert attempts[2]["action"] == "restart" and attempts[2]["series"] == 2
+    assert attempts[2]["resumes"] == {"attempt": 2, "settings": ["epochs: 1000 → 900"]}
+    assert attempts[2]["settings"]["epochs"] == 900 and attempts[1]["settings"]["epochs"] == 1000
+    assert "resumes" not in attempts[3]   # the series' own work, under the same settings
+    listed = waypost(tmp_path, "status", "--attempts", "train_student", "--pair", "en-xb").stdout
+    assert "#3 went on with attempt 2's work, made under other settings: epochs: 1000 → 900" in listed

@@ -32,7 +32,7 @@ from conftest import gcs_key as key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from waypost import layout, manifest, records, states, trust
+from waypost import layout, manifest, records, states, stores, trust
 
 PAIRS = ("en-xa", "en-xb")
 LEAVES = "which leaves its stage directory; not using this manifest"
@@ -615,7 +615,6 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
         status,
         statuspage,
         steer,
-        stores,
         verify,
     )
     from waypost.stores import mirror
@@ -634,7 +633,7 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
 
     run("parse", lambda: manifest.parse(text, str(stage / layout.MANIFEST)))
     run("read", lambda: manifest.read(str(stage)))
-    run("load", lambda: manifest.load(str(stage)))
+    run("load", lambda: stores.manifest_at(str(stage)))
     for snapshot in (False, True):
         tree = stores.store_for(str(root), snapshot=snapshot)
         run("tree", lambda tree=tree: tree.manifest(str(stage)))
@@ -776,7 +775,7 @@ def test_every_bucket_reader_gives_a_valid_record_or_a_clear_error_and_writes_no
     """The same manifests in a bucket: the tree, the status, the catalog, verify
     (and repair), reuse's reader and the step runner's pull of an input's
     manifests; no object appears outside the stage, no local file outside the mirror."""
-    from waypost import catalog, reuse, status, stores, verify
+    from waypost import catalog, reuse, status, verify
     from waypost.stores import gcs
     from waypost.stores.mirror import BucketWorkspace
 
@@ -794,7 +793,7 @@ def test_every_bucket_reader_gives_a_valid_record_or_a_clear_error_and_writes_no
     results = []
     for name, call in [
         ("tree", lambda: stores.store_for(root).manifest(stage)),
-        ("load", lambda: manifest.load(stage)),
+        ("load", lambda: stores.manifest_at(stage)),
         ("reuse", lambda: reuse.read_source(stage)),
         ("cell", lambda: status.stage_cell(root, "e", "p", "s")),
         ("archived", lambda: status.archived_runs(stores.store_for(root), stage)),

@@ -203,7 +203,7 @@ class Executor(SlurmExecutor):
         if job.attempt <= 1:
             return False
         directory = self._stage_dir(job)
-        if directory is None or stores.is_bucket_url(directory):
+        if directory is None or stores.needs_mirror(directory):
             return False           # the runner says so in the job (one listing is not worth it here)
         return lifecycle.at(directory).ended_in_run(os.environ.get(manifest.RUN_ID_ENV))
 

@@ -91,18 +91,37 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         root = gcs.root_of(self.query)
         if root is None:
             return
+        base = gcs.filesystem(root)[1]
+        folders: dict[str, float] = {}   # a directory() output is the prefix of its objects
         for name, info in gcs.listing(root).items():
             key = self.cache_key(name)
             cache.exists_in_storage[key] = True
             cache.mtime[key] = Mtime(storage=mtime_of(info))
             cache.size[key] = info["size"]
+            folder = name.rsplit("/", 1)[0]
+            while folder.startswith(base + "/"):
+                folders[folder] = max(folders.get(folder, 0.0), mtime_of(info))
+                folder = folder.rsplit("/", 1)[0]
+        for folder, newest in folders.items():
+            key = self.cache_key(folder)
+            if key not in cache.exists_in_storage:
+                cache.exists_in_storage[key] = True
+                cache.mtime[key] = Mtime(storage=newest)
+                cache.size[key] = 0
         cache.exists_in_storage.has_inventory.add(self.get_inventory_parent())
 
     def exists(self) -> bool:
+        # Asked after a job (the planning's listing answers before): the job
+        # wrote in another process, so this one's cached listings are old.
+        self.fs.invalidate_cache(self.path)
         return self.fs.exists(self.path)
 
     def mtime(self) -> float:
-        return mtime_of(self.fs.info(self.path))
+        """An object's; a directory()'s (a prefix): its newest object's."""
+        info = self.fs.info(self.path)
+        if info.get("type") == "directory":
+            return max((mtime_of(i) for i in self.fs.find(self.path, detail=True).values()), default=0.0)
+        return mtime_of(info)
 
     def size(self) -> int:
         return self.fs.info(self.path)["size"]

@@ -27,7 +27,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 
-from . import layout, manifest, stores, trust
+from . import layout, manifest, stores
 from .layout import CATALOG_DB
 from .parallel import chunks, in_workers
 from .stores import gcs
@@ -77,122 +77,6 @@ class Refresh:
     seconds: float = 0.0
 
 
-def _stamp(st: os.stat_result) -> str:
-    return f"{st.st_mtime_ns}:{st.st_size}:{st.st_ino}"
-
-
-def _dirs(path: str) -> list[os.DirEntry]:
-    try:
-        with os.scandir(path) as it:
-            return [e for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return []
-
-
-def _pair_dirs(root: str) -> list[str]:
-    """The pair directories of a local root, in name order."""
-    return sorted(e.path for e in _dirs(root) if layout.is_valid_name(e.name) or e.name == layout.ALL_PAIRS)
-
-
-def _scan(path: str, found: dict, stamps: bool) -> dict[str, os.DirEntry] | None:
-    """Record a stage (or instance) directory's manifest and its archives'
-    (``.attempts/<n>/_manifest.json``) in ``found``; returns its entries."""
-    try:
-        with os.scandir(path) as it:
-            entries = {e.name: e for e in it}
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return None
-    if layout.MANIFEST in entries:
-        found[path] = _stamp(entries[layout.MANIFEST].stat(follow_symlinks=False)) if stamps else None
-    if layout.ATTEMPTS in entries:
-        _archives(path, found, stamps)
-    return entries
-
-
-def _archives(path: str, found: dict, stamps: bool) -> None:
-    """Record the manifests of a directory's archives (``.attempts/<n>``;
-    never through a symbolic link)."""
-    attempts = os.path.join(path, layout.ATTEMPTS)
-    try:
-        with os.scandir(attempts) as it:
-            archives = [e.path for e in it if e.name.isdigit() and e.is_dir(follow_symlinks=False)]
-    except (NotADirectoryError, FileNotFoundError, PermissionError):
-        return
-    if archives and os.path.islink(attempts):   # (asked only where there are archives: most have none)
-        return
-    for archive in archives:
-        try:
-            st = os.lstat(os.path.join(archive, layout.MANIFEST))
-        except (FileNotFoundError, NotADirectoryError):
-            continue   # a workspace archived without a manifest of its own
-        found[archive] = _stamp(st) if stamps else None
-
-
-def _scan_instance(path: str, found: dict, stamps: bool) -> None:
-    """``_scan`` of a directory one level below a stage's, in two system
-    calls rather than a listing (most are instances without archives)."""
-    try:
-        st = os.lstat(os.path.join(path, layout.MANIFEST))
-        found[path] = _stamp(st) if stamps else None
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    _archives(path, found, stamps)
-
-
-def _local_manifests(pair_dirs: list[str], stamps: bool = True) -> dict[str, str | None]:
-    """{stage dir: stamp} for every manifest under local pair directories,
-    the archived ones (``.attempts/<n>``) too.
-
-    The layout has a fixed depth, so this lists experiment and stage
-    directories (and instance directories one level below, and the
-    ``.attempts`` of each) and nothing else: no descent into outputs,
-    checkpoints or logs. Without ``stamps`` (a cold build reads every
-    manifest anyway, and stamps it as it reads) a stage's manifest costs no
-    system call of its own.
-    """
-    found: dict[str, str | None] = {}
-    for pair in pair_dirs:
-        for experiment in _dirs(pair):
-            for stage in _dirs(experiment.path):
-                entries = _scan(stage.path, found, stamps)
-                for name, entry in (entries or {}).items():
-                    if layout.is_valid_name(name) and entry.is_dir(follow_symlinks=False):
-                        _scan_instance(entry.path, found, stamps)
-    return found
-
-
-def _remote_manifests(fs, prefix: str, refused: dict | None = None) -> dict[str, str]:
-    """{stage dir URL: generation} from one listing of the prefix. A
-    manifest too big to read, or whose name is no plain relative path below
-    the prefix (``..``, an empty part: trust.relative_problem), goes into
-    ``refused`` instead ({stage dir URL: (stamp, why)}), never read."""
-    found = {}
-    depth = prefix.count("/")
-    fs.invalidate_cache(prefix)  # others write to the bucket: never answer from an old listing
-    for path, info in fs.find(prefix, detail=True).items():
-        if not path.endswith("/" + layout.MANIFEST):
-            continue
-        problem = trust.relative_problem(path[len(prefix) + 1:]) if path.startswith(prefix + "/") else "is not below it"
-        if problem is None and int(info.get("size") or 0) > trust.MAX_MANIFEST_BYTES:
-            problem = f"{trust.too_big(gcs.url_of(fs, path), info['size'])}; not read"
-        elif problem:
-            problem = f"{gcs.url_of(fs, path)}: an object name that {problem}; not read"
-        if problem:
-            if refused is not None:
-                refused[gcs.url_of(fs, path.rsplit("/", 1)[0])] = (str(info.get("generation")), problem)
-            continue
-        levels = path.count("/") - depth
-        rel = path[len(prefix):]
-        parts = rel.rsplit("/", 3)
-        if len(parts) == 4 and parts[1] == layout.ATTEMPTS and parts[2].isdigit():
-            levels, rel = levels - 2, parts[0]   # an archive: .attempts/<n>/_manifest.json
-        if "/." in rel or levels not in (4, 5):   # pair/experiment/stage[/instance]/_manifest.json
-            continue
-        stamp = str(info.get("generation") or f"{info.get('updated')}:{info.get('size')}")
-        found[gcs.url_of(fs, path.rsplit("/", 1)[0])] = stamp
-    return found
-
-
 def archive_of(location: str) -> str | None:
     """``.attempts/<n>`` when a location is an archived workspace, else None."""
     parts = location.rstrip("/").rsplit("/", 2)
@@ -224,12 +108,11 @@ def _inputs(root: str, data: dict) -> list[dict]:
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, dict)]
     relative = [i["manifest"] for i in inputs if isinstance(i.get("manifest"), str)
                 and not stores.is_absolute(i["manifest"])]
-    workdir = _workdir(root, relative) if relative and not stores.is_bucket_url(root) else None
+    # (no run works in a root reached only through an API: relative paths there came from elsewhere)
+    workdir = _workdir(root, relative) if relative and not stores.needs_mirror(root) else None
 
     def where(path):
-        if workdir and isinstance(path, str) and not stores.is_absolute(path):
-            return os.path.normpath(os.path.join(workdir, path))
-        return path
+        return stores.resolve(workdir, path) if workdir and isinstance(path, str) else path
     return [{"path": where(i.get("path")), "manifest": where(i.get("manifest")), "state": i.get("state")}
             for i in inputs]
 
@@ -261,59 +144,17 @@ def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
     return rows, problems
 
 
-def _read_local(locations: list[str]):
-    """(location, stamp, bytes or the exception) for local stage dirs. Each
-    manifest is stamped from the file it was read from (fstat), so the stamp
-    always matches the bytes; one that is a symbolic link, no regular file or
-    too big is not read (trust.read_regular)."""
-    for location in locations:
-        try:
-            text, st = trust.read_regular(os.path.join(location, layout.MANIFEST))
-            yield location, _stamp(st), text
-        except trust.Untrusted as exc:
-            yield location, "untrusted", manifest.ManifestError(f"{exc}; {manifest.UNUSED}")
-        except OSError as exc:
-            yield location, "unreadable", exc
+def _load(store, directories: list[str]) -> tuple[list[tuple], list[tuple]]:
+    """A worker's share: read and parse these manifests of ``store``."""
+    return _entries(store.root, store.read_manifests(directories))
 
 
-def _load_local(root: str, locations: list[str]) -> tuple[list[tuple], list[tuple]]:
-    return _entries(root, _read_local(locations))
-
-
-def _read_remote(fs, locations: list[str], stamps: dict[str, str]):
-    """(location, stamp, bytes or the exception) for gs:// stage dirs, read in concurrent batches."""
-    if not locations:
-        return
-    paths = [gcs.filesystem(layout.join(loc, layout.MANIFEST))[1] for loc in locations]
-    got = gcs.read_many(fs, paths)
-    for loc, path in zip(locations, paths):
-        yield loc, stamps[loc], got[path]
-
-
-def _list_pairs(root: str, pair_dirs: list[str]) -> dict[str, str | None]:
-    return _local_manifests(pair_dirs)
-
-
-def _load_pairs(root: str, pair_dirs: list[str]) -> tuple[list[tuple], list[tuple]]:
-    """A cold build's share: list these pair directories and load every manifest."""
-    return _load_local(root, sorted(_local_manifests(pair_dirs, stamps=False)))
-
-
-# Many local manifests are listed, read and parsed by worker processes, in
-# chunks the main process takes in order as they come (and inserts while the
-# workers go on): a cold build of 100,000 is otherwise bound by one core
-# listing directories and parsing JSON. Below PARALLEL_FROM manifests (about),
-# starting workers costs more than it saves.
-PARALLEL_FROM = 5000
+# Many local manifests are read and parsed by worker processes, in chunks
+# the main process takes in order as they come (and inserts while the
+# workers go on); below PARALLEL_FROM, starting workers costs more than it
+# saves.
 CHUNK = 2000
-PAIRS_PER_CHUNK = 50
-MANIFESTS_PER_PAIR = 20   # about: two experiments of ten stages
-
-
-def _per_pairs(load, root: str, pair_dirs: list[str]):
-    """``load(root, chunk)`` per chunk of pair directories (see ``parallel.in_workers``)."""
-    return in_workers(load, root, chunks(pair_dirs, PAIRS_PER_CHUNK),
-                      len(pair_dirs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM)
+PARALLEL_FROM = 5000
 
 
 class Catalog:
@@ -339,34 +180,25 @@ class Catalog:
     def refresh(self, root: str) -> Refresh:
         """Bring one root's rows up to date, reading only what changed."""
         started = time.perf_counter()
-        fs, base = gcs.filesystem(root)
-        root_key = gcs.url_of(fs, base)
-        remote = stores.is_bucket_url(root)
+        root_key = stores.absolute(root)
         result = Refresh(root_key)
         known = dict(self.db.execute("SELECT location, stamp FROM manifests WHERE root = ?", (root_key,)))
         known.update(self.db.execute("SELECT location, stamp FROM problems WHERE root = ?", (root_key,)))
-        cold = not known and not remote
         refused: dict[str, tuple[str, str]] = {}
         try:
-            if remote:
-                listed = _remote_manifests(fs, base, refused)
-            else:
-                pairs = _pair_dirs(base)
-                listed = {}
-                if not cold:   # in workers when there are many: a stat per manifest
-                    for part in _per_pairs(_list_pairs, root_key, pairs):
-                        listed.update(part)
+            store = stores.store_for(root_key, quiet=True)
+            # A cold build reads every manifest anyway, stamping each as it reads it.
+            cold = not known and store.parallel_reads
+            listed = store.listed_manifests(refused, stamps=not cold)
         except Exception as exc:  # a root that can't be listed is reported, the others still refresh
             raise gcs.explain(exc, root_key) from None
         # In key order: SQLite inserts rows fastest that way (3× for 100,000).
-        changed = sorted(loc for loc, stamp in listed.items() if known.get(loc) != stamp)
-        if remote:
-            loaded = [_entries(root_key, _read_remote(fs, changed, listed))]
-        elif cold:   # the workers list the pair directories too
-            loaded = _per_pairs(_load_pairs, root_key, pairs)
+        changed = sorted(loc for loc, stamp in listed.items() if cold or known.get(loc) != stamp)
+        if store.parallel_reads:
+            loaded = in_workers(_load, store, chunks(changed, CHUNK), len(changed) >= PARALLEL_FROM)
         else:
-            loaded = in_workers(_load_local, root_key, chunks(changed, CHUNK), len(changed) >= PARALLEL_FROM)
-        if refused:   # (a bucket's) never read: problems of their own, as if read
+            loaded = [_entries(root_key, store.read_manifests(changed, listed))]
+        if refused:   # never read: problems of their own, as if read
             unread = sorted(loc for loc, (stamp, _) in refused.items() if known.get(loc) != stamp)
             loaded = [*loaded, ([], [(loc, root_key, refused[loc][0], refused[loc][1]) for loc in unread])]
             listed = {**listed, **{loc: stamp for loc, (stamp, _) in refused.items()}}
@@ -383,14 +215,14 @@ class Catalog:
                 result.problems += [p[3] for p in chunk_problems]
             count = self.db.execute("SELECT COUNT(*) FROM manifests WHERE root = ?", (root_key,)).fetchone()[0]
             self.db.execute("INSERT OR REPLACE INTO roots VALUES (?, ?, ?)", (root_key, time.time(), count))
-        result.listed = result.read if cold else len(listed)
+        result.listed = len(listed)
         result.removed = len(gone)
         result.seconds = time.perf_counter() - started
         return result
 
     def forget_others(self, roots: list[str]) -> None:
         """Drop the rows of roots no longer configured."""
-        keys = [gcs.url_of(*gcs.filesystem(r)) for r in roots]
+        keys = [stores.absolute(r) for r in roots]
         marks = ",".join("?" * len(keys))
         with self.db:
             for table in ("manifests", "problems", "roots"):
@@ -489,7 +321,7 @@ class Catalog:
                     children.append({"location": item.get("path"), "adopted": True, "via": "input",
                                      "path": item.get("path"), "state": item.get("state"), "inputs": []})
                     continue
-                stage_dir = _dirname(item["manifest"])
+                stage_dir = stores.parent(item["manifest"])
                 child = node(self._produced(stage_dir, row["created"]), stage_dir, seen)
                 children.append({**child, "via": "input", "path": item.get("path")})
             if row.get("reused_from"):
@@ -518,34 +350,15 @@ def _item(row: sqlite3.Row) -> dict:
     return item
 
 
-def _dirname(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[0] if stores.is_bucket_url(path) else os.path.dirname(path)
-
-
 def _location(path: str) -> str:
     """A stage, instance or archive directory (or its ``_manifest.json``) as
     the catalog keys it: a gs:// URL, or an absolute local path."""
     path = path.rstrip("/") or "/"
     if path.endswith("/" + layout.MANIFEST):
-        path = _dirname(path)
-    return path if stores.is_bucket_url(path) else os.path.abspath(path)
+        path = stores.parent(path)
+    return stores.absolute(path)
 
 
 def roots_of(config: dict) -> list[str]:
     """The pipeline's own root, then the config's ``catalog`` roots."""
     return list(dict.fromkeys([config["root"], *config.get("catalog", [])]))
-
-
-def settings_diff(old: dict, new: dict) -> list[str]:
-    """``key: old → new`` for each setting that differs (nested keys dotted)."""
-    out = []
-
-    def walk(a, b, prefix):
-        for key in sorted(set(a) | set(b), key=str):
-            x, y = a.get(key, "∅"), b.get(key, "∅")
-            if isinstance(x, dict) and isinstance(y, dict):
-                walk(x, y, f"{prefix}{key}.")
-            elif x != y:
-                out.append(f"{prefix}{key}: {json.dumps(x) if x != '∅' else x} → {json.dumps(y) if y != '∅' else y}")
-    walk(old or {}, new or {}, "")
-    return out

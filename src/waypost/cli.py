@@ -37,9 +37,7 @@ def reach(root: str) -> None:
     StorageError, exit 1) within seconds, instead of gcsfs's minute of
     retries."""
     from . import stores
-    from .stores import gcs
-    if stores.is_bucket_url(root):
-        gcs.probe(root)
+    stores.reach(root)
 
 
 # Snakemake options that take stage (rule) names, which waypost checks first.
@@ -327,6 +325,9 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
                 table.add_row(*row)
                 if a.get("why") and a.get("series", 1) > 1:
                     reasons.append(f"  #{a['number']} began series {a['series']} with {a.get('action')}: {a['why']}")
+                if a.get("resumes"):
+                    reasons.append(f"  #{a['number']} went on with attempt {a['resumes']['attempt']}'s work, made "
+                                   f"under other settings: {'; '.join(a['resumes']['settings'])}")
                 if a.get("error") and a.get("slurm_job_id") and not a.get("log"):   # a Slurm job its runner never saw
                     reasons.append(f"  #{a['number']}: {a['error']}")
                 if decision:
@@ -444,11 +445,14 @@ def render_attempt_summary(grid: dict, stage: str, cells: list[tuple]) -> None:
             history = cell.get("history") or []
             last = history[-1] if history else {}
             decision = last.get("decision") or {}
+            resumed = next((a for a in reversed(history) if a.get("resumes")), None)
             rows.append([_where(grid, pair, instance), status.state_text(cell), str(cell.get("attempts", 0)),
                          str(max((a.get("series") or 1 for a in history), default=0)),
                          f"{last.get('action')} {last.get('state') or '?'}" if last else "-",
-                         f"{decision['action']}: {decision.get('reason') or ''}".rstrip(": ") if decision
-                         else status.why(cell) or "-"])
+                         (f"{decision['action']}: {decision.get('reason') or ''}".rstrip(": ") if decision
+                          else status.why(cell) or "-")
+                         + (f" (#{resumed['number']} went on with #{resumed['resumes']['attempt']}'s work, made "
+                            f"under other settings: {'; '.join(resumed['resumes']['settings'])})" if resumed else "")])
         lines += _aligned(rows)
     lines.append(f"every attempt: waypost status --attempts {stage} --all-attempts "
                  f"(one's: {_one_of(grid, [{'instance': i} for _, _, i, _ in cells])})")
@@ -684,7 +688,7 @@ def cmd_verify(args) -> int:
         action = f"archived in {p.stage_dir}/{p.archived}" if p.archived else "not done (use --repair to set it aside)"
         print(f"{p.stage_dir}: {p.what}; {action}")
     print(f"{len(problems)} stage(s) not to be trusted" if problems else "every manifest checks out")
-    how = verify.summary(cfg["root"], problems, checksums=not args.no_checksums)
+    how = verify.summary(problems, checksums=not args.no_checksums)
     if how:
         print(how)   # on a gs:// root: crc32c from the listing, or sizes only (and how many)
     return 1 if problems else 0   # problems found (also when --repair set them aside)
@@ -741,8 +745,7 @@ def cmd_find(args) -> int:
         return 1 if unread else 0
     table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
                   box=box.SIMPLE_HEAD)
-    locations = [r["location"] if stores.is_bucket_url(r["location"]) or not r["location"].startswith(os.getcwd() + os.sep)
-                 else os.path.relpath(r["location"]) for r in rows]
+    locations = [stores.shown(r["location"]) for r in rows]
     stages = [r["stage"] + (f"/{r['instance']}" if r["instance"] else "") for r in rows]
     widths = {"stage": max(map(len, stages), default=5), "created": 16, "config": 8, "state": 5}
     for column in ("experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config", "location"):
@@ -768,7 +771,7 @@ def _compare_with_config(rows: list[dict], cfg: dict, against: str | None) -> No
     """Each row's settings that differ from the current config's (``differs``,
     ``compared_with``): of ``against``, else of its own experiment, else of
     one that has its pair; None where nothing compares."""
-    from . import catalog
+    from . import diffs
 
     settings_of = wconfig.step_settings_of(cfg)
     for row in rows:
@@ -777,7 +780,7 @@ def _compare_with_config(rows: list[dict], cfg: dict, against: str | None) -> No
         if other and row["stage"] in cfg["stages"] and (row["pair"] in cfg["experiments"][other]["pairs"]
                                                         or row["pair"] == "_all"):
             current = settings_of(other, row["pair"], row["stage"], row.get("instance"))
-            row["differs"] = catalog.settings_diff(row["settings"], current)
+            row["differs"] = diffs.settings_diff(row["settings"], current)
             row["compared_with"] = other
         else:
             row["differs"], row["compared_with"] = None, None
@@ -888,7 +891,7 @@ def cmd_reuse(args) -> int:
 
 def _shown(path: str) -> str:
     """A stage dir as the steering commands print it: relative when local."""
-    return path if stores.is_bucket_url(path) or not os.path.isabs(path) else os.path.relpath(path)
+    return stores.shown(path)
 
 
 def cmd_rerun(args) -> int:
@@ -1021,12 +1024,17 @@ def cmd_plan(args) -> int:
             console.print(f"…: more than {NAMED_INSTANCES} instances; `waypost plan --all-instances` names them all")
     else:
         console.print("next run: nothing to do")
-    if drifted:
-        table = Table(title="done, but made with other settings, code or inputs than now "
-                            "(kept in presence mode; `waypost rerun STAGE` redoes one)", title_justify="left")
+    titles = {False: "done, but made with other settings, code or inputs than now "
+                     "(kept in presence mode; `waypost rerun STAGE` redoes one)",
+              True: "not done, and the next series goes on with work made under other settings"}
+    for unfinished in (False, True):
+        shown = [g for g in groups if g["unfinished"] == unfinished]
+        if not shown:
+            continue
+        table = Table(title=titles[unfinished], title_justify="left")
         for column in ("experiment", *([axis["word"]] if axis else []), "stage", "made", "what differs"):
             table.add_column(column, overflow="fold")
-        for g in groups:   # cells of a stage with the same differences: one row, with their count
+        for g in shown:   # cells of a stage with the same differences: one row, with their count
             made = " … ".join(dict.fromkeys(m[:16].replace("T", " ") for m in g["made"]))
             table.add_row(", ".join(g["experiments"]),
                           *([", ".join(_pair_heading(p, axis) for p in g["pairs"])] if axis else []),
@@ -1035,10 +1043,9 @@ def cmd_plan(args) -> int:
                           made + (f" (reused from {', '.join(g['reused_from'])})" if g["reused_from"] else ""),
                           escape("\n".join(g["what"])))
         console.print(table)
-    elif code_unknown:
-        console.print("no drift in settings or inputs")
-    else:
-        console.print("no drift: every done stage was made with the current settings and code")
+    if not drifted:
+        console.print("no drift in settings or inputs" if code_unknown else
+                      "no drift: every done stage was made with the current settings and code")
     if unknown_note:
         console.print(unknown_note)
     return drift_code

@@ -565,7 +565,7 @@ def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, ax
     if check:
         validate(config, schema, source)
     config = apply_defaults(config, schema, stages)
-    if config.get("mounts"):   # for this process and the jobs it starts (stores.mounted)
+    if config.get("mounts"):   # for this process; its jobs get them in their step spec (stores.mounted)
         from .stores import mounted
         mounted.declare(config["mounts"])
     _to_engine_axis(config, axis)

@@ -151,7 +151,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     verified = verify.verify(root, checksums=checksums)
     for problem in verified:
         notes.append(f"set aside {problem.stage_dir} ({problem.what}; archived in {problem.archived})")
-    if checksums and verified.sizes_only and stores.is_bucket_url(root):
+    if checksums and verified.sizes_only and verified.listed:
         notes.append(verify.SIZES_ONLY.format(n=verified.sizes_only))
     if _has_snakemake_lock(os.getcwd()):
         alive = _snakemake_alive_here(os.getcwd())

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import posixpath
 
 from . import layout, status, stores
@@ -93,13 +92,10 @@ class _Links:
         key = (manifest, root)
         if key not in self._dirs:
             directory = manifest[:-len(layout.MANIFEST) - 1] if manifest.endswith("/" + layout.MANIFEST) else manifest
-            if stores.is_bucket_url(directory):
-                tries = [directory]
-            elif os.path.isabs(directory):
-                tries = [os.path.normpath(directory)]
+            if stores.is_absolute(directory):
+                tries = [stores.normalised(directory)]
             else:
-                tries = [posixpath.join(base, directory) for base in _ancestors(root)]
-                tries = [t if stores.is_bucket_url(t) else os.path.normpath(t) for t in tries]
+                tries = [stores.resolve(base, directory) for base in _ancestors(root)]
             self._dirs[key] = next((t for t in tries if t in self.by_dir), None)
         return self._dirs[key]
 

@@ -12,7 +12,7 @@ import os
 import re
 from functools import lru_cache
 
-from .stores import is_bucket_url
+from .stores import join  # a location below a root (a path or a URL), used in the layout
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
@@ -63,12 +63,6 @@ def check_name(name: object, what: str) -> str:
     if not is_valid_name(name):
         raise NameError_(f"{what} {name!r} is not a valid name (expected {NAME_RULE})")
     return name  # type: ignore[return-value]
-
-
-def join(root: str, *parts: str) -> str:
-    if is_bucket_url(root):
-        return "/".join([root.rstrip("/"), *parts])
-    return os.path.join(root, *parts)
 
 
 def stage_dir(root: str, pair: str, experiment: str, stage: str, instance: str | None = None) -> str:

@@ -196,27 +196,6 @@ def read(stage_dir: str) -> dict | None:
     return parse(text, path)
 
 
-def load(location: str) -> dict | None:
-    """The manifest of a stage directory anywhere (a local path or a gs://
-    URL), read as ``read`` reads one (at most ``trust.MAX_MANIFEST_BYTES``);
-    None when there is none; ManifestError when it is unusable, or can't be
-    read (StorageError's one line)."""
-    from . import layout, stores
-    from .stores import gcs
-
-    if not stores.is_bucket_url(location):
-        return read(location)
-    url = layout.join(location, MANIFEST)
-    try:
-        fs, path = gcs.filesystem(url)
-        text = fs.cat_file(path, start=0, end=trust.MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except Exception as exc:
-        raise ManifestError(str(gcs.explain(exc, url))) from None
-    return parse(text, url)
-
-
 def parse(text: bytes | str, path: str) -> dict:
     """The one way waypost turns a manifest's bytes into a record: the
     manifest at ``path`` (its file or URL, for the messages) checked against

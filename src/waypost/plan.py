@@ -19,7 +19,7 @@ import tempfile
 
 from . import config as wconfig
 from . import events, layout, lifecycle, manifest, stores
-from .catalog import settings_diff
+from .diffs import settings_diff
 
 
 def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str]) -> tuple[int, str, list]:
@@ -184,7 +184,14 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
                         data = tree.manifest(directory)
                     except manifest.ManifestError:
                         continue
-                    if not data or data["state"] != "SUCCESS" or data.get("adopted"):
+                    if data and data["state"] != "SUCCESS":
+                        resumed = _resumes_under_other_settings(config, data, instance, current)
+                        if resumed:
+                            rows.append({"experiment": experiment, "pair": pair, "stage": stage,
+                                         "instance": instance, "created": data.get("created"),
+                                         "reused_from": None, "what": [resumed], "unfinished": True})
+                        continue
+                    if not data or data.get("adopted"):
                         continue
                     what = []
                     differs = settings_diff(data.get("settings") or {}, current)
@@ -210,6 +217,34 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
     return rows, unknown
 
 
+def _resumes_under_other_settings(config: dict, data: dict, instance: str | None, current: dict) -> str | None:
+    """For a stage that did not succeed, when the policy has its next series
+    go on in its workspace (a restart in place, a rerun in the workspace as
+    it is) and the work there was made under other settings than now: says
+    so (a checkpoint made with ``epochs: 50`` resumed after it became 40)."""
+    from .policy import Policy, PolicyError, begin_series, describe_start
+    attempts = [a for a in data.get("attempts") or [] if isinstance(a, dict)]
+    if not attempts or not all(data.get(k) for k in ("experiment", "pair", "stage")) \
+            or data["experiment"] not in config["experiments"]:
+        return None
+    try:
+        policy = Policy.from_config(wconfig.stage_settings(config, data["experiment"], data["pair"], data["stage"],
+                                                           instance)["policy"])
+    except PolicyError:
+        return None
+    last_no = max(a.get("series", 1) for a in attempts)
+    action, _ = begin_series(policy, [a for a in attempts if a.get("series", 1) == last_no])
+    if not (action == "restart" or (action == "rerun" and policy.rerun == "dirty")):
+        return None
+    worked = next((a for a in reversed(attempts) if a.get("action") in ("cmd", "restart", "rerun")), attempts[-1])
+    differs = settings_diff(worked.get("settings", data.get("settings") or {}), current)
+    if not differs:
+        return None
+    return (f"the next series will {describe_start(policy, action)}, going on with attempt "
+            f"{worked.get('number', '?')}'s work, made under other settings: {', '.join(differs)} "
+            "(`waypost rerun` starts afresh)")
+
+
 def _funnel_missing_values(tree, data: dict, values: list[str]) -> list[str]:
     """A funnel made before axis values joined its experiment read none of
     their stages: say which (presence mode keeps it; `waypost rerun` redoes it)."""
@@ -226,7 +261,8 @@ def collapse(rows: list[dict], config: dict) -> list[dict]:
     groups: dict[tuple, dict] = {}
     for row in rows:
         group = groups.setdefault((row["stage"], tuple(row["what"])), {
-            "stage": row["stage"], "what": row["what"], "count": 0, "experiments": [], "pairs": [],
+            "stage": row["stage"], "what": row["what"], "unfinished": bool(row.get("unfinished")),
+            "count": 0, "experiments": [], "pairs": [],
             "instances": [], "made": [], "reused_from": [], "cells": []})
         group["count"] += 1
         group["cells"].append({k: row[k] for k in ("experiment", "pair", "instance")})

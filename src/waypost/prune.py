@@ -107,7 +107,7 @@ def human(size: float) -> str:
 
 def shown(path: str) -> str:
     """A path as the commands show it (local: relative to here)."""
-    return path if stores.is_bucket_url(path) else os.path.relpath(path)
+    return stores.shown(path)
 
 
 def _in_archive(key: str) -> tuple[str, str] | None:

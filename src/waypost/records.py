@@ -55,6 +55,9 @@ class Attempt(TypedDict, total=False):
     why: str
     error: str
     how: str
+    settings: dict
+    config_hash: str
+    resumes: dict
 
 
 class Marker(TypedDict):
@@ -95,7 +98,8 @@ def attempt(*, number: int, series: int, action: str, start: str, run: str | Non
             slurm_job_id: str | None, command: str | None, worker: dict, log: str | None = None,
             script: str | None = None, runtime_limit_s: float | None = None, state: str | None = None,
             exit_code: int | None = None, end: str | None = None, duration_s: float | None = None,
-            why: str | None = None, error: str | None = None, how: str | None = None) -> Attempt:
+            why: str | None = None, error: str | None = None, how: str | None = None,
+            settings: dict | None = None, config_hash: str | None = None, resumes: dict | None = None) -> Attempt:
     """An attempt, open (``state`` None) until its end is filled in."""
     record: Attempt = {
         "number": number, "series": series, "action": action, "state": state, "exit_code": exit_code,
@@ -103,7 +107,8 @@ def attempt(*, number: int, series: int, action: str, start: str, run: str | Non
         "host": host, "run": run, "slurm_job_id": str(slurm_job_id) if slurm_job_id else None,
         "runtime_limit_s": runtime_limit_s, "command": command, "workspace": ".", "log": log, "worker": worker,
     }
-    for key, value in (("script", script), ("why", why), ("error", error), ("how", how)):
+    for key, value in (("script", script), ("why", why), ("error", error), ("how", how), ("settings", settings),
+                       ("config_hash", config_hash), ("resumes", resumes)):
         if value is not None:
             record[key] = value
     return record

@@ -28,7 +28,7 @@ def read_source(location: str) -> dict:
     """The source stage's manifest (``manifest.load``: every path it lists
     inside the source stage dir); ManifestError when there is none or it
     can't be read or used."""
-    data = manifest.load(location)
+    data = stores.manifest_at(location)
     if data is None:
         path = layout.join(location, layout.MANIFEST)
         raise manifest.ManifestError(f"{path}: no manifest (not a finished waypost stage)")

@@ -147,6 +147,22 @@ def _parent(stage_dir: str, path: str) -> tuple[str, dict]:
     return ("ADOPTED" if os.path.exists(path) else "MISSING"), {}
 
 
+def producer_dir(path: str, depth: int = 8) -> str:
+    """The stage directory that made an input: the nearest directory above
+    it with a manifest (a file in a ``directory()`` output, such as a
+    checkpoint's parts, is below its stage's directory); the input's own
+    directory when none has (placed by hand)."""
+    own = directory = os.path.dirname(path)
+    for _ in range(depth):
+        if os.path.exists(os.path.join(directory, MANIFEST)):
+            return directory
+        parent = os.path.dirname(directory)
+        if not parent or parent == directory:
+            break
+        directory = parent
+    return own
+
+
 def parent_state(stage_dir: str, path: str) -> str:
     return _parent(stage_dir, path)[0]
 
@@ -159,7 +175,7 @@ def describe_inputs(paths: list[str]) -> list[dict]:
     """
     described = []
     for path in paths:
-        stage_dir = os.path.dirname(path)
+        stage_dir = producer_dir(path)
         state, data = _parent(stage_dir, path)
         name = os.path.relpath(path, stage_dir)
         described.append({
@@ -410,7 +426,7 @@ class StageRun:
         self.remote = None
         # The paths the step works with: on a bucket root, the local copies.
         self.inputs, self.outputs = step.inputs, step.outputs
-        if stores.is_bucket_url(step.stage_dir):   # only then: the runner starts at every step
+        if stores.needs_mirror(step.stage_dir):   # only then: the runner starts at every step
             from .stores import mirror
             self.remote, self.inputs, self.outputs = mirror.for_runner(step)
         self.dir = self.remote.local if self.remote else step.stage_dir
@@ -423,6 +439,7 @@ class StageRun:
         self.series_no = 1
         self.series: list[dict] = []
         self.series_base = 0            # series before the last reset (waypost retry) don't count
+        self.previous_settings: dict | None = None   # the last manifest's settings (see _resumes_other_settings)
         self.first = ("cmd", "a first series")
         self.refusal = ""
         # How the runner's lines name the stage: experiment/pair/stage[/instance].
@@ -501,6 +518,8 @@ class StageRun:
         life = lifecycle.read(LocalStore(self.dir), self.dir)
         running = life.marker or None
         previous = life.manifest
+        # What the work in the workspace was made under, for attempts that recorded none of their own.
+        self.previous_settings = (previous or {}).get("settings")
         if life.error:
             print(f"waypost: {life.error}; archiving it with the old workspace", file=sys.stderr)
         self.series_base = (previous or {}).get("series_base", 0)
@@ -565,6 +584,28 @@ class StageRun:
                   file=sys.stderr)
         return None
 
+    def _resumes_other_settings(self, action: str) -> dict | None:
+        """When this attempt goes on with the work an earlier one left in the
+        workspace (a restart in place, a rerun in the workspace as it is)
+        and that one ran under other settings: which, and what differs (said
+        in the log too: a checkpoint of 50 epochs resumed after ``epochs``
+        became 40 is the user's to judge)."""
+        if not (action == "restart" or (action == "rerun" and self.policy.rerun == "dirty")):
+            return None
+        earlier = next((a for a in reversed(self.history) if a.get("action") in ("cmd", "restart", "rerun")), None)
+        if earlier is None:
+            return None
+        then = earlier.get("settings", self.previous_settings)
+        if then is None:
+            return None
+        from .diffs import settings_diff
+        differs = settings_diff(then, self.spec.settings)
+        if not differs:
+            return None
+        print(f"waypost: {self.name}: this {action} goes on with attempt {earlier['number']}'s work, made under "
+              f"other settings: {'; '.join(differs)}", file=sys.stderr)
+        return {"attempt": earlier["number"], "settings": differs}
+
     @staticmethod
     def _close_interrupted(attempt: dict) -> None:
         """Fill in how an attempt whose runner died ended: Slurm's word when
@@ -596,11 +637,13 @@ class StageRun:
             else self.policy.runtime_seconds(in_series)
         previous = self.series[-1]["state"] if self.series else ""
         worker = workers.worker_env(os.environ, self.spec.worker_env)
+        resumes = self._resumes_other_settings(action)
         record = records.attempt(
             number=number, series=self.series_no, action=action, start=manifest.now_iso(), run=self.run_id,
             host=manifest.hostname(), slurm_job_id=os.environ.get("SLURM_JOB_ID"), command=command,
             worker={"pool": self.spec.pool, "class": self.spec.worker_class, **worker}, log=log_rel,
-            script=script_rel, runtime_limit_s=runtime,
+            script=script_rel, runtime_limit_s=runtime, settings=self.spec.settings,
+            config_hash=self.spec.config_hash, resumes=resumes,
             why=self.first[1] if in_series == 1 else None)   # how this series began
         self.history.append(record)
         self.series.append(record)
@@ -704,7 +747,7 @@ class StageRun:
         """Parents whose state the policy's ``depends`` does not accept."""
         blocked = []
         for path in self.inputs:
-            state = parent_state(os.path.dirname(path), path)
+            state = parent_state(producer_dir(path), path)
             effective = "SUCCESS" if state == "ADOPTED" else state
             if effective == "MISSING" or not self.policy.accepts(effective):
                 blocked.append(f"{os.path.dirname(path)} is {state}")
@@ -1011,7 +1054,10 @@ class StageRun:
 
 def main(argv: list[str] | None = None) -> int:
     step, lost = parse_args(sys.argv[1:] if argv is None else argv)
-    if step.reuse_from or stores.is_bucket_url(step.stage_dir):
+    if step.mounts:   # which bucket a mount serves, as the config says (stores.mounted)
+        from .stores import mounted
+        mounted.declare(step.mounts)
+    if step.reuse_from or stores.needs_mirror(step.stage_dir):
         with_site()   # gcsfs and the rest of what they import are site-packages'
     if step.reuse_from and not lost:
         from . import reuse

@@ -18,15 +18,17 @@ import json
 import os
 import re
 import shlex
+import string
 import sys
 import time
 from dataclasses import dataclass, field
 
+from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 from snakemake.iocontainers import Wildcards
 
 from . import config as wconfig
-from . import events, layout, lifecycle, manifest, reuse, runner, stores
+from . import events, fanout, layout, lifecycle, manifest, reuse, runner, stores
 from . import spec as wspec
 from . import workers as wworkers
 from .stores import gcs
@@ -48,7 +50,10 @@ STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.sp
 #   Rule.resources._data, Rule.input_modifier/output_modifier: ``_wire``
 #   replaces a stage rule's inputs with one function;
 # - Rule.run_func and the RULEFUNC_CONTEXT_MARKER parameter of a rule's run
-#   function: ``_shell_run_func``.
+#   function: ``_shell_run_func``;
+# - checkpoints (see waypost.fanout): workflow.globals["checkpoints"],
+#   Rule.is_checkpoint, IncompleteCheckpointException.targetfile (an input
+#   that waits for a checkpoint is its output, as Snakemake's own handler makes it).
 
 
 class StageError(Exception):
@@ -64,6 +69,7 @@ class Stage:
     parents: set = field(default_factory=set)
     order: int = 0
     gathers: bool = False         # it reads every instance of a stage (wp.each): made from a set of them
+    gathered: set = field(default_factory=set)   # the stages it gathers (wp.each)
 
 
 def _job_process(workflow) -> bool:
@@ -164,10 +170,10 @@ class Pipeline:
         # jobs get gs:// URLs, and the step runner works on a local copy of
         # the bucket, ``self.mirror`` (see stores.mirror).
         self.mirror = None
-        if stores.is_bucket_url(self.root) and not self.facts_only:
+        if stores.needs_mirror(self.root) and not self.facts_only:
             from .stores import mirror
             self.mirror = mirror.planning_mirror(self.root, workflow)
-        self.base = "" if self.mirror or stores.is_bucket_url(self.root) else self.root
+        self.base = "" if stores.needs_mirror(self.root) else self.root
         self.presence = config["rerun_policy"] == "presence"
         run_identity(workflow)   # the runner reads the run id itself
         self._code_versions: dict[str, str] = {}   # stage → its code version (see stage_code_version)
@@ -190,6 +196,10 @@ class Pipeline:
         self._items: dict[str, list] = {}   # stage → its rule's inputs as written (see _inputs_of)
         self._set_changes: dict[str, str | None] = {}   # stage dir → how its set of inputs changed
         self._on_hold: list[str] = []       # see _held
+        self._pending: dict = {}            # checkpoint outputs that instances wait for (see _stage_outputs)
+        self._fanout = fanout.Planning(self)   # the checkpoints that ran, the stages made from their parts
+        self._dim_checks: list[tuple] = []     # dimensions the rules name, checked by finish (_check_parts)
+        self._unchecked: dict[str, list] = {}  # experiment → instances known, when a checkpoint finds more
         self._default_class: dict[str, str] = {}   # stage → the worker class its rule names
         self._rule_resources: dict[str, object] = {}   # stage rules whose resources are still to fill
         self._own: dict[str, tuple] = {}   # stage → patterns of its marker and outputs
@@ -303,7 +313,8 @@ class Pipeline:
         or a function giving them: of the experiment, or of the experiment
         and the axis value, for a number that differs per pair): its
         directory has one subdirectory each, and ``{wildcards.instance}``
-        names the job's.
+        names the job's. Also ``wp.parts(...)`` (the files a checkpoint
+        stage found) and ``wp.dims(...)`` (named dimensions).
         ``funnel=True``: the stage runs once per experiment over all its axis
         values (a report, a summary): its directory is under ``_all``.
         Said on one output, either holds for the rule's others."""
@@ -315,6 +326,9 @@ class Pipeline:
             if stage.instances is not None and stage.instances is not instances:
                 raise StageError(f"rule {stage.name}: its outputs name different instances")
             stage.instances = instances
+            if isinstance(instances, fanout.Parts | fanout.Dims) and instances.rule is None:
+                instances.rule = stage.name   # (written before the rule: its messages name it)
+            stage.parents.update(parts.stage for parts in fanout.checkpoint_parts(instances))
         stage.funnel = stage.funnel or funnel
         return self._own_path(stage, filename)
 
@@ -335,7 +349,12 @@ class Pipeline:
         them; or ``filename`` a function of the wildcards returning paths
         (see ``path_of``; ``stage`` may then be a tuple of the stages it
         picks from). Only names the stage read from: a wrong name
-        reads the wrong files, it writes nothing there."""
+        reads the wrong files, it writes nothing there.
+
+        When this stage's instances have named dimensions (``wp.parts``,
+        ``wp.dims``), ``filename`` and ``instance`` may hold them as
+        placeholders: ``wp.stage("split", "parts/{part}.txt")`` is this
+        job's part, ``instance="{teacher}"`` the instance of its teacher."""
         consumer = self._declaring("stage")
         named = [stage] if isinstance(stage, str) else list(stage)
         for name in named:
@@ -345,6 +364,11 @@ class Pipeline:
         if len(named) != 1:
             raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): several stages go "
                              "with a function that picks the path")
+        placeholders = {field for text in (filename, instance) if isinstance(text, str)
+                        for _, field, _, _ in string.Formatter().parse(text) if field}
+        placeholders -= {"experiment", "instance", self.axis_wc}
+        if placeholders:
+            self._dim_checks.append((consumer.name, f"wp.stage({stage!r}, {filename!r})", placeholders, None, None))
 
         def path(wildcards):
             upstream = self._known(stage, consumer.name)
@@ -353,26 +377,127 @@ class Pipeline:
                 raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): stage {stage} has "
                                  "instances and this one has none: name one (instance=...) or take each (wp.each)")
             pattern = self._path(stage, filename, upstream.funnel, own)
-            return pattern.format(**dict(wildcards.items()))
+            values = dict(wildcards.items())
+            if consumer.instances is not None and fanout.dims_of(consumer.instances):
+                return self._with_dims(consumer, pattern, values, f"wp.stage({stage!r}, {filename!r})")
+            return pattern.format(**values)
         return _presigned(path)
 
-    def each(self, stage: str, filename: str):
+    def _with_dims(self, consumer: Stage, pattern: str, values: dict, helper: str) -> str:
+        """``pattern`` filled with a job's wildcards and its values of its
+        stage's dimensions (``{part}``, ``{teacher}``)."""
+        dims = fanout.values_of(consumer.instances, values["experiment"], self._pair(values), values.get("instance"))
+        try:
+            return pattern.format(**{**dims, **values})
+        except KeyError as exc:
+            raise StageError(f"rule {consumer.name}: {helper}: no dimension {exc.args[0]!r} (rule "
+                             f"{consumer.name}'s instances have: {', '.join(fanout.dims_of(consumer.instances))})") \
+                from None
+
+    def each(self, stage: str, filename: str, over=None):
         """An input from every job of another stage in this experiment: each
         of its instances, for this job's axis value, or for all of them when
-        this stage is a funnel (a summary over the whole study)."""
+        this stage is a funnel (a summary over the whole study).
+
+        ``over``: a dimension of the other stage's instances (or a list of
+        them: see ``dims``) to gather along: of its instances, the ones
+        whose other dimensions have this job's values (for each teacher,
+        all its parts: ``over="part"`` in a stage with
+        ``instances=wp.dims(teacher=...)``, or with one instance per
+        teacher). Without it, every instance (both dimensions)."""
         consumer = self._declaring("each")
         layout.check_name(stage, "stage")
         consumer.parents.add(stage)
         consumer.gathers = True
+        consumer.gathered.add(stage)
+        along = None if over is None else ((over,) if isinstance(over, str) else tuple(over))
+        if along is not None and (not along or not all(isinstance(d, str) and d for d in along)):
+            raise StageError(f"rule {consumer.name}: wp.each({stage!r}, {filename!r}, over={over!r}): expected "
+                             "the name of a dimension, or a list of them")
+        if along is not None:
+            self._dim_checks.append((consumer.name, None, set(), stage, along))
 
         def paths(wildcards):
             upstream = self._known(stage, consumer.name)
             pairs = ([layout.ALL_PAIRS] if upstream.funnel or not self.axis_wc else
                      self.axis_values(wildcards.experiment) if consumer.funnel else [self._pair(wildcards)])
+            if along is not None:
+                return [self.path_of(stage, filename, wildcards.experiment, pair, name) for pair in pairs
+                        for name in self._gathered(consumer, upstream, along, wildcards, pair)]
             return [self.path_of(stage, filename, wildcards.experiment, pair, name) for pair in pairs
                     for name in (self.instances(stage, wildcards.experiment, pair)
                                  if upstream.instances is not None else [None])]
         return _presigned(paths)
+
+    def _gathered(self, consumer: Stage, upstream: Stage, along: tuple, wildcards, pair: str) -> list[str]:
+        """The instances of ``upstream`` a job of ``consumer`` gathers along
+        the dimensions ``along``: those whose other dimensions hold this
+        job's values."""
+        helper = f"wp.each({upstream.name!r}, ..., over={list(along) if len(along) > 1 else along[0]!r})"
+        names = fanout.dims_of(upstream.instances) if upstream.instances is not None else ()
+        unknown = [d for d in along if d not in names]
+        if unknown:
+            raise StageError(f"rule {consumer.name}: {helper}: stage {upstream.name} has no dimension "
+                             f"{unknown[0]!r} (its dimensions: {', '.join(names) or 'none: wp.dims(...) names them'})")
+        kept = [d for d in names if d not in along]
+        values = dict(wildcards.items())
+        instance = values.get("instance")
+        own = fanout.values_of(consumer.instances, values["experiment"], self._pair(values), instance) \
+            if consumer.instances is not None else {}
+        if kept and not own and instance is not None and len(kept) == 1 and not fanout.dims_of(consumer.instances):
+            own = {kept[0]: instance}   # one instance per value of the one dimension kept
+        missing = [d for d in kept if d not in own]
+        if missing:
+            raise StageError(f"rule {consumer.name}: {helper}: gathering along {', '.join(along)} keeps "
+                             f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
+                             f"instances=wp.dims({', '.join(f'{d}=...' for d in kept)}))")
+        if not kept:   # along every dimension: all of them
+            return self.instances(upstream.name, wildcards.experiment, pair)
+        combos = upstream.instances.combinations(wildcards.experiment, pair)   # (a Dims: it keeps some)
+        return [name for name, dims in combos.items() if all(dims[d] == own[d] for d in kept)]
+
+    def parts(self, stage: str, pattern: str):
+        """A stage's instances (``wp.out(..., instances=wp.parts(...))``):
+        the files a checkpoint stage (``checkpoint STAGE:``) wrote into its
+        ``directory()`` output, found once it ran, named by what the one
+        ``{name}`` in ``pattern`` matches (``"parts/{part}.txt"``: instance
+        ``00`` for ``parts/00.txt``). ``{part}`` is then a dimension: a
+        job reads its own part as ``wp.stage(stage, "parts/{part}.txt")``.
+        Found through Snakemake's ``checkpoints.<stage>.get(...)``: a dry run
+        plans the checkpoint, and the jobs of the parts appear once it ran."""
+        try:
+            return fanout.Parts(self, stage, pattern, self._current)
+        except fanout.FanoutError as exc:
+            raise StageError(str(exc)) from None
+
+    def dims(self, **dimensions):
+        """A stage's instances over named dimensions
+        (``instances=wp.dims(part=wp.parts(...), teacher=teachers)``): one
+        instance per combination, named by its values joined with ``-`` in
+        the order written (``00-t1``). Each dimension takes what
+        ``instances=`` takes: a list, a function of the experiment (and
+        axis value), ``wp.parts(...)``. Its value is a placeholder in this
+        rule's ``wp.stage`` file names and instance (``instance="{teacher}"``),
+        a param (``wp.dim``), and ``wp.each(..., over=...)`` gathers along it."""
+        try:
+            return fanout.Dims(self, dimensions, self._current)
+        except fanout.FanoutError as exc:
+            raise StageError(str(exc)) from None
+
+    def dim(self, name: str):
+        """A param of this rule: the job's value of one of its stage's
+        dimensions (``params: teacher=wp.dim("teacher")``)."""
+        consumer = self._declaring("dim")
+
+        def value(wildcards):
+            values = dict(wildcards.items())
+            dims = fanout.values_of(consumer.instances, values["experiment"], self._pair(values),
+                                    values.get("instance")) if consumer.instances is not None else {}
+            if name not in dims:
+                raise StageError(f"rule {consumer.name}: wp.dim({name!r}): its instances have no dimension {name!r} "
+                                 f"(they have: {', '.join(fanout.dims_of(consumer.instances)) or 'none'})")
+            return dims[name]
+        return _presigned(value)
 
     def path_of(self, stage: str, filename: str, experiment: str, pair: str | None = None,
                 instance: str | None = None) -> str:
@@ -402,7 +527,9 @@ class Pipeline:
         if self.mirror is None:
             return os.path.exists(path)
         from .stores import gcs
-        return gcs.listed(layout.join(self.root, path))
+        url = layout.join(self.root, path)
+        # (or a directory() output: objects below it)
+        return gcs.listed(url) or gcs.filesystem(url)[1] in gcs.directories(self.root)
 
     def _pattern(self, path) -> str:
         """A rule's output as the rule wrote it (Snakemake turns paths on a
@@ -453,21 +580,63 @@ class Pipeline:
                     for p, plain in output_patterns):
                 return {name: [] for name in names}
             return self._resolve(stage, wildcards)
+        if any(rule.is_checkpoint for rule in self.workflow.rules):
+            return _presigned(self._waiting(stage, job_inputs))
         return _presigned(job_inputs)
+
+    def _waiting(self, stage: str, job_inputs):
+        """``job_inputs`` of a workflow with checkpoints: an input that waits
+        for a checkpoint (instances it finds: ``wp.parts``, or the rule's own
+        ``checkpoints.X.get``) is the checkpoint's output under its own name,
+        as in plain Snakemake, so the job waits for the checkpoint and
+        Snakemake asks again once it ran."""
+        def inputs(wildcards):
+            try:
+                if self.presence and stage in self._fanout.after and not self.reused_from(stage, wildcards) \
+                        and self._changed_parts(stage, wildcards):
+                    return self._resolve(stage, wildcards)
+                return job_inputs(wildcards)
+            except IncompleteCheckpointException:
+                pass
+            resolved = {}
+            for name, item in self._items[stage]:
+                try:
+                    resolved[name] = self._resolve_item(item, wildcards)
+                except IncompleteCheckpointException as exc:
+                    resolved[name] = exc.targetfile
+            return resolved
+        return inputs
+
+    def _changed_parts(self, stage: str, wildcards) -> bool:
+        """Presence mode: is a done job of a stage made from a checkpoint's
+        parts to be redone, because a part it was made from changed (see
+        ``fanout.Planning.changed``)? Said once per job; the job is forced."""
+        values = dict(wildcards.items())
+        stage_dir = self._own_files(stage)[0].format(**values)
+        new = stage_dir not in self._fanout._changed
+        why = self._fanout.changed(stage, stage_dir)
+        if why and new and not self._set_changes.get(stage_dir):   # (one reason said is enough)
+            name = layout.stage_name(self._pair(wildcards), values["experiment"], stage, values.get("instance"))
+            print(f"waypost: {name}: {why}: redone", file=sys.stderr)
+            events.note("parts_changed", stage=name, change=why)
+        if why:
+            self._force(stage, values)
+        return bool(why)
 
     def _resolve(self, stage: str, wildcards) -> dict:
         """A stage job's inputs, by name, from its rule's items (as written)."""
+        return {name: self._resolve_item(item, wildcards) for name, item in self._items[stage]}
+
+    @staticmethod
+    def _resolve_item(item, wildcards):
         values = dict(wildcards.items())
-        resolved = {}
-        for name, item in self._items[stage]:
-            if isinstance(item, list):
-                found = [path for entry in item for path in _as_list(
-                    entry(wildcards) if callable(entry) else apply_wildcards(entry, values))]
-            else:
-                found = item(wildcards) if callable(item) else apply_wildcards(item, values)
-            # One path stays a string: Snakemake makes a list of each named list.
-            resolved[name] = found if isinstance(found, str) else list(found)
-        return resolved
+        if isinstance(item, list):
+            found = [path for entry in item for path in _as_list(
+                entry(wildcards) if callable(entry) else apply_wildcards(entry, values))]
+        else:
+            found = item(wildcards) if callable(item) else apply_wildcards(item, values)
+        # One path stays a string: Snakemake makes a list of each named list.
+        return found if isinstance(found, str) else list(found)
 
     def _set_changed(self, stage: str, wildcards) -> str | None:
         """For a stage made from a set of instances (``wp.each``): how the
@@ -476,6 +645,8 @@ class Pipeline:
         manifest, a reused or adopted stage, none recorded). Said once per job, in the run's
         output: in presence and mtime mode alike, such a stage is redone."""
         stage_dir = self._own_files(stage)[0].format(**dict(wildcards.items()))
+        if stage_dir not in self._set_changes and self.mirror is None and not self._made_here(stage_dir):
+            self._set_changes[stage_dir] = None   # nothing recorded to compare with: its inputs aren't needed
         if stage_dir not in self._set_changes:
             current = {self._as_recorded(p) for paths in self._resolve(stage, wildcards).values()
                        for p in _as_list(paths)}
@@ -498,6 +669,13 @@ class Pipeline:
             self._set_changes[stage_dir] = change
         return self._set_changes[stage_dir]
 
+    def _made_here(self, stage_dir: str) -> bool:
+        """Does a stage directory's manifest say it succeeded, made here
+        (not reused, not adopted): the only kind whose set of inputs counts?"""
+        data = self._recorded(stage_dir)
+        return bool(data) and data.get("state") == "SUCCESS" and not data.get("reused_from") \
+            and not data.get("adopted")
+
     def _listed_input_set(self, stage_dir: str) -> str | None:
         """The set of inputs a bucket's manifest object says it records (its
         metadata, in the planning's listing); None on a local root or when it
@@ -518,14 +696,15 @@ class Pipeline:
         if stage_dir not in self._lives:
             if self.mirror is None:
                 if self._store is None:   # one store over the root for the whole planning, listing
-                    # each directory once (a stage directory not there is known from its parent's)
-                    self._store = stores.store_for(self.root, snapshot=True, quiet=True)
+                    # each directory once (a stage directory not there is known from its parent's;
+                    # an unknown mount: said once)
+                    self._store = stores.store_for(self.root, snapshot=True)
                 life = lifecycle.read(self._store, stage_dir)
                 if not life.entries:   # nothing there: asked again, the store's listing answers (kept: fewer objects)
                     return life
                 self._lives[stage_dir] = life
             else:
-                url = stage_dir if stores.is_bucket_url(stage_dir) else layout.join(self.root, stage_dir)
+                url = stores.resolve(self.root, stage_dir)
                 self._lives[stage_dir] = lifecycle.read(stores.over(url), url)
         return self._lives[stage_dir]
 
@@ -576,7 +755,7 @@ class Pipeline:
             location = layout.stage_dir(self.root, pair, source, stage, instance)
         else:
             location = wconfig.source_of_instance(source, instance)
-        return location if stores.is_bucket_url(location) else os.path.abspath(location)
+        return stores.absolute(location)
 
     def reused_from(self, stage: str, wildcards) -> str | None:
         if stage not in self._reused:   # (asked at every job: most stages no experiment reuses)
@@ -595,6 +774,8 @@ class Pipeline:
         try:
             for stage in self.stages.values():
                 self._wire(self.workflow.get_rule(stage.name), stage)
+            self._check_parts()
+            self._fanout.follow(self.stages)
             names = list(self.stages)
             if self.facts_only:
                 self._finished = True
@@ -608,7 +789,7 @@ class Pipeline:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
         self.config.update(prepared)
-        for experiment, known in instances.items():   # one instance per set of overrides that match some
+        for experiment, known in {**instances, **self._unchecked}.items():   # one per set of overrides matching some
             groups: dict[tuple, str] = {}
             for instance in known:
                 groups.setdefault(wconfig.override_keys(self.config, experiment, instance), instance)
@@ -620,6 +801,44 @@ class Pipeline:
             return  # a cluster job: the main process checked the rest already
         self._check_reuse()
         self._record_graph()
+
+    def _check_parts(self) -> None:
+        """Every ``wp.parts`` names a checkpoint stage without instances."""
+        for stage in self.stages.values():
+            for parts in fanout.checkpoint_parts(stage.instances):
+                source = self.stages.get(parts.stage)
+                if source is None:
+                    raise StageError(f"rule {stage.name}: {parts!r}: no stage {parts.stage!r} (the stages are: "
+                                     f"{', '.join(self.stages)})")
+                if not self.workflow.get_rule(parts.stage).is_checkpoint:
+                    raise StageError(f"rule {stage.name}: {parts!r}: rule {parts.stage} is not a checkpoint "
+                                     f"(write `checkpoint {parts.stage}:` for a stage whose output decides the parts)")
+                if source.instances is not None:
+                    raise StageError(f"rule {stage.name}: {parts!r}: checkpoint {parts.stage} has instances; "
+                                     "parts come from a checkpoint with one job per experiment (and axis value)")
+        for name, helper, needed, upstream, along in self._dim_checks:
+            consumer = self.stages[name]
+            dims = fanout.dims_of(consumer.instances)
+            if upstream is None:   # placeholders in a wp.stage
+                missing = sorted(needed - set(dims))
+                if missing:
+                    raise StageError(f"rule {name}: {helper}: no dimension {missing[0]!r} (rule {name}'s "
+                                     f"instances have: {', '.join(dims) or 'no named dimensions'})")
+                continue
+            source = self._known(upstream, name)
+            helper = f"wp.each({upstream!r}, ..., over={list(along) if len(along) > 1 else along[0]!r})"
+            theirs = fanout.dims_of(source.instances)
+            unknown = [d for d in along if d not in theirs]
+            if unknown:
+                raise StageError(f"rule {name}: {helper}: stage {upstream} has no dimension {unknown[0]!r} "
+                                 f"(its dimensions: {', '.join(theirs) or 'none: wp.dims(...) names them'})")
+            kept = [d for d in theirs if d not in along]
+            plain_one = consumer.instances is not None and not dims and len(kept) == 1
+            missing = [d for d in kept if d not in dims]
+            if missing and not plain_one:
+                raise StageError(f"rule {name}: {helper}: gathering along {', '.join(along)} keeps "
+                                 f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
+                                 f"instances=wp.dims({', '.join(f'{d}=...' for d in kept)}))")
 
     def _instance_names(self, instanced: list[str]) -> dict[str, list[str]]:
         """Experiment → the instance names of its stages, for the experiments
@@ -636,9 +855,16 @@ class Pipeline:
         for experiment in self.experiments:
             if self._overridden[experiment]:
                 names = {}
+                parts = False
                 for stage in instanced:
+                    if fanout.checkpoint_parts(self.stages[stage].instances):
+                        parts = True   # found by a checkpoint as it runs: an override may name them
+                        continue
                     names.update(dict.fromkeys(self.instances(stage, experiment)))
-                found[experiment] = list(names)
+                if parts:   # (its overrides can't be checked against the parts before they are found)
+                    self._unchecked[experiment] = list(names)
+                else:
+                    found[experiment] = list(names)
         return found
 
     def _wire(self, rule, stage: Stage) -> None:
@@ -755,6 +981,7 @@ class Pipeline:
                 problem = reuse.source_problem(location)
                 if problem:
                     problems.append(f"{layout.stage_name(pair, experiment, stage, instance)}: {problem}")
+        self._pending = {}   # (stages whose instances a checkpoint finds: their reuse is checked by their jobs)
         if problems:
             from snakemake.exceptions import WorkflowError
             raise WorkflowError(f"reuse sources in {self.configfile} can't be used (nothing was run):\n  "
@@ -956,7 +1183,9 @@ class Pipeline:
         resources = {}
         for name in dict.fromkeys(n for first in firsts for n in first):
             values = [first.get(name) for first in firsts]
-            if name not in growing and all(v == values[0] for v in values):
+            # (a checkpoint's parts, which per_instance overrides may name: per job)
+            parts = fanout.checkpoint_parts(self.stages[stage].instances) and any(self._overridden.values())
+            if name not in growing and not parts and all(v == values[0] for v in values):
                 resources[name] = values[0]
             else:
                 resources[name] = self._resource_function(stage, default_class, name)
@@ -1067,6 +1296,8 @@ class Pipeline:
             fields["tolerated"] = True
         if self.mirror:
             fields["mirror"] = self.mirror
+        if self.config.get("mounts"):
+            fields["mounts"] = self.config["mounts"]
         return fields
 
     # --- code versions ---------------------------------------------------
@@ -1160,13 +1391,24 @@ class Pipeline:
             if held and self._is_held(held, stage, values) and not self.present(path):
                 skipped.add(stage)
                 continue
-            if not self.presence or stage in forced or not self.present(path) \
+            try:
+                todo = not self.presence or stage in forced or not self.present(path) \
                     or any(self._markers(self._own_files(stage)[0].format(**values["wildcards"]))) \
                     or (self.stages[stage].gathers and self._set_changed(stage, Wildcards(
-                        fromdict=values["wildcards"])) is not None):
+                        fromdict=values["wildcards"])) is not None) \
+                    or (stage in self._fanout.after and self._changed_parts(stage, Wildcards(
+                        fromdict=values["wildcards"])))
+            except IncompleteCheckpointException as exc:   # its set is found by a checkpoint still to run
+                self._pending.setdefault(str(exc.targetfile), exc.targetfile)
+                continue
+            if todo:
                 wanted.append(path)
             elif done is None:
                 done = path
+        # The outputs of checkpoints whose parts are still to be found: Snakemake
+        # runs them first, then asks again (it re-evaluates what depends on them).
+        wanted += self._pending.values()
+        self._pending = {}
         if not wanted and done is not None:
             # Everything is done: one done output keeps `rule all` a rule with
             # inputs (one without is always run), so Snakemake says "Nothing to be done".
@@ -1260,10 +1502,17 @@ class Pipeline:
                 else:
                     pairs = [p for p in self.axis_values(experiment) if p in select.get("pairs", [p])]
                 for pair in pairs:
-                    for instance in (self.instances(stage, experiment, pair) if spec.instances is not None
-                                     else [None]):
+                    try:
+                        instances = self.instances(stage, experiment, pair) if spec.instances is not None else [None]
+                    except IncompleteCheckpointException as exc:
+                        # Instances found by a checkpoint that has not run: what
+                        # needs them waits for it (``targets`` asks for its output).
+                        self._pending.setdefault(str(exc.targetfile), exc.targetfile)
+                        continue
+                    for instance in instances:
                         wildcards = self._values(experiment, pair, instance)
-                        values = {"experiment": experiment, "pair": pair, "instance": instance, "wildcards": wildcards}
+                        values = {"experiment": experiment, "pair": pair, "instance": instance,
+                                  "wildcards": wildcards}
                         for p in patterns:
                             yield stage, values, apply_wildcards(p, wildcards)
 
@@ -1271,14 +1520,28 @@ class Pipeline:
         return [path for _, _, path in self._stage_outputs()]
 
 
+_TAKES_AXIS_VALUE: dict = {}   # instances function → whether it takes the axis value (asked per job)
+
+
 def _takes_axis_value(function) -> bool:
     """Does an instances function take the axis value too (two arguments)?"""
+    if isinstance(function, fanout.Parts | fanout.Dims):
+        return True
+    try:
+        return _TAKES_AXIS_VALUE[function]
+    except (KeyError, TypeError):
+        pass
     try:
         params = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return False
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    found = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    try:
+        _TAKES_AXIS_VALUE[function] = found
+    except TypeError:   # (an unhashable callable: asked again next time)
+        pass
+    return found
 
 
 def _presigned(function):
@@ -1312,7 +1575,7 @@ def local_files(files, mirror: str | None):
     from snakemake.iocontainers import Namedlist
 
     from .stores.mirror import local_of
-    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f) if stores.is_bucket_url(str(f)) else f)
+    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f))
 
 
 def _with_local_files(function, names: set[str], mirror: str):

@@ -42,6 +42,7 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     "instance": ((str, type(None)), None),
     "stage_dir": (str, REQUIRED),         # where the stage lives: a path, or a gs:// URL
     "mirror": ((str, type(None)), None),  # with a gs:// root: where its files are copied (gs://B/K at MIRROR/B/K)
+    "mounts": (dict, {}),                 # the config's mounts: mount point → the gs:// bucket[/prefix] it serves
     "inputs": (list, []),                 # as Snakemake names them (gs:// URLs on a bucket root)
     "outputs": (list, []),
     "settings": (dict, {}),

@@ -143,7 +143,7 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
         cell["history"] = [{k: a.get(k) for k in ("number", "series", "action", "state", "exit_code", "signal",
                                                     "checks", "decision", "duration_s", "runtime_limit_s",
                                                     "workspace", "log", "host", "slurm_job_id", "why")}
-                           for a in attempts]
+                           | ({"resumes": a["resumes"]} if a.get("resumes") else {}) for a in attempts]
         cell["provisional"] = life.provisional
         if life.given_up:
             cell["given_up"] = True

@@ -59,7 +59,7 @@ def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
     setting), with where from: the next run re-links or copies them from
     there instead of computing them."""
     root = config["root"]
-    base = (root if stores.is_bucket_url(root) else os.path.abspath(root)).rstrip("/") + "/"
+    base = stores.absolute(root).rstrip("/") + "/"
     found = {}
     for directory in directories:
         if not directory.startswith(base):

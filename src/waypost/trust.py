@@ -118,8 +118,9 @@ def location_problem(location: object) -> str | None:
         return "is empty"
     if len(location) > 2 * MAX_PATH:
         return f"is longer than {2 * MAX_PATH} characters"
-    if stores.is_bucket_url(location):
-        bucket, _, name = location[len(stores.SCHEME):].partition("/")
+    url = stores.split_url(location)
+    if url:
+        bucket, name = url
         if not bucket or "\\" in bucket or "\x00" in bucket:
             return "names no bucket"
         problem = relative_problem(name) if name else None

@@ -29,12 +29,12 @@ CACHE = os.path.join(".waypost", "verified.json")
 # before waypost recorded it); GCS keeps crc32c and md5, not sha256, so
 # checking the sha256 would mean downloading every output. Rerunning (or
 # `waypost adopt --force`-ing) such a stage records its crc32c.
-SIZES_ONLY = ("gs:// root: {n} stage(s) checked by size only: their manifests record no crc32c "
+SIZES_ONLY = ("bucket: {n} stage(s) checked by size only: their manifests record no crc32c "
               "(written before waypost recorded it), and their sha256 would mean downloading every output")
 # ... and when the crc32c of every stage was compared.
-CRC32C_CHECKED = "gs:// root: outputs checked by the crc32c GCS lists for each (no output downloaded)"
+CRC32C_CHECKED = "bucket: outputs checked by the crc32c GCS lists for each (no output downloaded)"
 # ... and with --no-checksums.
-NO_CHECKSUMS = "gs:// root: output sizes checked, not checksums (--no-checksums)"
+NO_CHECKSUMS = "bucket: output sizes checked, not checksums (--no-checksums)"
 
 
 @dataclass
@@ -79,6 +79,7 @@ class Verified(list):
 
     checked = 0
     sizes_only = 0
+    listed = False   # contents checked by the crc32c the bucket lists (a bucket root or a known mount)
 
 
 def check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = True) -> str | None:
@@ -128,6 +129,7 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
     tree = stores.store_for(root)
     cache = ChecksumCache() if checksums and not tree.listed_crc32c else None
     problems = Verified()
+    problems.listed = tree.listed_crc32c
     for stage_dir in tree.manifest_dirs():
         what, how = _check(tree, stage_dir, cache, checksums)
         problems.checked += how is not None
@@ -145,9 +147,9 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
     return problems
 
 
-def summary(root: str, verified: Verified, checksums: bool = True) -> str | None:
-    """The line that says how a gs:// root's outputs were checked (None on disk)."""
-    if not stores.is_bucket_url(root):
+def summary(verified: Verified, checksums: bool = True) -> str | None:
+    """The line that says how a bucket's outputs were checked (None on disk)."""
+    if not verified.listed:
         return None
     if not checksums:
         return NO_CHECKSUMS

@@ -5,12 +5,14 @@ Backends: local disk or NFS (``local``), a ``gs://bucket/prefix`` read and
 written through its API (``bucket``, over ``gcs``), and a bucket mounted on
 the nodes (``mounted``). This module is the one place that maps a root to
 its backend, and so the one that knows the ``gs://`` scheme: the rest of
-waypost asks ``is_bucket_url`` and the store's capability flags.
+waypost asks the store's capability flags, and spells locations (a path or
+a bucket's URL) with the functions below, never by looking at the scheme.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 
 SCHEME = "gs://"
 
@@ -23,6 +25,83 @@ def is_bucket_url(location: str) -> bool:
 def is_absolute(location: str) -> bool:
     """A bucket's URL or an absolute path (not relative to a working directory)?"""
     return is_bucket_url(location) or os.path.isabs(str(location))
+
+
+def needs_mirror(location: str) -> bool:
+    """Is ``location`` reached only through an API (a bucket's URL), so that
+    a step works on a local copy of it (``stores.mirror``), rather than a
+    path a step reads and writes itself (disk, NFS, a mounted bucket)?"""
+    return is_bucket_url(location)
+
+
+def split_url(location: str) -> tuple[str, str] | None:
+    """(bucket, object name) of a bucket's URL; None for a path."""
+    if not is_bucket_url(location):
+        return None
+    bucket, _, name = str(location)[len(SCHEME):].partition("/")
+    return bucket, name
+
+
+def join(location: str, *parts: str) -> str:
+    """``parts`` below a path or a bucket's URL."""
+    if is_bucket_url(location):
+        return "/".join([location.rstrip("/"), *parts])
+    return os.path.join(location, *parts)
+
+
+def absolute(location: str) -> str:
+    """One spelling of a location: a bucket's URL without a trailing slash,
+    or an absolute, normalised path."""
+    return location.rstrip("/") if is_bucket_url(location) else os.path.abspath(location)
+
+
+def resolve(base: str, location: str) -> str:
+    """``location`` as it is when absolute (a URL or an absolute path), else
+    below ``base``; normalised (``..`` and ``.`` undone)."""
+    if is_absolute(location):
+        return normalised(location)
+    return normalised(join(base, location))
+
+
+def normalised(location: str) -> str:
+    if is_bucket_url(location):
+        return SCHEME + posixpath.normpath(location[len(SCHEME):])
+    return os.path.normpath(location)
+
+
+def parent(location: str) -> str:
+    """The directory holding a file or directory (of a path or a URL)."""
+    if is_bucket_url(location):
+        return location.rstrip("/").rsplit("/", 1)[0]
+    return os.path.dirname(location)
+
+
+def shown(location: str) -> str:
+    """A location as the commands print it: a path below the working
+    directory relative to it, anything else as it is."""
+    if is_bucket_url(location) or not os.path.isabs(location):
+        return location
+    here = os.getcwd().rstrip(os.sep) + os.sep
+    return os.path.relpath(location) if location.startswith(here) else location
+
+
+def manifest_at(location: str) -> dict | None:
+    """The manifest of one stage directory anywhere (a path or a bucket's
+    URL), read alone; None when there is none; ManifestError when it is
+    unusable or can't be read."""
+    if is_bucket_url(location):
+        from .bucket import read_manifest
+        return read_manifest(location)
+    from ..manifest import read
+    return read(location)
+
+
+def reach(root: str) -> None:
+    """For a root read through an API, StorageError within seconds when its
+    endpoint can't be reached (``gcs.probe``); nothing for a path."""
+    if is_bucket_url(root):
+        from .gcs import probe
+        probe(root)
 
 
 def listed_at_once(root: str) -> bool:

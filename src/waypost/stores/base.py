@@ -93,6 +93,23 @@ class StageStore(abc.ABC):
         """Every directory with a manifest (stages and instances; not archives)."""
         return self.marker_dirs(MANIFEST)
 
+    # --- the catalog's view: every manifest, archived ones too ---------------
+    parallel_reads = False    # many manifests are read fastest by worker processes (each reads on its own)
+
+    @abc.abstractmethod
+    def listed_manifests(self, refused: dict | None = None, stamps: bool = True) -> dict[str, str | None]:
+        """{directory: stamp} of every manifest below the root, the current
+        ones (``pair/experiment/stage[/instance]``) and the archived ones
+        (``.attempts/<n>``), from a fresh listing; a stamp changes whenever
+        its manifest does (None without ``stamps``: ``read_manifests`` then
+        stamps each). One that must not be read (too big, a name no path can
+        stand for) goes into ``refused`` instead: {directory: (stamp, why)}."""
+
+    @abc.abstractmethod
+    def read_manifests(self, directories: list[str], stamps: dict | None = None):
+        """(directory, stamp, bytes or the exception) for each directory's
+        manifest, read as they come or in batches (``stamps``: the listing's)."""
+
     @abc.abstractmethod
     def archives(self, directory: str) -> list[str]:
         """The numbers of a stage dir's archived attempts (``.attempts/<n>``), ascending."""

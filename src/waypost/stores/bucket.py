@@ -36,6 +36,7 @@ class BucketStore(StageStore):
         self.fs, self.base = gcs.filesystem(self.root)
         if found is None:
             gcs.check_bucket(self.root)
+            self.fs.invalidate_cache(self.base)   # others write to the bucket: never an old listing
             try:
                 found = self.fs.find(self.base, detail=True)
             except FileNotFoundError:
@@ -46,7 +47,7 @@ class BucketStore(StageStore):
                 rel = name[len(self.base) + 1:]
                 problem = trust.relative_problem(rel)
                 if problem:
-                    self.refused[rel] = problem
+                    self.refused[rel] = (problem, info)
                 else:
                     objects[rel] = info
         self._index(objects)
@@ -115,6 +116,36 @@ class BucketStore(StageStore):
                 found.append(layout.join(self.root, *parts[:-1]))
         return sorted(found)
 
+    def listed_manifests(self, refused=None, stamps=True):
+        """From this store's listing, each stamped by its object generation."""
+        found = {}
+        for rel, info in self.objects.items():
+            parts = rel.split("/")
+            if parts[-1] != MANIFEST:
+                continue
+            directory = layout.join(self.root, *parts[:-1])
+            if int(info.get("size") or 0) > trust.MAX_MANIFEST_BYTES:
+                if refused is not None:
+                    refused[directory] = (_stamp(info), f"{trust.too_big(layout.join(self.root, rel), info['size'])}"
+                                                        "; not read")
+                continue
+            stage = parts[:-3] if len(parts) > 3 and parts[-3] == ATTEMPTS and parts[-2].isdigit() else parts[:-1]
+            # pair/experiment/stage[/instance], itself or in .attempts/<n>
+            if len(stage) in (3, 4) and not any(p.startswith(".") for p in stage):
+                found[directory] = _stamp(info)
+        for rel, (problem, info) in self.refused.items():
+            if refused is not None and rel.rsplit("/", 1)[-1] == MANIFEST:
+                refused[layout.join(self.root, rel.rsplit("/", 1)[0])] = (
+                    _stamp(info), f"{layout.join(self.root, rel)}: an object name that {problem}; not read")
+        return found
+
+    def read_manifests(self, directories, stamps=None):
+        """Read in concurrent batches."""
+        paths = [f"{self.base}/{self._in(self._rel(d), MANIFEST)}" for d in directories]
+        got = gcs.read_many(self.fs, paths) if paths else {}
+        for directory, path in zip(directories, paths):
+            yield directory, (stamps or {}).get(directory), got[path]
+
     def _contents(self, leaf: str) -> dict[str, bytes | Exception]:
         """Every workspace file named ``leaf`` in the tree, read in one batch."""
         if leaf not in self._read:
@@ -130,7 +161,7 @@ class BucketStore(StageStore):
         rel = self._rel(directory)
         url = layout.join(directory.rstrip("/"), MANIFEST)
         if rel is None:  # another root's (an input from elsewhere): read it alone
-            return manifest.load(directory)
+            return read_manifest(directory)
         name = self._in(rel, MANIFEST)
         if name not in self.objects:
             return None
@@ -301,6 +332,25 @@ class BucketStore(StageStore):
     def digests(self, path: str) -> tuple[str, str | None]:
         """The sha256 read from the object, the crc32c from the listing."""
         return self.sha256(path), self.crc32c(path)
+
+
+def _stamp(info: dict) -> str:
+    """What changes whenever an object does: its generation."""
+    return str(info.get("generation") or f"{info.get('updated')}:{info.get('size')}")
+
+
+def read_manifest(directory: str) -> dict | None:
+    """The manifest of one stage directory in a bucket, read alone (at most
+    ``trust.MAX_MANIFEST_BYTES``); None when there is none."""
+    url = layout.join(directory.rstrip("/"), MANIFEST)
+    try:
+        fs, path = gcs.filesystem(url)
+        text = fs.cat_file(path, start=0, end=trust.MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        raise manifest.ManifestError(str(gcs.explain(exc, url))) from None
+    return manifest.parse(text, url)
 
 
 def _epoch(info: dict) -> float | None:

@@ -201,3 +201,28 @@ def check_bucket(root: str) -> None:
                            "buckets; check the name and the project)") from None
     except Exception as exc:
         raise explain(exc, root) from None
+
+
+_directories: dict[int, dict[str, float]] = {}   # id of a listing → its directories (see directories)
+
+
+def directories(root: str) -> dict[str, float]:
+    """The directories of a gs:// root's listing (fsspec name, the root's
+    own and those above it left out) → the newest mtime below each: what
+    a ``directory()`` output is in a bucket (a prefix of objects). Made once
+    per listing."""
+    found = listing(root)
+    if id(found) not in _directories:
+        top = filesystem(root)[1].rstrip("/")
+        dirs: dict[str, float] = {}
+        for name, info in found.items():
+            stamp = mtime_of(info)
+            parent = name.rsplit("/", 1)[0]
+            while parent != top and parent.startswith(top + "/"):
+                if dirs.get(parent, -1.0) >= stamp:
+                    break
+                dirs[parent] = stamp
+                parent = parent.rsplit("/", 1)[0]
+        _directories.clear()
+        _directories[id(found)] = dirs
+    return _directories[id(found)]

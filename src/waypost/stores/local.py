@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from .. import layout, manifest, records, trust
 from ..layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
+from . import walk
 from .base import StageStore, archive_number, walked
 
 
@@ -84,6 +85,16 @@ class LocalStore(StageStore):
     def manifest(self, directory: str) -> dict | None:
         """A directory's manifest; None if none; ManifestError if unusable."""
         return manifest.read(directory)
+
+    parallel_reads = True
+
+    def listed_manifests(self, refused=None, stamps=True):
+        """A walk of the layout's fixed depth (``walk.listed``)."""
+        return walk.listed(self.root, stamps)
+
+    def read_manifests(self, directories, stamps=None):
+        """Each stamped from the file it was read from (``walk.read_manifests``)."""
+        return walk.read_manifests(directories)
 
     def mtime(self, path: str) -> float:
         return os.stat(path).st_mtime

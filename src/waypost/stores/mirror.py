@@ -47,8 +47,9 @@ SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
 def local_of(mirror: str, url: str) -> str:
     """Where a gs:// URL is copied locally under ``mirror`` (gs://B/K at
     MIRROR/B/K, the layout of Snakemake's own local copies of storage files):
-    the one mapping the step's command, the runner and the planner share."""
-    return os.path.join(mirror, url[len(SCHEME):])
+    the one mapping the step's command, the runner and the planner share. A
+    path is its own."""
+    return os.path.join(mirror, str(url)[len(SCHEME):]) if str(url).startswith(SCHEME) else url
 
 
 class BucketWorkspace:
@@ -63,6 +64,7 @@ class BucketWorkspace:
         self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
         self._synced: dict[str, tuple[int, int]] = {}    # local file → (size, mtime_ns) as in the bucket
         self._pulled: dict[str, dict] = {}   # the stage's workspace in the bucket when pulled
+        self.root_local: str | None = None   # the local copy of the root it is under, when known (for_runner)
 
     def local_of(self, url: str) -> str:
         """Where a gs:// URL is copied locally."""
@@ -159,6 +161,9 @@ class BucketWorkspace:
                 if data is None:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(local)  # an old copy must not outlive the bucket's
+                    above = self._manifest_above(local)
+                    if above is not None:   # an input in a directory() output: its stage's, further up
+                        upstream.add(above)
                 else:
                     with open(self._temp(local), "wb") as f:
                         f.write(data)
@@ -171,6 +176,19 @@ class BucketWorkspace:
             # a step that reports the first failure: the reference report).
             manifests = upstream - seen
             seen |= manifests
+
+    def _manifest_above(self, local: str) -> str | None:
+        """The manifest one directory up from a missing one, while that
+        directory is a stage directory or below one (pair/experiment/stage
+        under the root): where an input in a ``directory()`` output (a
+        checkpoint's parts) finds the manifest of the stage that made it."""
+        if self.root_local is None:
+            return None
+        directory = os.path.dirname(os.path.dirname(local))
+        rel = os.path.relpath(directory, self.root_local)
+        if rel.startswith("..") or rel.count("/") < 2:
+            return None
+        return os.path.join(directory, MANIFEST)
 
     def refresh(self) -> None:
         """The stage's ``_manifest.json`` and ``_running.json`` as the bucket
@@ -208,23 +226,47 @@ class BucketWorkspace:
             if remote:
                 self.fs.get(remote, temps)
         except FileNotFoundError:
-            for one, temp in zip(remote, temps):
-                with contextlib.suppress(FileNotFoundError):
+            for one, temp, path in zip(remote, temps, local):
+                try:
                     self.fs.get_file(one, temp)
+                except FileNotFoundError:
+                    self._get_folder(one, path)
         for temp, path in zip(temps, local):
             if os.path.exists(temp):
                 os.replace(temp, path)
+
+    def _get_folder(self, remote: str, local: str) -> None:
+        """A ``directory()`` input (a prefix, no object of its own): every
+        object below it, into a fresh directory put in place of the old copy
+        (whose files the bucket may no longer have). Nothing when there are none."""
+        names = [n for n in self.fs.find(remote) if n.startswith(remote.rstrip("/") + "/")]
+        if not names:
+            return
+        fresh = self._temp(local)
+        shutil.rmtree(fresh, ignore_errors=True)
+        targets = [os.path.join(fresh, n[len(remote.rstrip("/")) + 1:]) for n in names]
+        for target in targets:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+        self.fs.get(names, targets)
+        old = self._temp(local) + ".old"
+        if os.path.isdir(local):
+            os.rename(local, old)
+        os.rename(fresh, local)
+        shutil.rmtree(old, ignore_errors=True)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
         """Make the bucket's workspace what the local one is. The declared
         outputs go up only at the end (``final``); ``_manifest.json`` after
         everything else."""
         held = set() if final else {os.path.relpath(os.path.abspath(o), self.local) for o in outputs}
-        local = {rel: st for rel, st in self._local_files().items() if rel not in held}
+
+        def is_held(rel: str) -> bool:   # a declared output, or a file of a directory() one
+            return rel in held or any(rel.startswith(h + "/") for h in held)
+        local = {rel: st for rel, st in self._local_files().items() if not is_held(rel)}
         remote = self._workspace(self._listing())
         self._upload([rel for rel, st in local.items()
                       if rel != MANIFEST and (rel not in remote or self._synced.get(rel) != st)])
-        stale = [rel for rel in remote if rel not in local and rel not in held]
+        stale = [rel for rel in remote if rel not in local and not is_held(rel)]
         if stale:
             self.fs.rm([self._remote(r) for r in stale])
         if MANIFEST in local:
@@ -349,6 +391,8 @@ def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
     if not step.mirror:
         raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
     stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
+    from ..layout import stage_root
+    stage.root_local = stage_root(stage.local, step.instance)
     return (stage, [stage.local_of(u) if is_bucket_url(u) else u for u in step.inputs],
             [stage.local_of(u) if is_bucket_url(u) else u for u in step.outputs])
 

@@ -15,7 +15,6 @@ operation is a plain copy through the mount, and waypost says so once.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -25,7 +24,6 @@ from .. import layout
 from .base import StageStore
 from .local import LocalStore
 
-MOUNTS_ENV = "WAYPOST_MOUNTS"   # the config's mounts (JSON), for the jobs of a run
 FUSE_KINDS = {"fuse.gcsfuse": "gcsfuse", "fuse.rclone": "rclone"}
 # How long a reuse made through the API waits for this node's mount to list the copies.
 SETTLE_S = float(os.environ.get("WAYPOST_MOUNT_SETTLE_SECONDS", "70"))
@@ -42,9 +40,8 @@ class Mount:
 
 def declare(mounts: dict[str, str]) -> None:
     """The config's ``mounts`` (mount point → gs://bucket[/prefix]), for this
-    process and the jobs it starts."""
+    process: read with the config, and by a job's runner from its step spec."""
     _declared.update({os.path.realpath(point): url.rstrip("/") for point, url in mounts.items()})
-    os.environ[MOUNTS_ENV] = json.dumps(_declared)
 
 
 def _table() -> list[tuple[str, str, str]]:
@@ -80,10 +77,9 @@ def mount_of(path: str) -> Mount | None:
     """The mount ``path`` is on, when it is a FUSE or declared mount."""
     from . import SCHEME
     real = os.path.realpath(path)
-    declared = {**json.loads(os.environ.get(MOUNTS_ENV) or "{}"), **_declared}
-    for point in sorted(declared, key=len, reverse=True):
+    for point in sorted(_declared, key=len, reverse=True):
         if real == point or real.startswith(point.rstrip("/") + "/"):
-            return Mount(point, "declared", declared[point])
+            return Mount(point, "declared", _declared[point])
     best = None
     for source, point, kind in _table():
         inside = real == point or real.startswith(point.rstrip("/") + "/")
@@ -154,6 +150,9 @@ class MountedStore(LocalStore):
         return self._api
 
     def url(self, path: str) -> str:
+        root = self.root.rstrip("/")
+        if path.startswith(root + "/") and "/." not in path[len(root):]:   # (a mount holds no links)
+            return self.bucket_url + path[len(root):]
         real = os.path.realpath(path)
         if real != self.real and not real.startswith(self.real + "/"):
             raise ValueError(f"{path}: not under the root {self.root}")
@@ -203,6 +202,21 @@ class MountedStore(LocalStore):
 
     def usage(self, path):
         return self.api.usage(self.url(path))
+
+    parallel_reads = False   # read through the API, in batches
+
+    def listed_manifests(self, refused=None, stamps=True):
+        away: dict = {}
+        found = {self.path(url): stamp for url, stamp in self.api.listed_manifests(away, stamps).items()}
+        if refused is not None:
+            refused.update({self.path(url): why for url, why in away.items()})
+        return found
+
+    def read_manifests(self, directories, stamps=None):
+        urls = {self.url(d): d for d in directories}
+        listed = {url: (stamps or {}).get(d) for url, d in urls.items()}
+        for url, stamp, text in self.api.read_manifests(list(urls), listed):
+            yield urls[url], stamp, text
 
     def manifest(self, directory):
         if not self._under(directory):
