@@ -133,3 +133,27 @@ def test_a_directory_output_is_described_and_reused_file_by_file(tmp_path):
                                                                  str(target), outputs)
     assert how in ("copied", "reflinked") and (target / "shards/a/0.bin").read_bytes() == b"0"
     assert (source / "shards/a/0.bin").stat().st_nlink == 1
+
+
+def test_a_snapshot_knows_a_directory_is_not_there_from_its_parents_listing(tmp_path, monkeypatch):
+    """A planning asks about every stage directory, and those still to be
+    done are not there: after one listing of their parent, they cost none."""
+    root = tmp_path / "results"
+    (root / "p/e/s/there").mkdir(parents=True)
+    (root / "p/e/s/there/out.txt").write_text("x")
+    (root / "p/e/s/afile").write_text("x")
+    import os
+    store = stores.store_for(str(root), snapshot=True)
+    listed = []
+    scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(path) or scandir(path))
+    assert store.entries(str(root / "p/e/s/there")) == ["out.txt"]
+    assert store.exists(str(root / "p/e/s/there/out.txt"))
+    first = len(listed)
+    assert [store.entries(str(root / f"p/e/s/gone{i}")) for i in range(3)] == [[], [], []]
+    assert store.entries(str(root / "q/e/s/i")) == [] and not store.exists(str(root / "q/e/s/i/out.txt"))
+    assert store.entries(str(root / "p/e/s/afile")) == []   # a file, not a directory
+    assert len(listed) == first
+    # outside the root, or not spelled as it lists: listed as it is
+    assert store.entries(str(tmp_path / "elsewhere")) == [] and len(listed) == first + 1
+    assert store.entries(str(root / "p/e/s/./there")) == ["out.txt"]

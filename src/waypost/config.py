@@ -746,6 +746,15 @@ def code_digest(command: str, files: list[tuple[str, bytes]]) -> str:
     return CODE_PREFIX + digest.hexdigest()[:12]
 
 
-def settings_hash(settings: dict) -> str:
-    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+_SETTINGS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode   # one encoder for all
+
+
+def settings_json(settings: dict) -> str:
+    """Settings as ``settings_hash`` hashes them (compact JSON, keys sorted:
+    as the step spec carries them too)."""
+    return _SETTINGS_JSON(settings)
+
+
+def settings_hash(settings: dict, blob: str | None = None) -> str:
+    """A short hash of settings (``blob``: their ``settings_json``, when made already)."""
+    return hashlib.sha256((settings_json(settings) if blob is None else blob).encode()).hexdigest()[:16]

@@ -220,6 +220,7 @@ class Pipeline:
         self._policies: dict[tuple, object] = {}
         self._tolerated: dict[tuple, bool] = {}
         self._reusing = {name: set(spec.get("reuse", {})) for name, spec in config["experiments"].items()}
+        self._reused = set().union(*self._reusing.values())
         self._step_options: dict[tuple, str] = {}
         self._resources: dict[tuple, dict] = {}   # (stage, experiment, scope, attempt) → resources
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}
@@ -567,6 +568,10 @@ class Pipeline:
             values = dict(wildcards.items())
             dir_pattern, output_patterns = self._own_files(stage)
             redo, recheck = self._markers(dir_pattern.format(**values))
+            if not names:   # a stage that reads nothing: only an attempt to redo is said
+                if redo:
+                    self._force(stage, values)
+                return {}
             changed = gathers and not redo and self._set_changed(stage, wildcards) is not None
             if redo or changed:
                 self._force(stage, values)
@@ -690,9 +695,14 @@ class Pipeline:
         change while the DAG is built."""
         if stage_dir not in self._lives:
             if self.mirror is None:
-                if self._store is None:   # one store over the root for the whole planning
-                    self._store = stores.store_for(self.root)   # (an unknown mount: said once)
-                self._lives[stage_dir] = lifecycle.read(self._store, stage_dir)
+                if self._store is None:   # one store over the root for the whole planning, listing
+                    # each directory once (a stage directory not there is known from its parent's;
+                    # an unknown mount: said once)
+                    self._store = stores.store_for(self.root, snapshot=True)
+                life = lifecycle.read(self._store, stage_dir)
+                if not life.entries:   # nothing there: asked again, the store's listing answers (kept: fewer objects)
+                    return life
+                self._lives[stage_dir] = life
             else:
                 url = stores.resolve(self.root, stage_dir)
                 self._lives[stage_dir] = lifecycle.read(stores.over(url), url)
@@ -748,6 +758,8 @@ class Pipeline:
         return stores.absolute(location)
 
     def reused_from(self, stage: str, wildcards) -> str | None:
+        if stage not in self._reused:   # (asked at every job: most stages no experiment reuses)
+            return None
         return self.reuse_location(wildcards.experiment, self._pair(wildcards), stage, wildcards.get("instance"))
 
     # --- the end of the Snakefile ----------------------------------------
@@ -1206,28 +1218,87 @@ class Pipeline:
 
     def _scope_spec(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> str:
         """The part of a job's step spec that its stage's settings decide
-        (encoded): the same for every job of the scope (and grid point)."""
-        key = (stage, experiment, self._scope(experiment, pair, instance), self._point(experiment, instance))
-        if key not in self._step_options:
-            settings = self.settings(experiment, pair, stage, instance)
-            engine = {key: settings.pop(key, None) for key in wconfig.ENGINE_KEYS}
-            policy = dict(engine["policy"] or {})
-            worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), experiment, pair, instance)
-            runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
-            if policy.get("runtime") is None and runtime:
-                policy["runtime"] = runtime
-            fields = {"stage": stage, "experiment": experiment, "settings": settings, "policy": policy,
-                      "config_hash": wconfig.settings_hash(settings), "code_version": self.stage_code_version(stage),
-                      "pool": self.pool, "worker_class": worker_name, "worker_env": spec.get("env") or {},
-                      "shell": _snakemake_shell(self._shell_exec.get(stage))}
-            if self.tolerated(stage, experiment, pair, instance):
-                fields["tolerated"] = True
-            if self.mirror:
-                fields["mirror"] = self.mirror
-            if self.config.get("mounts"):
-                fields["mounts"] = self.config["mounts"]
-            self._step_options[key] = wspec.encode(fields)
-        return self._step_options[key]
+        (encoded): the same for every job of the scope, but for a grid
+        point's own values. A point's line is its scope's encoding with the
+        point's settings and their hash put in (made once per scope: the
+        rest does not depend on the point), unless the point sets one of
+        the engine's keys (``policy``, ``worker``, …): then it is its own."""
+        scope = self._scope(experiment, pair, instance)
+        point = self._point(experiment, instance)
+        values = None if point is None else self._points[experiment][point]
+        if values is not None and any(key in values for key in wconfig.ENGINE_KEYS):
+            key = (stage, experiment, scope, point)
+            if key not in self._step_options:
+                self._step_options[key] = wspec.encode(self._spec_fields(stage, experiment, pair, instance))
+            return self._step_options[key]
+        key = (stage, experiment, scope, values is not None)
+        found = self._step_options.get(key)
+        if found is None:
+            fields = self._spec_fields(stage, experiment, pair, instance)
+            if values is None:
+                found = wspec.encode(fields)
+            else:
+                found = self._spec_template(fields, self._settings[(experiment, scope, stage)])
+            self._step_options[key] = found
+        if values is None:
+            return found
+        if found is False:   # (marks that can't be told from the fields' own text)
+            return wspec.encode(self._spec_fields(stage, experiment, pair, instance))
+        return self._point_spec(found, values)
+
+    @staticmethod
+    def _point_spec(template: tuple, values: dict) -> str:
+        """A grid point's line from its scope's template (``_spec_template``)
+        and the point's values."""
+        head, middle, tail, base, hash_first = template
+        settings = {**base, **values}
+        blob = wconfig.settings_json(settings)
+        digest = wconfig.settings_hash(settings, blob)
+        return head + (digest + middle + blob if hash_first else blob + middle + digest) + tail
+
+    @staticmethod
+    def _spec_template(fields: dict, scope_settings: dict) -> tuple | bool:
+        """A scope's encoded fields cut around its settings and their hash:
+        (head, middle, tail, the scope's settings without the engine's keys,
+        whether the hash comes first); False where the marks can't be found
+        (once each) in the line."""
+        marks = {"settings": "\x00waypost-settings\x00", "config_hash": "\x00waypost-hash\x00"}
+        line = wspec.encode({**fields, **marks})
+        at = {name: line.index(json.dumps(mark)) for name, mark in marks.items()}
+        first, second = sorted(marks, key=at.get)
+        one, two = json.dumps(marks[first]), json.dumps(marks[second])
+        head, rest = line[:at[first]], line[at[first] + len(one):]
+        if line.count(one) != 1 or line.count(two) != 1:
+            return False
+        middle, tail = rest.split(two, 1)
+        quote = '"'   # the hash is a JSON string, its mark's quotes stay around it
+        if first == "config_hash":
+            head, middle = head + quote, quote + middle
+        else:
+            middle, tail = middle + quote, quote + tail
+        base = {key: value for key, value in scope_settings.items() if key not in wconfig.ENGINE_KEYS}
+        return head, middle, tail, base, first == "config_hash"
+
+    def _spec_fields(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> dict:
+        """The step spec's fields that a job's stage settings decide."""
+        settings = self.settings(experiment, pair, stage, instance)
+        engine = {key: settings.pop(key, None) for key in wconfig.ENGINE_KEYS}
+        policy = dict(engine["policy"] or {})
+        worker_name, spec = self.worker(stage, self._default_class.get(stage, "cpu"), experiment, pair, instance)
+        runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
+        if policy.get("runtime") is None and runtime:
+            policy["runtime"] = runtime
+        fields = {"stage": stage, "experiment": experiment, "settings": settings, "policy": policy,
+                  "config_hash": wconfig.settings_hash(settings), "code_version": self.stage_code_version(stage),
+                  "pool": self.pool, "worker_class": worker_name, "worker_env": spec.get("env") or {},
+                  "shell": _snakemake_shell(self._shell_exec.get(stage))}
+        if self.tolerated(stage, experiment, pair, instance):
+            fields["tolerated"] = True
+        if self.mirror:
+            fields["mirror"] = self.mirror
+        if self.config.get("mounts"):
+            fields["mounts"] = self.config["mounts"]
+        return fields
 
     # --- code versions ---------------------------------------------------
     def stage_code_version(self, stage: str) -> str:

@@ -99,16 +99,21 @@ class StepSpec:
         return self.shell["executable"] or "/bin/sh"
 
 
+# What ``json.dumps(..., separators=(",", ":"), sort_keys=True)`` makes, with
+# one encoder for every line (``dumps`` with arguments makes one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
+
+
 def encode(fields: dict) -> str:
     """The spec's line (no command): compact JSON, one line whatever it holds."""
-    return json.dumps({MAGIC: VERSION, **fields}, separators=(",", ":"), sort_keys=True)
+    return _ENCODE({MAGIC: VERSION, **fields})
 
 
 def extend(encoded: str, fields: dict) -> str:
     """``encoded`` (a line of ``encode``) with more fields, none of them in it
     already: what a whole scope shares is encoded once, each job's own part
     per job."""
-    return encoded[:-1] + "," + json.dumps(fields, separators=(",", ":"), sort_keys=True)[1:] if fields else encoded
+    return encoded[:-1] + "," + _ENCODE(fields)[1:] if fields else encoded
 
 
 def decode(line: str | bytes, command: str = "") -> StepSpec:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import time
+from types import MappingProxyType
 
 from .. import layout, manifest, records, trust
 from ..layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
@@ -290,20 +291,59 @@ class LocalSnapshot(LocalStore):
     """A LocalStore that lists each directory once and answers from that
     listing (names and types from one ``scandir``, no stat per name, no
     opening of files that aren't there): what changes after a directory was
-    listed is not seen. For commands that only look (``waypost status``)."""
+    listed is not seen, nor a directory made below the root after its parent
+    was listed. For commands that only look (``waypost status``, and the
+    planning, which looks at each stage directory once)."""
 
     def __init__(self, root: str):
         super().__init__(root)
         self._listings: dict[str, dict[str, os.DirEntry]] = {}
+        self._top = os.path.normpath(root)
+        self._below = "" if self._top == "." else self._top.rstrip("/") + "/"
+        self._unlisted: set[str] = set()   # directories there that could not be listed (permissions)
 
     def _listing(self, directory: str) -> dict[str, os.DirEntry]:
-        if directory not in self._listings:
-            try:
-                with os.scandir(directory) as it:
-                    self._listings[directory] = {entry.name: entry for entry in it}
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                self._listings[directory] = {}
-        return self._listings[directory]
+        found = self._listings.get(directory)
+        if found is None:
+            found = None if self._missing(directory) else self._scan(directory)
+            if found is None:   # not there: its parent's listing says so (nothing kept per directory)
+                return _NOTHING
+        return found
+
+    def _scan(self, directory: str) -> dict[str, os.DirEntry]:
+        try:
+            with os.scandir(directory) as it:
+                found = {entry.name: entry for entry in it}
+        except (FileNotFoundError, NotADirectoryError):
+            found = {}
+        except PermissionError:
+            found = {}
+            self._unlisted.add(directory)
+        self._listings[directory] = found
+        return found
+
+    def _missing(self, directory: str) -> bool:
+        """Is a directory below the root known not to be there from its
+        parent's listing (listed once, as this store lists)? Then it costs no
+        listing of its own: a planning asks about every stage directory, and
+        those still to be done are not there."""
+        if not directory.startswith(self._below) or (not self._below and directory.startswith(("/", ".."))):
+            return False
+        parent, name = os.path.split(directory)
+        if not parent or not name or name in (".", "..") or os.path.normpath(directory) != directory:
+            return False
+        if parent != self._top and parent not in self._listings and self._missing(parent):
+            return True
+        listing = self._listings.get(parent)
+        if listing is None:
+            listing = self._scan(parent)
+        if parent in self._unlisted:
+            return False
+        entry = listing.get(name)
+        try:
+            return entry is None or not entry.is_dir()
+        except OSError:
+            return False
 
     def _entry(self, path: str) -> os.DirEntry | None:
         directory, name = os.path.split(path)
@@ -344,6 +384,7 @@ class LocalSnapshot(LocalStore):
         return super().marker(directory) if RUNNING in self._listing(directory) else None
 
 
+_NOTHING = MappingProxyType({})   # the listing of a directory that is not there
 
 
 def _move(source: str, target: str) -> None:
