@@ -261,13 +261,7 @@ class Planning:
     def place(self, stage_dir: str) -> tuple | None:
         """(pair, experiment, stage, instance) of a recorded stage directory
         under the root; None elsewhere."""
-        root = self.pipeline.root.rstrip("/")
-        if stores.is_bucket_url(root):
-            rel = stage_dir[len(root) + 1:] if stage_dir.startswith(root + "/") else None
-        else:
-            import os
-            rel = os.path.relpath(stage_dir, root)
-            rel = None if rel.startswith("..") else rel
+        rel = stores.below(self.pipeline.root, stage_dir)
         parts = rel.split("/") if rel else []
         if len(parts) not in (3, 4):
             return None

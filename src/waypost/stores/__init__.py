@@ -69,6 +69,16 @@ def normalised(location: str) -> str:
     return os.path.normpath(location)
 
 
+def below(root: str, location: str) -> str | None:
+    """``location`` relative to ``root`` (both paths, or both URLs); None
+    when it is not below it."""
+    if is_bucket_url(root):
+        top = root.rstrip("/")
+        return location[len(top) + 1:] if str(location).startswith(top + "/") else None
+    rel = os.path.relpath(location, root)
+    return None if rel == "." or rel.startswith("..") else rel
+
+
 def parent(location: str) -> str:
     """The directory holding a file or directory (of a path or a URL)."""
     if is_bucket_url(location):
