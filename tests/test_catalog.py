@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 
-from waypost import catalog, parallel
+from waypost import catalog, diffs, parallel
 from waypost.stores import gcs, walk
 
 
@@ -88,7 +88,7 @@ def test_find_filters_and_orders_newest_first(run_copy, tmp_path):
     assert cat.find(since="2999-01-01") == []
     newest = rows[0]
     assert cat.find(config_hash=newest["config_hash"], stage=newest["stage"])[0]["location"] is not None
-    assert catalog.settings_diff({"epochs": 2, "seed": 1}, {"epochs": 3, "lr": 0.1}) == [
+    assert diffs.settings_diff({"epochs": 2, "seed": 1}, {"epochs": 3, "lr": 0.1}) == [
         "epochs: 2 → 3", "lr: ∅ → 0.1", "seed: 1 → ∅"]
 
 
