@@ -94,15 +94,17 @@ def translate_words(model, words):
 
 def translate(args):
     model = json.loads(Path(args.model).read_text())["counts"]
-    rows = []
+    rows, scores = [], []
     for line in lines(args.input):
         text = line.split("\t")[0].split()
         out, score = translate_words(model, text)
+        scores.append(score)
         if args.backward:      # a synthetic source for a real target: a corpus line
             rows.append(f"{' '.join(out)}\t{' '.join(text)}")
         else:
             rows.append(f"{' '.join(text)}\t{' '.join(out)}\t{score:.3f}")
     write_lines(args.output, rows)
+    print(f"translate: {args.about or args.input}: {len(rows)} lines, mean score {sum(scores) / max(len(scores), 1):.3f}")
 
 
 def best(args):
@@ -196,6 +198,7 @@ def main(argv=None):
     p.add_argument("--model", required=True)
     p.add_argument("--input", required=True)
     p.add_argument("--backward", action="store_true")
+    p.add_argument("--about", default="", help="what it translates, for the log")
     p.add_argument("--output", required=True)
     p = sub.add_parser("best")
     p.add_argument("inputs", nargs="+")
