@@ -9,6 +9,7 @@ cluster, packed (one job array per rule's ready jobs)."""
 from __future__ import annotations
 
 import collections
+import json
 import math
 import re
 import shutil
@@ -237,3 +238,68 @@ def test_the_example_runs_packed_on_slurm(slurm_cluster, tmp_path):
     again = run(work, "-n")
     assert "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
 
+
+# -- docs/fanout.md, run as written (as the tutorial is: tests/test_tutorial.py) --
+
+FANOUT = REPO / "docs" / "fanout.md"
+
+
+def page() -> list:
+    from test_tutorial import sections
+    found = sections(FANOUT.read_text())
+    assert sum(len(s.steps) for s in found) > 15, "the fan-out page has lost its commands"
+    return found
+
+
+def test_the_fanout_page_shows_the_example_as_it_is():
+    snakefile = (EXAMPLE / "workflow" / "Snakefile").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```$", FANOUT.read_text(), re.S | re.M)
+    assert len(blocks) >= 3
+    for block in blocks:
+        assert block in snakefile, f"docs/fanout.md shows rules that examples/translation does not have:\n{block}"
+
+
+@pytest.fixture(scope="module")
+def fanout_page_here(tmp_path_factory) -> Path:
+    """The page's sections that need nothing but this machine, run once in
+    a fresh copy of the example (as a reader's checkout has it)."""
+    from test_tutorial import Reader, reader_env
+    base = tmp_path_factory.mktemp("fanout-page")
+    (base / "home").mkdir()
+    copy_example(base / "examples" / "translation")
+    reader = Reader(base, reader_env(base / "home"))
+    for section in page():
+        if section.needs is None:
+            reader.run(section)
+    (base / "cwd").write_text(str(reader.cwd.relative_to(base)))
+    return base
+
+
+def test_the_fanout_page_runs_as_written_on_this_machine(fanout_page_here):
+    work = fanout_page_here / "examples" / "translation"
+    assert (fanout_page_here / "cwd").read_text() == "examples/translation"
+    # the page ends with en-de's corpus back to its first parts, collected
+    # again (what was made from it is not redone: presence mode)
+    for experiment in ("base", "wide"):
+        for pair in ("en-de", "en-fr"):
+            stats = json.loads((stage(work, experiment, pair, "collect_corpus") / "stats.json").read_text())
+            assert stats["parts"] == len(part_files(stage(work, experiment, pair, "split_corpus") / "parts")) == 3
+    assert report_rows(work, "wide")["en-de"]["corpus parts"] == 4
+
+
+def test_the_fanout_page_on_slurm(fanout_page_here, tmp_path, slurm_cluster):
+    from test_tutorial import Reader, reader_env
+    target = tmp_path / "t"
+    shutil.copytree(fanout_page_here, target, symlinks=True, copy_function=shutil.copy2)
+    reader = Reader(target / (fanout_page_here / "cwd").read_text(), reader_env(target / "home"))
+    ran_any = False
+    for section in page():
+        if section.needs == "slurm":
+            reader.run(section)
+            ran_any = True
+    assert ran_any, "the fan-out page has no section that needs slurm"
+    work = target / "examples" / "translation"
+    slurm_ids = {read_manifest(p)["attempts"][-1].get("slurm_job_id")
+                 for p in (stage(work, "base", "en-fr", "translate_corpus")).iterdir()}
+    assert None not in slurm_ids and len(slurm_ids) == 6
+    assert read_manifest(work / "results/_all/base/report")["attempts"][-1].get("slurm_job_id")
