@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs-build docs venv profiles param-study bench reference
+.PHONY: demo test lint docs-build docs venv profiles param-study translation bench reference
 
 $(BIN)/waypost: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ docs: venv
 param-study: venv
 	cd examples/param-study && ../../$(BIN)/snakemake --profile ../../profiles/local
 	@cat examples/param-study/results/_all/sweep/summary_report/summary.md
+
+# The translation example (checkpoint splits, part × teacher, a report per experiment).
+translation: venv
+	cd examples/translation && ../../$(BIN)/snakemake --profile ../../profiles/local
+	@cat examples/translation/results/_all/*/report/report.md
 
 # Benchmarks (issue 8): waypost's cost over plain Snakemake; rewrites
 # docs/benchmarks.md. BENCH_SLURM=0 skips the Slurm part (see benchmarks/run.py).

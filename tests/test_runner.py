@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -314,3 +316,22 @@ def test_a_series_whose_step_succeeded_is_finished_not_rerun_after_the_job_ended
     assert finished["state"] == "SUCCESS" and len(finished["attempts"]) == 1
     assert finished["outputs"][0]["sha256"] == manifest.sha256_file(str(out))
     assert not (stage / "_running.json").exists() and not (stage / ".attempts").exists()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (to see the runner's writes)")
+def test_each_line_the_runner_says_is_one_write(tmp_path):
+    # Local steps run side by side share the run's stderr: a line written in
+    # two pieces (its text, then its newline) let another runner's line in
+    # between ("... ended SUCCESSwaypost: ... ended SUCCESS").
+    stage = tmp_path / "p/e/s"
+    out = stage / "out.txt"
+    step = step_input(stage, f"printf data > {out}", [out], settings={}, config_hash="h", code_version="v")
+    trace = tmp_path / "trace"
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=write", "-s", "4096", "-o", str(trace), *RUNNER],
+                          input=step, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert b"attempt 1 (cmd) ended SUCCESS\n" in proc.stderr
+    writes = re.findall(r'write\(2, "((?:[^"\\]|\\.)*)"', trace.read_text())
+    said = [w for w in writes if "waypost: " in w or w == "\\n"]
+    assert any("ended SUCCESS" in w for w in said), writes
+    assert all(w.startswith("waypost: ") and w.endswith("\\n") for w in said), said

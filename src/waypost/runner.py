@@ -1080,7 +1080,12 @@ def run_and_exit() -> None:
     """``main()``, then exit with its status. A local stage leaves nothing for
     the interpreter's teardown (files closed, the manifest synced), and that
     teardown (freeing every module, a last collection) costs each step
-    ~5 ms: skip it. A gs:// stage's client may still have work at exit."""
+    ~5 ms: skip it. A gs:// stage's client may still have work at exit.
+
+    Steps run side by side write to the run's one terminal or pipe: each
+    line of the runner's goes out in one write (``print`` writes its text
+    and its newline apart, and another runner's line tore in between)."""
+    sys.stderr.reconfigure(line_buffering=True, write_through=False)
     status = main()
     if "waypost.stores.mirror" in sys.modules or "gcsfs" in sys.modules:
         sys.exit(status)
