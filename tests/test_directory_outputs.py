@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import test_stores
 import yaml
 from conftest import LOCAL_PROFILE, gcs_flags, gcs_fs, gcs_key, planned
 
@@ -36,34 +37,19 @@ rule all:
 '''
 
 
-class Disk:
+class Disk(test_stores.Disk):
+    """A root on disk (or a mount) as the tests see it, and its Snakemake flags."""
     flags: tuple = ()
-
-    def __init__(self, root: Path):
-        self.root = str(root)
-
-    def write(self, rel: str, data: bytes) -> None:
-        path = Path(self.root, rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-
-    def read(self, rel: str) -> bytes:
-        return Path(self.root, rel).read_bytes()
 
     def names(self, rel: str) -> set[str]:
         base = Path(self.root, rel)
         return {str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()}
 
 
-class Bucket(Disk):
+class Bucket(test_stores.Bucket):
     def __init__(self, url: str):
-        self.root, self.flags = url, gcs_flags(url)
-
-    def write(self, rel: str, data: bytes) -> None:
-        gcs_fs().pipe_file(f"{gcs_key(self.root)}/{rel}", data)
-
-    def read(self, rel: str) -> bytes:
-        return gcs_fs().cat_file(f"{gcs_key(self.root)}/{rel}")
+        super().__init__(url)
+        self.flags = gcs_flags(url)
 
     def names(self, rel: str) -> set[str]:
         base = f"{gcs_key(self.root)}/{rel}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fake_gcs import free_port
-from test_tutorial import missing_output, reader_env
+from test_tutorial import FENCE, missing_output, reader_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,7 +25,7 @@ def section_blocks(page: Path, heading: str, lang: str = "sh") -> tuple[list[str
     start = text.index(heading + "\n")
     end = re.search(r"^#{2,3} ", text[start + len(heading):], re.M)   # (a block's "# comment" is no heading)
     part = text[start:start + len(heading) + (end.start() if end else len(text))]
-    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", part, re.S | re.M)
+    blocks = [(kind, body) for kind, _, body in FENCE.findall(part)]
     return [b for kind, b in blocks if kind == lang], [b for kind, b in blocks if not kind]
 
 

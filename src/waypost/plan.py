@@ -19,7 +19,7 @@ import tempfile
 
 from . import config as wconfig
 from . import events, layout, lifecycle, manifest, stores
-from .diffs import settings_diff
+from .diffs import resumed_work, settings_diff
 
 
 def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str]) -> tuple[int, str, list]:
@@ -234,15 +234,12 @@ def _resumes_under_other_settings(config: dict, data: dict, instance: str | None
         return None
     last_no = max(a.get("series", 1) for a in attempts)
     action, _ = begin_series(policy, [a for a in attempts if a.get("series", 1) == last_no])
-    if not (action == "restart" or (action == "rerun" and policy.rerun == "dirty")):
+    found = resumed_work(attempts, data.get("settings") or {}, current) if policy.goes_on_in_workspace(action) else None
+    if found is None:
         return None
-    worked = next((a for a in reversed(attempts) if a.get("action") in ("cmd", "restart", "rerun")), attempts[-1])
-    differs = settings_diff(worked.get("settings", data.get("settings") or {}), current)
-    if not differs:
-        return None
+    number, differs = found
     return (f"the next series will {describe_start(policy, action)}, going on with attempt "
-            f"{worked.get('number', '?')}'s work, made under other settings: {', '.join(differs)} "
-            "(`waypost rerun` starts afresh)")
+            f"{number}'s work, made under other settings: {', '.join(differs)} (`waypost rerun` starts afresh)")
 
 
 def _funnel_missing_values(tree, data: dict, values: list[str]) -> list[str]:

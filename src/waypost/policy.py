@@ -121,6 +121,12 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
                    memory_growth=float(data["memory_growth"]),
                    kill_grace=float(data["kill_grace"]), check_timeout=float(data["check_timeout"]))
 
+    def goes_on_in_workspace(self, action: str) -> bool:
+        """Does an attempt that begins with ``action`` go on with the work
+        the last one left (a restart in place, a rerun in the workspace as
+        it is), rather than start from nothing?"""
+        return action == "restart" or (action == "rerun" and self.rerun == "dirty")
+
     @property
     def tolerates_failure(self) -> bool:
         """Does this stage run when a parent did not succeed?"""

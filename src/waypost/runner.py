@@ -590,21 +590,16 @@ class StageRun:
         and that one ran under other settings: which, and what differs (said
         in the log too: a checkpoint of 50 epochs resumed after ``epochs``
         became 40 is the user's to judge)."""
-        if not (action == "restart" or (action == "rerun" and self.policy.rerun == "dirty")):
+        if not self.policy.goes_on_in_workspace(action):
             return None
-        earlier = next((a for a in reversed(self.history) if a.get("action") in ("cmd", "restart", "rerun")), None)
-        if earlier is None:
+        from .diffs import resumed_work
+        found = resumed_work(self.history, self.previous_settings, self.spec.settings)
+        if found is None:
             return None
-        then = earlier.get("settings", self.previous_settings)
-        if then is None:
-            return None
-        from .diffs import settings_diff
-        differs = settings_diff(then, self.spec.settings)
-        if not differs:
-            return None
-        print(f"waypost: {self.name}: this {action} goes on with attempt {earlier['number']}'s work, made under "
+        number, differs = found
+        print(f"waypost: {self.name}: this {action} goes on with attempt {number}'s work, made under "
               f"other settings: {'; '.join(differs)}", file=sys.stderr)
-        return {"attempt": earlier["number"], "settings": differs}
+        return {"attempt": number, "settings": differs}
 
     @staticmethod
     def _close_interrupted(attempt: dict) -> None:
