@@ -28,6 +28,7 @@ demo: profiles
 
 # As root (CI), install Debian's chromium for the status page test, rclone
 # and fuse3 for the mounted-bucket tests (a FUSE mount of the GCS emulator),
+# strace for the test that each line the step runner says is one write,
 # and start the local Slurm cluster the Slurm tests use (installs munge,
 # Slurm and MariaDB on first use); elsewhere those tests skip.
 test: profiles
@@ -36,6 +37,8 @@ test: profiles
 	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || exit 1; \
 	    { command -v rclone >/dev/null && command -v fusermount3 >/dev/null; } || { echo "installing rclone and fuse3 (for the mounted-bucket tests)"; \
 	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone fuse3 >/dev/null; } || exit 1; \
+	    command -v strace >/dev/null || { echo "installing strace (to see the step runner's writes)"; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; } || exit 1; \
 	    bash scripts/slurm-dev-cluster.sh start; \
 	else echo "not root: the Slurm tests will be skipped"; fi
 	$(MAKE) --no-print-directory lint docs-build
