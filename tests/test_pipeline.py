@@ -17,7 +17,7 @@ from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, w
 from snakemake.exceptions import WorkflowError
 
 from waypost.manifest import RUN_ID_ENV
-from waypost.snakemake import run_identity
+from waypost.wiring import run_identity
 
 PAIRS = ("en-xa", "en-xb")
 MODELS = ("backward", "teacher-0", "teacher-1", "student")

@@ -2,7 +2,7 @@
 submission, with waypost's stage jobs run without a Snakemake in the job.
 
 - **The step runner straight in the job.** A stage job's step is complete
-  in Snakemake's main process (``waypost.snakemake.job_command``: the step
+  in Snakemake's main process (``waypost.wiring.job_command``: the step
   runner's line with the step spec and the rule's command), so it is written
   to a step file in the executor's temporary directory (under
   ``.snakemake``, shared with the nodes, removed when the run ends) and the
@@ -53,7 +53,8 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from waypost import jobstep, lifecycle, manifest, runner, stores
 from waypost import slurm as wslurm
 from waypost import spec as wspec
-from waypost.snakemake import STEP_PARAM, job_command
+from waypost.snakemake import STEP_PARAM
+from waypost.wiring import job_command
 
 from . import bundles
 

@@ -725,7 +725,7 @@ def step_settings_of(config: dict):
     return of
 
 
-#: A stage's code version (``Pipeline.stage_code_version``) is this prefix and
+#: A stage's code version (``waypost.codeversion``) is this prefix and
 #: 12 hex digits; manifests of waypost before it hold the repository's
 #: ``git describe`` (another format: not comparable, see ``plan.drift``).
 CODE_PREFIX = "sha256:"

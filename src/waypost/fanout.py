@@ -18,11 +18,8 @@ a function of the experiment, or of the experiment and the axis value, or
 param (``wp.dim("teacher")``), and gathers along some dimensions with
 ``wp.each(stage, file, over="part")``: no wildcard regex anywhere.
 
-Snakemake attributes used beyond ``checkpoints.<stage>.get(**wildcards)``
-(snakemake 9.27; the range pinned in pyproject.toml): ``workflow.globals``
-(the Snakefile's ``checkpoints`` object), ``Rule.is_checkpoint`` and
-``Rule.wildcard_names``, and ``IncompleteCheckpointException.targetfile``
-(the checkpoint's output that an input waits for: ``snakemake.Pipeline``).
+Snakemake's checkpoints are asked through ``waypost.wiring`` (``Snake``),
+the one module that touches Snakemake's objects.
 """
 
 from __future__ import annotations
@@ -44,13 +41,37 @@ def _where(rule: str | None) -> str:
     return f"rule {rule}: " if rule else ""
 
 
-def spec_values(pipeline, spec, experiment: str, pair: str) -> list[str]:
+def spec_values(spec, experiment: str, pair: str) -> list[str]:
     """The values of one instances spec (a list, a function of the
     experiment or of the experiment and the axis value, ``Parts``, ``Dims``)."""
     if not callable(spec):
         return [str(name) for name in spec]
-    from .snakemake import _takes_axis_value
-    return [str(name) for name in (spec(experiment, pair) if _takes_axis_value(spec) else spec(experiment))]
+    return [str(name) for name in (spec(experiment, pair) if takes_axis_value(spec) else spec(experiment))]
+
+
+_TAKES_AXIS_VALUE: dict = {}   # instances function → whether it takes the axis value (asked per job)
+
+
+def takes_axis_value(function) -> bool:
+    """Does an instances function take the axis value too (two arguments)?"""
+    if isinstance(function, Parts | Dims):
+        return True
+    try:
+        return _TAKES_AXIS_VALUE[function]
+    except (KeyError, TypeError):
+        pass
+    import inspect
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    found = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    try:
+        _TAKES_AXIS_VALUE[function] = found
+    except TypeError:   # (an unhashable callable: asked again next time)
+        pass
+    return found
 
 
 class Parts:
@@ -78,13 +99,8 @@ class Parts:
         """The part's file, relative to the checkpoint's stage directory."""
         return "/".join(p for p in (self.directory, f"{self.prefix}{value}{self.suffix}") if p)
 
-    def checkpoint_wildcards(self, experiment: str, pair: str) -> dict:
-        rule = self.pipeline.workflow.get_rule(self.stage)
-        values = self.pipeline._values(experiment, pair)
-        return {name: values[name] for name in rule.wildcard_names}
-
     def __call__(self, experiment: str, pair: str) -> list[str]:
-        stage_dir, store, _ = self.pipeline._fanout.checkpoint(self.stage, experiment, pair)
+        stage_dir, store, _ = self.pipeline.fanout.checkpoint(self.stage, experiment, pair)
         if stage_dir not in self._found:
             self._found[stage_dir] = self._list(stage_dir, store)
         return self._found[stage_dir]
@@ -114,7 +130,7 @@ class Dims:
         if not dims:
             raise FanoutError(f"{_where(rule)}wp.dims(): name at least one dimension (wp.dims(part=..., teacher=...))")
         for name, spec in dims.items():
-            if name in ("experiment", "instance") or (pipeline.axis_wc and name == pipeline.axis_wc):
+            if name in ("experiment", "instance") or (pipeline.graph.axis_wc and name == pipeline.graph.axis_wc):
                 raise FanoutError(f"{_where(rule)}wp.dims({name}=...): {name!r} is a wildcard of waypost's; "
                                   "name the dimension otherwise")
             if isinstance(spec, Dims | str) or not (callable(spec) or hasattr(spec, "__iter__")):
@@ -136,7 +152,7 @@ class Dims:
         """Instance name → its value of each dimension."""
         key = (experiment, pair)
         if key not in self._combos:
-            columns = [spec_values(self.pipeline, spec, experiment, pair) for spec in self.specs.values()]
+            columns = [spec_values(spec, experiment, pair) for spec in self.specs.values()]
             combos: dict[str, dict] = {}
             for values in itertools.product(*columns):
                 name = "-".join(values)
@@ -199,14 +215,11 @@ class Planning:
         Snakemake's ``checkpoints.<stage>.get``) until it has. Read after it
         ran, not from the planning's snapshot of the root made before."""
         pipeline = self.pipeline
-        spec = pipeline._known(stage)
-        slot = layout.ALL_PAIRS if spec.funnel or not pipeline.axis_wc else pair
+        spec = pipeline.graph.known(stage)
+        slot = layout.ALL_PAIRS if spec.funnel or not pipeline.graph.axis_wc else pair
         key = (stage, experiment, slot)
         if key not in self._checkpoints:
-            rule = pipeline.workflow.get_rule(stage)
-            values = pipeline._values(experiment, slot)
-            checkpoints = pipeline.workflow.globals["checkpoints"]
-            getattr(checkpoints, stage).get(**{name: values[name] for name in rule.wildcard_names})
+            pipeline.snake.await_checkpoint(stage, pipeline.graph.values(experiment, slot))
             stage_dir = layout.stage_dir(pipeline.root, slot, experiment, stage)
             store = stores.store_for(stage_dir, quiet=True)
             try:
@@ -234,7 +247,7 @@ class Planning:
 
     def _why(self, stage_dir: str) -> str | None:
         pipeline = self.pipeline
-        data = pipeline._recorded(stage_dir)
+        data = pipeline.state.recorded(stage_dir)
         if not data or data.get("state") != "SUCCESS" or data.get("reused_from") or data.get("adopted"):
             return None
         for record in data.get("inputs") or []:
@@ -243,11 +256,11 @@ class Planning:
                 continue
             parent_dir = made_by[:-len(layout.MANIFEST) - 1]
             place = self.place(parent_dir)
-            if place is None or place[2] not in pipeline.stages:
+            if place is None or place[2] not in pipeline.graph.stages:
                 continue
             pair, experiment, stage, instance = place
             name = layout.stage_name(pair, experiment, stage, instance)
-            if pipeline.workflow.get_rule(stage).is_checkpoint and instance is None:
+            if pipeline.snake.is_checkpoint(stage) and instance is None:
                 _, _, current = self.checkpoint(stage, experiment, pair)
                 rel = str(record.get("path", ""))[len(parent_dir) + 1:]
                 if current is not None and current.get(rel) != record.get("sha256"):

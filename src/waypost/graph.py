@@ -16,6 +16,9 @@ import sys
 import tempfile
 
 GRAPH_FILE = os.path.join(".waypost", "stages.json")
+#: Set when only the workflow's facts are read, to the file they go to: the
+#: rules are read, nothing of the config is checked, no bucket is touched.
+FACTS_ONLY_ENV = "WAYPOST_FACTS_ONLY"
 
 
 class GraphError(RuntimeError):
@@ -44,8 +47,6 @@ def facts(config_path: str, workflow_dir: str) -> dict:
     """The workflow's facts (see the module's docstring). Reading them
     checks nothing of the config and touches no bucket: only the rules are
     asked for (the config is checked by whoever loads it next)."""
-    from .snakemake import FACTS_ONLY_ENV
-
     snakefile = os.path.join(workflow_dir, "Snakefile")
     data = _current(snakefile)
     if data is None:

@@ -415,24 +415,3 @@ def snakemake_options(root: str) -> list[str]:
     if not is_bucket_url(root):
         return []
     return ["--default-storage-provider", PROVIDER, "--default-storage-prefix", root]
-
-
-def planning_mirror(root: str, workflow) -> str:
-    """For a Snakemake run over a gs:// root: check that Snakemake stores
-    stage files there through waypost's plugin, and that the bucket is
-    there; returns the local copy of the bucket (a path)."""
-    from snakemake.exceptions import WorkflowError
-
-    settings = workflow.storage_settings
-    prefix = (getattr(settings, "default_storage_prefix", None) or "").rstrip("/")
-    if getattr(settings, "default_storage_provider", None) != PROVIDER or prefix != root.rstrip("/"):
-        raise WorkflowError(f"root {root} is a bucket: run Snakemake with {' '.join(snakemake_options(root))} "
-                            "(or those two keys in the profile; "
-                            "see docs/buckets.md in waypost's manual)")
-    try:
-        gcs.check_bucket(root)
-    except gcs.StorageError as exc:
-        raise WorkflowError(str(exc)) from None
-    gcs.register_root(root)
-    return os.path.abspath(str(workflow.storage_registry.default_storage_provider.local_prefix))
-

@@ -1,0 +1,461 @@
+"""The one module that touches Snakemake's objects: the workflow, its rules,
+its DAG, its checkpoints, its jobs.
+
+``Snake`` answers what the stage graph, the resolver and the state view
+need of Snakemake; ``wire`` turns a stage rule into a step: one input
+function, the step runner around its shell command, its step spec param.
+
+Snakemake internals used (tested with snakemake 9.27; the range pinned in
+pyproject.toml). Everything else is public:
+- ``shell._get_process_prefix(executable)``, ``shell._process_suffix``: the
+  prefix and suffix ``shell.prefix()``/``shell.suffix()`` set (no public
+  getter), which the step runner puts around the step's command;
+- ``Rule._input``, ``Rule.dependencies``, ``Rule.input._names``,
+  ``Rule.params._names`` and ``Namedlist._set_name`` (a params function
+  replaced), ``Rule.resources._data``, ``Rule.input_modifier`` /
+  ``output_modifier``: ``wire`` replaces a stage rule's inputs with one function;
+- ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
+  run function: ``_shell_run_func``;
+- ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
+  ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
+  (``--set-resources`` keeps the last word);
+- checkpoints: ``workflow.globals["checkpoints"]``, ``Rule.is_checkpoint``,
+  ``Rule.wildcard_names``, ``IncompleteCheckpointException.targetfile`` (an
+  input that waits for a checkpoint is its output, as Snakemake's own
+  handler makes it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+
+from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
+from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
+from snakemake.iocontainers import Wildcards
+
+from . import manifest
+from . import spec as wspec
+from . import workers as wworkers
+from .stagegraph import StageError, presigned
+
+Waiting = IncompleteCheckpointException   # an instance set a checkpoint still has to find
+_PLAIN_FIELDS = re.compile(r"(?:[^{}]|\{\w+\})*")   # a pattern str.format can fill
+
+
+def job_process(workflow) -> bool:
+    """Is this Snakemake process one job's own (on a cluster node, or a
+    job's subprocess), rather than the run's main process?"""
+    return getattr(workflow, "remote_exec", False) or getattr(workflow, "subprocess_exec", False)
+
+
+def run_identity(workflow) -> str:
+    """The run id that every job of this run records.
+
+    Snakemake's main process makes a new one and exports it; its jobs
+    inherit it: local jobs as its children, cluster jobs through the executor
+    (the Slurm plugin submits with ``--export=ALL``, and it is registered as
+    one of the workflow's ``envvars``, which Snakemake hands to the remote
+    jobs of any executor). The step runner reads it from its environment: an
+    earlier attempt of the same run in its stage directory means Snakemake is
+    retrying the job.
+    """
+    if job_process(workflow):   # a cluster job (or a job's subprocess): its main process decided
+        if manifest.RUN_ID_ENV not in os.environ:
+            raise WorkflowError(f"this job's Snakemake process did not inherit {manifest.RUN_ID_ENV} from the "
+                                "run that started it: its executor must pass the environment to its jobs")
+        return os.environ[manifest.RUN_ID_ENV]
+    os.environ[manifest.RUN_ID_ENV] = manifest.new_run_id()
+    workflow.register_envvars(manifest.RUN_ID_ENV)
+    return os.environ[manifest.RUN_ID_ENV]
+
+
+class Snake:
+    """One Snakefile's workflow, as the planning asks it."""
+
+    def __init__(self, workflow):
+        self.workflow = workflow
+        self.graph = None   # the stage graph and the root, once the config is read (attach)
+        self.root = ""
+        self.job_process = job_process(workflow)
+        self.remote = bool(getattr(workflow, "remote_exec", False))   # a cluster job's own process
+        self.items: dict[str, list] = {}      # stage → its rule's inputs as written (see wire)
+        self.commands: dict[str, str] = {}    # stage → its rule's shell command as written
+        self.shell_exec: dict[str, str] = {}  # stage → its rule's own shell_exec resource
+        self._outputs: dict[str, list] = {}
+
+    def attach(self, graph, root: str) -> None:
+        self.graph, self.root = graph, root
+        self.note_rule_names()
+
+    # --- the Snakefile ----------------------------------------------------------
+    @property
+    def basedir(self) -> str:
+        return self.workflow.basedir
+
+    def config_sources(self) -> tuple[str | None, dict]:
+        """The last ``--configfile`` (None without one) and the ``--config``
+        overrides alone (``overwrite_config`` also holds the files' contents)."""
+        files = self.workflow.configfiles
+        return (str(files[-1]) if files else None), dict(self.workflow.config_settings.config or {})
+
+    def planning_mirror(self, root: str) -> str:
+        """For a run over a gs:// root: check that Snakemake stores stage
+        files there through waypost's plugin, and that the bucket is there;
+        returns the local copy of the bucket (a path)."""
+        from .stores import gcs, mirror
+        settings = self.workflow.storage_settings
+        prefix = (getattr(settings, "default_storage_prefix", None) or "").rstrip("/")
+        if getattr(settings, "default_storage_provider", None) != mirror.PROVIDER or prefix != root.rstrip("/"):
+            raise WorkflowError(f"root {root} is a bucket: run Snakemake with "
+                                f"{' '.join(mirror.snakemake_options(root))} (or those two keys in the profile; "
+                                "see docs/buckets.md in waypost's manual)")
+        try:
+            gcs.check_bucket(root)
+        except gcs.StorageError as exc:
+            raise WorkflowError(str(exc)) from None
+        gcs.register_root(root)
+        return os.path.abspath(str(self.workflow.storage_registry.default_storage_provider.local_prefix))
+
+    def constrain(self, **constraints) -> None:
+        self.workflow.global_wildcard_constraints(**constraints)
+
+    def note_rule_names(self) -> None:
+        """Tell the graph which rule the helpers are called in: Snakemake
+        evaluates a rule's ``@workflow.rule(name=...)`` decorator before its
+        input, output and params, and ``decorate`` after them."""
+        define, graph = self.workflow.rule, self.graph
+
+        def rule(*args, **kwargs):
+            name = kwargs.get("name", args[0] if args else None)
+            decorate = define(*args, **kwargs)
+            graph.current = name
+
+            def defined(ruleinfo):
+                try:
+                    return decorate(ruleinfo)
+                finally:
+                    graph.current = None
+            return defined
+        self.workflow.rule = rule
+
+    def current_basedir(self) -> str:
+        return _local_path(self.workflow.current_basedir)
+
+    def sources(self) -> dict:
+        """The Snakefile and every file a stage rule is in."""
+        main = os.path.abspath(self.workflow.main_snakefile)
+        return {"snakefile": main, "sources": sorted(
+            {os.path.abspath(str(self.workflow.get_rule(s).snakefile)) for s in self.graph.stages} | {main})}
+
+    # --- rules --------------------------------------------------------------------
+    def is_checkpoint(self, stage: str) -> bool:
+        return self.workflow.get_rule(stage).is_checkpoint
+
+    def has_checkpoints(self) -> bool:
+        return any(rule.is_checkpoint for rule in self.workflow.rules)
+
+    def rule_outputs(self, stage: str) -> list[str]:
+        """A stage rule's outputs as it wrote them (Snakemake turns paths on
+        a gs:// root into storage files named by their local copy)."""
+        if stage not in self._outputs:
+            self._outputs[stage] = [_pattern(p, self.root) for p in self.workflow.get_rule(stage).output]
+        return self._outputs[stage]
+
+    def output_patterns(self, stage: str) -> list[tuple[str, bool]]:
+        """(pattern, whether ``str.format`` fills it: no ``{name,constraint}``,
+        no braces of its own) of each output of a stage rule."""
+        stripped = [strip_wildcard_constraints(p) for p in self.rule_outputs(stage)]
+        return [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in stripped]
+
+    @staticmethod
+    def fill(pattern: str, values: dict) -> str:
+        return apply_wildcards(pattern, values)
+
+    def rule_code(self, stage: str) -> tuple:
+        """What a stage's code version covers (see ``waypost.codeversion``)."""
+        rule = self.workflow.get_rule(stage)
+        if stage in self.commands or rule.shellcmd is not None:
+            return "shell", self.commands.get(stage, rule.shellcmd)
+        if rule.script or rule.notebook:
+            name = str(rule.script or rule.notebook)
+            path = name if os.path.isabs(name) else os.path.join(_local_path(rule.basedir), name)
+            readable = "{" not in name and os.path.isfile(path)
+            return "script", path if readable else name, readable
+        return "run", rule.run_func_src or ""
+
+    def shell_of(self, stage: str) -> dict:
+        """How Snakemake's ``shell`` runs a stage's command: its executable
+        (the rule's ``shell_exec`` resource, else ``shell.executable()``'s),
+        prefix (``set -euo pipefail; `` for bash, or ``shell.prefix()``'s) and suffix."""
+        from snakemake.shell import shell
+        executable = self.shell_exec.get(stage) or shell.get_executable()
+        return {"executable": executable, "prefix": shell._get_process_prefix(executable),
+                "suffix": shell._process_suffix}
+
+    def inputs_now(self, stage: str, values: dict) -> list[str]:
+        """Every input path a job of ``stage`` would read now."""
+        return [p for paths in self.resolve(stage, Wildcards(fromdict=values)).values() for p in _as_list(paths)]
+
+    def resolve(self, stage: str, wildcards) -> dict:
+        """A stage job's inputs, by name, from its rule's items (as written)."""
+        return {name: _resolve_item(item, wildcards) for name, item in self.items[stage]}
+
+    # --- the DAG --------------------------------------------------------------------
+    def await_checkpoint(self, stage: str, values: dict) -> None:
+        """Returns once the checkpoint job of ``stage`` with these wildcard
+        values ran; raises ``Waiting`` until it has (Snakemake then
+        re-evaluates the DAG)."""
+        rule = self.workflow.get_rule(stage)
+        checkpoints = self.workflow.globals["checkpoints"]
+        getattr(checkpoints, stage).get(**{name: values[name] for name in rule.wildcard_names})
+
+    def force(self, stage: str, values: dict) -> None:
+        """Make Snakemake run this job of ``stage`` whatever its outputs'
+        state, as ``--forcerun`` does, but for this one job: its outputs join
+        the DAG's forced files (the DAG being built now asks this job's input
+        function). Not in a job's own Snakemake process: it runs its job."""
+        if self.job_process:
+            return
+        rule = self.workflow.get_rule(stage)
+        self.workflow.dag.forcefiles.update(str(f.apply_wildcards(values)) for f in rule.output)
+
+    def forced_rules(self) -> tuple[bool, list[str]] | None:
+        """(``--forceall``, the ``--forcerun`` rules); None before the DAG
+        settings are known."""
+        dag = getattr(self.workflow, "dag_settings", None)
+        return None if dag is None else (dag.forceall, list(dag.forcerun))
+
+    def fill_resources(self, stage: str, resources: dict) -> None:
+        """Put a stage's resources into its rule; ``--set-resources`` still has the last word."""
+        from snakemake.resources import Resources
+        rule = self.workflow.get_rule(stage)
+        rule.resources.update(Resources.from_mapping(resources))
+        rule.resources.update(self.workflow.resource_settings._parsed_overwrite_resources.get(stage, {}))
+
+    def worker_class(self, stage: str) -> str | None:
+        """The worker class a stage rule names (``resources: worker=...``),
+        taken out of its resources."""
+        worker = self.workflow.get_rule(stage).resources._data.pop("worker", None)
+        return worker.value if worker is not None else None
+
+
+def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, state, mirror: str | None) -> str:
+    """Make a stage rule a step: its inputs one function (``_job_inputs``,
+    asking ``state``, the state view), its shell command the step runner's
+    (``runner_line``) reading the job's step spec (the ``step_param`` param,
+    ``step_function``) and then the command as Snakemake formats it.
+    Returns the worker class the rule names."""
+    rule = snake.workflow.get_rule(stage.name)
+    name, graph = rule.name, snake.graph
+    own_dir = graph.own_path(stage, "")
+    plain = [str(f) for f in rule.output
+             if not strip_wildcard_constraints(_pattern(f, snake.root)).startswith(own_dir)]
+    if plain:
+        raise StageError(f"rule {name}: every output of a stage rule is wp.out(...) (in its stage's "
+                         f"directory); not: {', '.join(plain)}")
+    if rule.shellcmd is None:
+        raise StageError(f"rule {name}: a stage rule runs a shell: command (waypost's step runner runs it, "
+                         "attempt by attempt); script:, run: and wrapper: are not supported")
+    if step_param in rule.params._names:
+        raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
+    if wspec.DELIMITER in rule.shellcmd:
+        raise StageError(f"rule {name}: its shell command holds {wspec.DELIMITER!r}, the line that ends "
+                         "waypost's here-document around it")
+    wildcards = set(rule.wildcard_names) - {"experiment", "instance", graph.axis_wc}
+    if wildcards:
+        raise StageError(f"rule {name}: wildcards other than waypost's ({', '.join(sorted(wildcards))}): "
+                         "a stage job is one experiment" + (f", {graph.axis.word}" if graph.axis else "")
+                         + " and instance")
+    items = _input_items(rule, snake.root)
+    for _, item in items:
+        for entry in (item if isinstance(item, list) else [item]):
+            if isinstance(entry, str):
+                stage.parents.update(graph.stage_of_path(entry))
+    for dependency in rule.dependencies.values():
+        if dependency in graph.stages:
+            stage.parents.add(dependency)
+    unknown = sorted(p for p in stage.parents if p not in graph.stages)
+    if unknown:
+        raise StageError(f"rule {name}: no stage {', '.join(map(repr, unknown))} (the stages are: "
+                         f"{', '.join(graph.stages)})")
+    from snakemake.io import unpack
+    from snakemake.iocontainers import InputFiles
+    snake.items[name] = items
+    rule._input = InputFiles()
+    rule.dependencies = {}
+    if getattr(rule, "input_modifier", None) is None:   # a rule that had no input: of its own
+        rule.input_modifier = rule.output_modifier
+    rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
+    snake.commands[name] = rule.shellcmd
+    # The step runner reads the job's step spec, then the rule's command
+    # as Snakemake formats it, from a quoted here-document: no argument
+    # carries the command (of any length), and its shell syntax stays the
+    # step's. ``exec``: the runner's status is the job's, and a
+    # ``shell.suffix()`` is run by the step's script only.
+    rule.shellcmd = (f"exec {runner_line} <<'{wspec.DELIMITER}'\n{{params.{step_param}}}\n"
+                     f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
+    rule.run_func = _shell_run_func(rule.run_func, rule.shellcmd, mirror)
+    if mirror:
+        _map_param_functions(rule, mirror)
+    rule.set_params(**{step_param: step_function})
+    shell_exec = rule.resources._data.get("shell_exec")
+    if shell_exec is not None:
+        if not isinstance(shell_exec.value, str):
+            raise StageError(f"rule {name}: resources.shell_exec of a stage rule is a path to a shell, "
+                             "not a function")
+        snake.shell_exec[name] = shell_exec.value
+    return snake.worker_class(name) or wworkers.DEFAULT_CLASS
+
+
+def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
+    """The one input function of a stage rule: none for a job that is done
+    or reused (``StateView.needs_inputs``), else its rule's inputs. One
+    function per rule, not one per input: Snakemake inspects every callable
+    of every job, so fewer callables plan faster."""
+    def inputs(wildcards):
+        values = dict(wildcards.items())
+        if not state.needs_inputs(stage, values, bool(names)):
+            return {name: [] for name in names}
+        return snake.resolve(stage, wildcards)
+
+    if not snake.has_checkpoints():
+        return presigned(inputs)
+
+    def waiting(wildcards):
+        try:
+            if state.parts_changed(stage, dict(wildcards.items())):
+                return snake.resolve(stage, wildcards)
+            return inputs(wildcards)
+        except Waiting:
+            return _waiting_inputs(snake, stage, wildcards)
+    return presigned(waiting)
+
+
+def _waiting_inputs(snake: Snake, stage: str, wildcards) -> dict:
+    """A job's inputs when some wait for a checkpoint (instances it finds:
+    ``wp.parts``, or the rule's own ``checkpoints.X.get``): each such input
+    is the checkpoint's output under its own name, as in plain Snakemake,
+    so the job waits for the checkpoint and Snakemake asks again once it ran."""
+    resolved = {}
+    for name, item in snake.items[stage]:
+        try:
+            resolved[name] = _resolve_item(item, wildcards)
+        except Waiting as exc:
+            resolved[name] = exc.targetfile
+    return resolved
+
+
+def _input_items(rule, root: str) -> list[tuple[str, object]]:
+    """A rule's inputs as written, in their order: (name, a pattern or a
+    function of the wildcards, or a list of them) each."""
+    items, ranges = [], {start: (label, end) for label, (start, end) in rule.input._names.items()}
+    index = 0
+    while index < len(rule.input):
+        label, end = ranges.get(index, (None, None))
+        end = index + 1 if end is None else end
+        group = [_pattern(item, root) for item in rule.input[index:end]]
+        for item in group:
+            if callable(item) and is_flagged(item, "unpack"):
+                raise StageError(f"rule {rule.name}: unpack() in a stage rule's input: name its inputs instead")
+        items.append((label or f"_{index}", group[0] if label and end - index == 1 else group))
+        index = end
+    return items
+
+
+def _pattern(path, root: str) -> str:
+    """A rule's file as the rule wrote it (on a gs:// root Snakemake makes
+    it a storage file whose query is its URL under ``root``)."""
+    if is_flagged(path, "storage_object"):
+        return path.storage_object.query[len(root.rstrip("/")) + 1:]
+    return path
+
+
+def _resolve_item(item, wildcards):
+    values = dict(wildcards.items())
+    if isinstance(item, list):
+        found = [path for entry in item for path in _as_list(
+            entry(wildcards) if callable(entry) else apply_wildcards(entry, values))]
+    else:
+        found = item(wildcards) if callable(item) else apply_wildcards(item, values)
+    # One path stays a string: Snakemake makes a list of each named list.
+    return found if isinstance(found, str) else list(found)
+
+
+def _map_param_functions(rule, mirror: str) -> None:
+    """On a bucket root: a params function that takes the job's ``input``
+    or ``output`` gets their local copies (``local_files``), as the
+    command does, so a path it builds (``--out={output.model}.tmp``) is
+    one the step can open."""
+    for index, param in enumerate(rule.params):
+        if not callable(param):
+            continue
+        takes = set(inspect.signature(param).parameters) & {"input", "output"}
+        if takes:
+            rule.params[index] = _with_local_files(param, takes, mirror)
+            for name, (start, end) in list(rule.params._names.items()):
+                if start == index and end is None:
+                    rule.params._set_name(name, index)   # a named param is an attribute too
+
+
+def local_files(files, mirror: str | None):
+    """A job's files (a Namedlist of plain strings, as a rule's run function
+    or a params function gets them) with each gs:// URL replaced, whole, by
+    its local copy under ``mirror``: what the step works on. ``files`` as
+    they are on a local root (``mirror`` None)."""
+    if not mirror:
+        return files
+    from snakemake.iocontainers import Namedlist
+
+    from .stores.mirror import local_of
+    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f))
+
+
+def _with_local_files(function, names: set[str], mirror: str):
+    def mapped(*args, **kwargs):
+        for name in names:
+            if name in kwargs:
+                kwargs[name] = local_files(kwargs[name], mirror)
+        return function(*args, **kwargs)
+    mapped.__signature__ = inspect.signature(function)
+    return mapped
+
+
+def job_command(job, mirror: str | None) -> str:
+    """A stage job's shell command (``wire``'s runner line with the spec
+    and the rule's command), formatted as Snakemake formats ``job.shellcmd``,
+    but with the local copies of its files on a bucket root: the command a
+    job the executor submits runs."""
+    if not mirror:
+        return job.shellcmd
+    names = {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
+    return job.format_wildcards(job.rule.shellcmd, **names)
+
+
+def _shell_run_func(original, command: str, mirror: str | None):
+    """A rule's run function that runs ``command`` instead of the shell
+    command it was written with (Snakemake compiles a ``shell:`` into a
+    function calling ``shell(...)``, which fills the command's placeholders
+    from that function's own arguments: the new one takes the same, the
+    marker of a rule's function included, so ``shell`` takes the job's
+    threads, resources and environment from them as for any rule). On a
+    bucket root its files are their local copies first (``local_files``)."""
+    parameters = inspect.signature(original).parameters
+    source = (f"def run({', '.join(str(p) for p in parameters.values())}):\n"
+              + ("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
+                 "local_files(log, mirror)\n" if mirror else "")
+              + "    shell(command, bench_record=bench_record, bench_iteration=bench_iteration)\n")
+    from snakemake.shell import shell
+    namespace = {"shell": shell, "command": command, "local_files": local_files, "mirror": mirror}
+    exec(compile(source, f"<waypost step of {original.__name__}>", "exec"), namespace)
+    return namespace["run"]
+
+
+def _local_path(source) -> str:
+    """The path of a Snakemake source file or directory (a LocalSourceFile)."""
+    return getattr(source, "path", None) or str(source)
+
+
+def _as_list(found) -> list:
+    return [found] if isinstance(found, str) else list(found)
