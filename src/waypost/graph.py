@@ -66,6 +66,23 @@ def facts(config_path: str, workflow_dir: str) -> dict:
     return data
 
 
+def record(data: dict, path: str | None = None) -> None:
+    """Record the facts (``Pipeline.finish``) in ``path`` (``GRAPH_FILE``
+    when None); a file that holds them already is only touched: newer than
+    the files they were read from."""
+    path = path or GRAPH_FILE
+    try:
+        with open(path) as f:
+            if json.load(f) == data:
+                os.utime(path)
+                return
+    except (OSError, ValueError):
+        pass
+    from .manifest import write_json_atomic
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json_atomic(path, data, durable=False)
+
+
 def load_config(config_path: str, workflow_dir: str, known: dict | None = None) -> dict:
     """A config checked against its workflow: the schemas, the stage names,
     the axis (``known``: the workflow's facts, when already read)."""

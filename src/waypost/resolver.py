@@ -12,7 +12,7 @@ know (at ``wp.finish()``); nothing changes after.
 from __future__ import annotations
 
 from . import config as wconfig
-from . import layout, stores
+from . import fanout, layout, stores
 from . import workers as wworkers
 from .policy import Policy
 from .stagegraph import StageGraph, presigned
@@ -51,6 +51,34 @@ class Resolver:
 
     def any_overridden(self) -> bool:
         return any(self._overridden.values())
+
+    def override_instances(self, grid) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """For the experiments with ``per_instance`` overrides: experiment →
+        the instance names of its stages, which the overrides must match,
+        and experiment → those known so far where a checkpoint finds more
+        (its overrides can't be checked before). A stage over the grid
+        (``instances=grid``) in an experiment without one is an error."""
+        stages = self.graph.stages
+        instanced = self.graph.instanced()
+        for stage in instanced:
+            if stages[stage].instances == grid:
+                bare = [e for e in self.graph.experiments if not self.points[e]]
+                if bare:
+                    raise wconfig.ConfigError(f"{self.source}: experiments.{bare[0]}: no grid, and rule {stage} "
+                                              "runs once per point of it (instances=wp.grid): add a grid: "
+                                              "{AXIS: [VALUES], ...}")
+        found, unchecked = {}, {}
+        for experiment in self.graph.experiments:
+            if not self._overridden[experiment]:
+                continue
+            names, parts = {}, False
+            for stage in instanced:
+                if fanout.checkpoint_parts(stages[stage].instances):
+                    parts = True   # found by a checkpoint as it runs: an override may name them
+                    continue
+                names.update(dict.fromkeys(self.graph.instances(stage, experiment)))
+            (unchecked if parts else found)[experiment] = list(names)
+        return found, unchecked
 
     def freeze(self, known: dict[str, list[str]]) -> None:
         """The instance names known per experiment (of those with

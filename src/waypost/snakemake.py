@@ -19,13 +19,12 @@ stage directory and no other.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 
 from . import config as wconfig
-from . import fanout, layout, manifest, runner, stores
+from . import fanout, graph, layout, runner, stores
 from . import workers as wworkers
 from .codeversion import CodeVersions
 from .graph import FACTS_ONLY_ENV
@@ -92,7 +91,7 @@ class Pipeline:
         self.state = StateView(self.graph, self.resolver, self.snake, self.fanout, self.root, self.mirror,
                                config["rerun_policy"] == "presence")
         self._finished = False
-        self._unchecked: dict[str, list] = {}  # experiment → instances known, when a checkpoint finds more
+        self._unchecked: dict[str, list] = {}  # see Resolver.override_instances
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}
         if self.axis:
             constraints[self.axis.word] = layout.NAME_PATTERN
@@ -255,21 +254,21 @@ class Pipeline:
         # How a stage job starts the step runner (braces doubled: the line is
         # part of the rule's command, which Snakemake formats).
         runner_line = shlex.join(runner.command(sys.executable)).replace("{", "{{").replace("}", "}}")
-        graph = self.graph
+        stages = self.graph   # (the stage graph; `graph` is the module recording it)
         try:
-            for stage in graph.stages.values():
+            for stage in stages.stages.values():
                 self.lines.default_class[stage.name] = wire(
                     self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name), self.state,
                     self.mirror)
-            graph.check(self.snake.is_checkpoint)
-            self.fanout.follow(graph.stages)
+            stages.check(self.snake.is_checkpoint)
+            self.fanout.follow(stages.stages)
             if self.facts_only:
                 self._finished = True
                 self._record_graph()
                 return
-            instances = self._instance_names(graph.instanced())
+            instances, self._unchecked = self.resolver.override_instances(self.grid)
             prepared = wconfig.complete(dict(self.config), self.snake.basedir, self.source, self.axis,
-                                        list(graph.stages), graph.instanced(), instances)
+                                        list(stages.stages), stages.instanced(), instances)
         except (StageError, wconfig.ConfigError) as exc:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
@@ -278,7 +277,7 @@ class Pipeline:
         # (a checkpoint's parts, which per_instance overrides may name: per job)
         per_job = self.resolver.any_overridden()
         try:
-            for stage, spec in graph.stages.items():
+            for stage, spec in stages.stages.items():
                 self.snake.fill_resources(stage, self.resolver.resources(
                     stage, self.lines.default_class[stage], per_job and bool(fanout.checkpoint_parts(spec.instances))))
         except wconfig.ConfigError as exc:   # an unknown worker class: said before any job runs
@@ -292,49 +291,10 @@ class Pipeline:
                                 + "\n  ".join(problems))
         self._record_graph()
 
-    def _instance_names(self, instanced: list[str]) -> dict[str, list[str]]:
-        """Experiment → the instance names of its stages, for the experiments
-        with ``per_instance`` overrides (which must match some); a stage over
-        the grid in an experiment without one is an error, said here."""
-        for stage in instanced:
-            if self.graph.stages[stage].instances == self.grid:
-                bare = [e for e in self.experiments if not self.resolver.points[e]]
-                if bare:
-                    raise wconfig.ConfigError(f"{self.source}: experiments.{bare[0]}: no grid, and rule {stage} "
-                                              "runs once per point of it (instances=wp.grid): add a grid: "
-                                              "{AXIS: [VALUES], ...}")
-        found = {}
-        for experiment in self.experiments:
-            if self.resolver.overridden(experiment):
-                names = {}
-                parts = False
-                for stage in instanced:
-                    if fanout.checkpoint_parts(self.graph.stages[stage].instances):
-                        parts = True   # found by a checkpoint as it runs: an override may name them
-                        continue
-                    names.update(dict.fromkeys(self.graph.instances(stage, experiment)))
-                if parts:   # (its overrides can't be checked against the parts before they are found)
-                    self._unchecked[experiment] = list(names)
-                else:
-                    found[experiment] = list(names)
-        return found
-
     def _record_graph(self) -> None:
-        """The workflow's facts for the ``waypost`` command (``.waypost/stages.json``,
-        see ``graph``): its stages in order, which feed which, the funnels,
-        the axis, each stage's code version, and the files they came from."""
-        graph = {**self.graph.facts(), **self.snake.sources(),
-                 "code": {stage: self.code.of(stage) for stage in self.graph.stages}}
-        path = self.facts_only or os.path.join(".waypost", "stages.json")
-        try:
-            with open(path) as f:
-                if json.load(f) == graph:
-                    os.utime(path)   # current: newer than the files it was read from (see graph)
-                    return
-        except (OSError, ValueError):
-            pass
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        manifest.write_json_atomic(path, graph, durable=False)
+        """The workflow's facts for the ``waypost`` command (see ``waypost.graph``)."""
+        graph.record({**self.graph.facts(), **self.snake.sources(),
+                      "code": {stage: self.code.of(stage) for stage in self.graph.stages}}, self.facts_only)
 
     def targets(self, wildcards=None) -> list[str]:
         """The default run's targets: ``rule all``'s ``input: wp.targets`` at

@@ -74,6 +74,8 @@ def run_identity(workflow) -> str:
 class Snake:
     """One Snakefile's workflow, as the planning asks it."""
 
+    Waiting = Waiting
+
     def __init__(self, workflow):
         self.workflow = workflow
         self.graph = None   # the stage graph and the root, once the config is read (attach)
