@@ -163,15 +163,15 @@ def test_a_points_step_spec_is_its_scopes_line_with_its_own_settings_and_hash():
     point's fields encode to."""
     from waypost import spec
     from waypost.config import settings_hash
-    from waypost.snakemake import Pipeline
+    from waypost.stepline import point_line, scope_template
     scope = {"t_end": 0.1, "label": "a \"quoted\" é", "policy": {"max_attempts": 2}, "worker": "cpu"}
     base = {k: v for k, v in scope.items() if k not in ("policy", "worker")}
     fields = {"stage": "simulate", "experiment": "sweep", "settings": base, "policy": {"max_attempts": 2},
               "config_hash": settings_hash(base), "code_version": "sha256:0", "pool": "local",
               "worker_class": "cpu", "worker_env": {"GPUS": "0"}, "tolerated": True,
               "shell": {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}}
-    template = Pipeline._spec_template(fields, scope)
+    template = scope_template(fields, scope)
     for values in ({"alpha": 0.5, "cells": 3}, {"t_end": 0.2}, {"zeta": [1, "{x}"]}, {}):
         settings = {**base, **values}
-        assert Pipeline._point_spec(template, values) == spec.encode(
+        assert point_line(template, values) == spec.encode(
             {**fields, "settings": settings, "config_hash": settings_hash(settings)})

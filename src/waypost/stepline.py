@@ -67,13 +67,13 @@ class StepLines:
             if values is None:
                 found = wspec.encode(fields)
             else:
-                found = _template(fields, resolver.scope_settings(experiment, scope, stage))
+                found = scope_template(fields, resolver.scope_settings(experiment, scope, stage))
             self._lines[key] = found
         if values is None:
             return found
         if found is False:   # (marks that can't be told from the fields' own text)
             return wspec.encode(self.fields(stage, experiment, pair, instance))
-        return _point_line(found, values)
+        return point_line(found, values)
 
     def fields(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> dict:
         """The step spec's fields that a job's stage settings decide."""
@@ -98,8 +98,8 @@ class StepLines:
         return fields
 
 
-def _point_line(template: tuple, values: dict) -> str:
-    """A grid point's line from its scope's template (``_template``) and the
+def point_line(template: tuple, values: dict) -> str:
+    """A grid point's line from its scope's template (``scope_template``) and the
     point's values."""
     head, middle, tail, base, hash_first = template
     settings = {**base, **values}
@@ -108,7 +108,7 @@ def _point_line(template: tuple, values: dict) -> str:
     return head + (digest + middle + blob if hash_first else blob + middle + digest) + tail
 
 
-def _template(fields: dict, scope_settings: dict) -> tuple | bool:
+def scope_template(fields: dict, scope_settings: dict) -> tuple | bool:
     """A scope's encoded fields cut around its settings and their hash:
     (head, middle, tail, the scope's settings without the engine's keys,
     whether the hash comes first); False where the marks can't be found
