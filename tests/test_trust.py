@@ -608,10 +608,10 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
     from waypost import (
         catalog,
         findpage,
+        parents,
         plan,
         prune,
         reuse,
-        runner,
         status,
         statuspage,
         steer,
@@ -660,7 +660,7 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
                            instance=None)
     results.append(("reuse", reuse.take(args)))
     results.append(("blocking", mirror.blocking_manifests(text)))
-    results.append(("inputs", runner.describe_inputs([str(stage / "out.txt")])))
+    results.append(("inputs", parents.describe_inputs([str(stage / "out.txt")])))
     results.append(("repair", verify.verify(str(root), checksums=True, repair=True)))
     run("adopt", lambda: steer.adopt(config, "s", "e", "p", force=True), steer.SteerError)
     return results

@@ -83,7 +83,7 @@ class BucketWorkspace:
         return self.url_of(local_path)[len(SCHEME):]
 
     def locate(self, inputs: list[dict]) -> list[dict]:
-        """Input records (``runner.describe_inputs``) naming where the inputs
+        """Input records (``parents.describe_inputs``) naming where the inputs
         live, not where this run's copies were."""
         return [{**i, "path": self.url_of(i["path"]), "manifest": i["manifest"] and self.url_of(i["manifest"])}
                 for i in inputs]

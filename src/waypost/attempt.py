@@ -1,0 +1,263 @@
+"""One run of an attempt's command, at the process level: started in a
+process group of its own that dies with the runner, its output teed to the
+attempt's log, under a time limit, with the runner's signals passed on; then
+how it ended (``classify``).
+
+The runner starts at every step: this imports nothing beyond ``os``,
+``signal``, ``sys``, ``time`` and ``ctypes`` (``select`` when it runs)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# While a step runs, its ``_running.json`` is touched this often: a marker
+# whose heartbeat is older than the lease (lifecycle.LEASE_S) is taken for one
+# whose runner is gone, from any host (see lifecycle.judge).
+HEARTBEAT_S = float(os.environ.get("WAYPOST_HEARTBEAT_SECONDS", "60"))
+PR_SET_PDEATHSIG = 1
+# Signals that take a process away without its consent: the machine (or the
+# kernel on its behalf) did it, not the step.
+HARDWARE_SIGNALS = (signal.SIGKILL, signal.SIGBUS)
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the runner dies (even by SIGKILL), so a
+    step never outlives its runner and writes outputs nobody records."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def oom_kills() -> int | None:
+    """The OOM-kill counter of this process's memory cgroup (v2 or v1), so an
+    attempt the kernel's OOM killer ended is told apart from other kills."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            events = f"/sys/fs/cgroup{path}/memory.events"
+        elif "memory" in controllers.split(","):
+            events = f"/sys/fs/cgroup/memory{path}/memory.oom_control"
+        else:
+            continue
+        try:
+            with open(events) as f:
+                for row in f:
+                    name, _, value = row.partition(" ")
+                    if name == "oom_kill":
+                        return int(value)
+        except OSError:
+            continue
+    return None
+
+
+def _spawn(command: list[str], env: dict) -> tuple[int, int]:
+    """Start ``command`` (no shell) in a session of its own, with stdout and
+    stderr on one pipe: (pid, the pipe's read end). OSError when it cannot
+    start (not found, not executable).
+
+    ``subprocess.Popen`` would do it, but the runner starts at every step
+    and ``subprocess`` (with ``threading``, ``selectors``, ...) is the largest
+    import it would have; one fork and exec of one command is all it needs.
+    """
+    read_end, write_end = os.pipe()
+    error_read, error_write = os.pipe()    # close-on-exec: EOF once the exec worked
+    runner = os.getpid()
+    pid = os.fork()
+    if pid == 0:   # the child: only until the exec
+        try:
+            for signum in (*FORWARDED_SIGNALS, signal.SIGALRM, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(signum, signal.SIG_DFL)  # as a shell would leave them (Python ignores SIGPIPE)
+            os.setsid()
+            _die_with_parent()
+            if os.getppid() != runner:   # the runner died before the line above
+                os._exit(128 + signal.SIGKILL)
+            os.dup2(write_end, 1)
+            os.dup2(write_end, 2)
+            os.execvpe(command[0], command, env)
+        except BaseException as exc:
+            try:
+                os.write(error_write, f"{getattr(exc, 'errno', 0) or 0}:{getattr(exc, 'strerror', 0) or exc}"
+                         .encode())
+            except BaseException:
+                pass   # the parent then sees a bare exit 127
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    os.close(error_write)
+    with open(error_read, "rb") as errors:
+        error = errors.read()
+    if error:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+        number, _, message = error.decode(errors="replace").partition(":")
+        raise OSError(int(number), message, command[0])
+    return pid, read_end
+
+
+class Attempt:
+    """One run of a command: its own process group, a teed log, a time limit,
+    and SIGTERM/SIGINT/SIGHUP forwarded to it. Timers are SIGALRM's
+    (``setitimer``), not threads: the time limit, then the grace period
+    between SIGTERM and SIGKILL."""
+
+    def __init__(self, command: list[str], env: dict, log_path: str, runtime: float | None, grace: float,
+                 heartbeat=None):
+        self.heartbeat = heartbeat      # called every HEARTBEAT_S while the step runs
+        self.command = command
+        self.env = env
+        self.log_path = log_path
+        self.runtime = runtime
+        self.grace = grace
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.received_signal: int | None = None
+        self.timed_out = False
+        self.terminating = False
+
+    def _signal_group(self, signum: int) -> None:
+        if self.pid is not None and self.returncode is None:   # never a reaped (maybe reused) pid
+            try:
+                os.killpg(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _terminate(self) -> None:
+        if not self.terminating:
+            self.terminating = True
+            self._term_then_kill()
+
+    def _term_then_kill(self) -> None:
+        self._signal_group(signal.SIGTERM)
+        signal.setitimer(signal.ITIMER_REAL, max(self.grace, 0.001))   # 0 would disarm it
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.received_signal = signum
+        self._terminate()
+
+    def _on_alarm(self, _signum, _frame) -> None:
+        if self.terminating:            # the grace period is over
+            self._signal_group(signal.SIGKILL)
+        else:                           # the time limit
+            self.timed_out = True
+            self._terminate()
+
+    def _tee(self, output: int, log) -> int:
+        """Copy the step's output to the log and to stderr until the step's
+        shell has ended and the output is closed, beating the heartbeat
+        whenever ``HEARTBEAT_S`` pass (quiet steps too). Returns the shell's
+        wait status. What the shell left running in the step's process group
+        when it ended (a background job it did not wait for, a child of a
+        killed shell) is killed then: nothing of an attempt goes on writing
+        in the stage directory once its end is recorded."""
+        import select
+        # SIGCHLD wakes the select (a handler of Python's: set_wakeup_fd).
+        wake_read, wake_write = os.pipe()
+        for fd in (wake_read, wake_write):
+            os.set_blocking(fd, False)
+        previous_fd = signal.set_wakeup_fd(wake_write)
+        previous_chld = signal.signal(signal.SIGCHLD, lambda *_: None)
+        status, closed, drain_until = None, False, None
+        last_beat = time.monotonic()
+        try:
+            while not closed:
+                if status is None:
+                    pid, found = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        status = found
+                        self._signal_group(signal.SIGKILL)   # the shell is gone: so is what it left
+                        drain_until = time.monotonic() + 5   # (a writer outside the group: don't wait on it)
+                timeout = HEARTBEAT_S if drain_until is None else max(0.0, drain_until - time.monotonic())
+                ready, _, _ = select.select([output, wake_read], [], [], timeout)
+                if wake_read in ready:
+                    while True:
+                        try:
+                            if not os.read(wake_read, 512):
+                                break
+                        except BlockingIOError:
+                            break
+                if output in ready:
+                    chunk = os.read(output, 65536)
+                    if chunk:
+                        log.write(chunk)
+                        log.flush()
+                        sys.stderr.buffer.write(chunk)
+                        sys.stderr.buffer.flush()
+                    elif status is None:
+                        closed = True
+                        _, status = os.waitpid(self.pid, 0)
+                    else:
+                        closed = True
+                elif drain_until is not None and time.monotonic() >= drain_until:
+                    closed = True
+                if self.heartbeat and time.monotonic() - last_beat >= HEARTBEAT_S:
+                    last_beat = time.monotonic()
+                    self.heartbeat()
+        finally:
+            signal.signal(signal.SIGCHLD, previous_chld)
+            signal.set_wakeup_fd(previous_fd)
+            for fd in (output, wake_read, wake_write):
+                os.close(fd)
+        return status
+
+    def run(self) -> int:
+        handlers = {s: self._on_signal for s in FORWARDED_SIGNALS}
+        handlers[signal.SIGALRM] = self._on_alarm
+        previous = {s: signal.signal(s, handler) for s, handler in handlers.items()}
+        try:
+            with open(self.log_path, "ab") as log:
+                try:
+                    self.pid, output = _spawn(self.command, self.env)
+                except OSError as exc:
+                    message = f"waypost: cannot start {self.command[0]!r}: {exc}\n".encode()
+                    log.write(message)
+                    sys.stderr.buffer.write(message)
+                    return 127
+                if self.terminating:       # a signal came while it was starting: pass it on now
+                    self._term_then_kill()
+                elif self.runtime is not None:
+                    signal.setitimer(signal.ITIMER_REAL, self.runtime)
+                status = self._tee(output, log)
+                self.returncode = os.waitstatus_to_exitcode(status)
+                return self.returncode
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    @property
+    def killed_by(self) -> int | None:
+        """The signal that ended the step: its shell's own, or, as the
+        shell reports a command killed by signal N (status 128 + N), its
+        command's."""
+        code = self.returncode
+        if code is None:
+            return None
+        if code < 0:
+            return -code
+        return code - 128 if 128 < code < 128 + 65 else None
+
+
+def classify(returncode: int, attempt: Attempt, oom: bool, missing_outputs: list[str]) -> str:
+    """How an attempt ended, from what the runner saw of it."""
+    if attempt.timed_out:
+        return "TIMEOUT"
+    if attempt.received_signal is not None:
+        return "CANCELLED"
+    if oom:
+        return "OOM"
+    if attempt.killed_by in HARDWARE_SIGNALS:
+        return "HWFAILURE"
+    if returncode != 0 or missing_outputs:
+        return "FAILED"
+    return "SUCCESS"

@@ -1,0 +1,122 @@
+"""A stage's attempts as one runner holds them: every attempt so far, the
+series this runner goes on with, and how that series begins (from what the
+last runner left in the stage directory)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from . import manifest, slurm
+from . import policy as wpolicy
+from .stagedir import StageDirectory
+
+
+class Series:
+    """The attempts of one stage and the series under way."""
+
+    def __init__(self, run_id: str):
+        # The Snakemake run this job is part of.
+        self.run_id = run_id
+        self.history: list[dict] = []   # every attempt ever, this series last
+        self.number = 1
+        self.attempts: list[dict] = []   # this series'
+        self.base = 0                   # series before the last reset (waypost retry) don't count
+        self.previous_settings: dict | None = None   # the last manifest's settings (see diffs.resumed_work)
+        self.first = ("cmd", "a first series")       # this series' first action, and why
+        self.refusal = ""
+
+    def _go_on_with(self, number: int) -> None:
+        self.number = number
+        self.attempts = [a for a in self.history if a.get("series") == number]
+
+    def start(self, directory: StageDirectory, policy: wpolicy.Policy) -> str | None:
+        """Begin a new series, or go on with one whose runner was killed.
+
+        Returns None to go on (``self.first``: the first action and why),
+        "decided" when Snakemake retried a job whose series the policy had
+        already ended (its decision stands), "done" when the retried job's
+        work had succeeded after all, "given up" when the stage has had its
+        ``max_series`` (``self.refusal`` says why), "backoff" when its next
+        series may not start yet, and "record" when a series a killed runner
+        left must be recorded as the last one.
+        """
+        os.makedirs(directory.dir, exist_ok=True)
+        life = directory.life()
+        running = life.marker or None
+        previous = life.manifest
+        # What the work in the workspace was made under, for attempts that recorded none of their own.
+        self.previous_settings = (previous or {}).get("settings")
+        if life.error:
+            print(f"waypost: {life.error}; archiving it with the old workspace", file=sys.stderr)
+        self.base = (previous or {}).get("series_base", 0)
+        # Snakemake retrying this job within the same run (Slurm ended the
+        # last job, or the policy had ended the series), not a new run.
+        retried = (running or previous or {}).get("run") == self.run_id
+        if retried and directory.remote:
+            directory.remote.pull_workspace()   # only the engine's files were fetched
+        if running:
+            # The runner before us was killed mid-attempt (by Slurm at its time
+            # limit, by preemption, with its node, or with Snakemake).
+            self.history = running.get("attempts", [])
+            self.base = running.get("series_base", self.base)
+            for attempt in self.history:
+                if attempt.get("state") is None:
+                    close_interrupted(attempt)
+            last = self.history[-1] if self.history else {}
+            if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
+                # Its step had succeeded; the job ended while its manifest was
+                # being written: the series is finished, not run again.
+                self._go_on_with(running.get("series", 1))
+                return "record"
+            if retried:   # the same series goes on
+                self._go_on_with(running.get("series", 1))
+                return None
+        elif previous and retried and previous["state"] != "SUCCESS":
+            return "decided"
+        elif previous and retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
+            return "done"  # the step had finished when Slurm ended the job
+        elif previous:
+            self.history = list(previous["attempts"])
+        last_no = max((a.get("series", 1) for a in self.history), default=0)
+        last_series = [a for a in self.history if a.get("series", 1) == last_no]
+        unfinished = bool(last_series) and (running is not None or previous is None
+                                            or previous["state"] != "SUCCESS")
+        if unfinished:
+            spent = last_no - self.base
+            if (previous or {}).get("given_up") and not running:
+                self.refusal = previous.get("reason") or f"given up after {spent} series"
+                return "given up"
+            if spent >= policy.max_series:
+                if running:   # the killed runner's series was the last: record it so
+                    self.number, self.attempts = last_no, last_series
+                    return "record"
+                self.refusal = f"given up after {spent} series (max_series {policy.max_series})"
+                return "given up"
+            not_before = (previous or {}).get("next_series_after") if not running else None
+            if not_before and manifest.iso_to_epoch(not_before) > time.time():
+                self.refusal = (f"series {last_no} ended {last_series[-1].get('state')}; the next may start "
+                                f"from {not_before} (series_backoff)")
+                return "backoff"
+        self.number = 1 + last_no
+        self.first = wpolicy.begin_series(policy, last_series if unfinished else [])
+        if self.first[0] == "cmd":
+            directory.archive(self.history)
+        elif unfinished:
+            if directory.remote and not retried and (self.first[0] == "restart" or policy.rerun != "new"):
+                directory.remote.pull_workspace()   # the series goes on in it: checkpoints and all
+            print(f"waypost: {directory.name}: series {self.number} starts with {self.first[0]}: {self.first[1]}",
+                  file=sys.stderr)
+        return None
+
+
+def close_interrupted(attempt: dict) -> None:
+    """Fill in how an attempt whose runner died ended: Slurm's word when
+    it ran in a Slurm job, else CANCELLED (stopped from outside)."""
+    state, detail = None, None
+    if attempt.get("slurm_job_id"):
+        state, detail = slurm.final_state(attempt["slurm_job_id"])
+    attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
+                   error=(attempt.get("error") or "the runner was killed during this attempt")
+                         + (f" (Slurm: {detail})" if detail else ""))

@@ -1,0 +1,170 @@
+"""One attempt of a stage's step, as its series records it: the command
+written into ``_logs/attempt-<n>.sh``, the environment the step sees, the
+process (``attempt.Attempt``), how it ended, and the policy's checks."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from . import manifest, records, stores, workers
+from . import policy as wpolicy
+from . import spec as wspec
+from .attempt import Attempt, classify, oom_kills
+from .layout import LOGS
+from .series import Series
+from .stagedir import StageDirectory
+
+
+class StageAttempt:
+    """One attempt (``action``: cmd, restart or rerun) of the series under way."""
+
+    def __init__(self, step: wspec.StepSpec, policy: wpolicy.Policy, directory: StageDirectory, series: Series,
+                 action: str):
+        self.spec, self.policy, self.directory, self.series, self.action = step, policy, directory, series, action
+        self.received_signal: int | None = None   # the signal that ended it from outside, if one did
+
+    def run(self) -> dict:
+        """Run the attempt and return its record (in the series' history)."""
+        spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
+        number = len(series.history) + 1
+        in_series = len(series.attempts) + 1
+        os.makedirs(directory.path(LOGS), exist_ok=True)
+        log_rel = os.path.join(LOGS, f"attempt-{number}.log")
+        command = spec.command
+        if action == "restart" and policy.restart != "same":
+            command = policy.restart
+        # The command runs as plain Snakemake runs one: its shell, prefix and
+        # suffix, from a script (of any length) kept beside the attempt's log.
+        script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
+        with open(directory.path(script_rel), "w") as f:
+            f.write(spec.script(command))
+        # Under Slurm the job's time limit is Slurm's to enforce (and report);
+        # in a bundle (several stages in one job) each stage keeps its own.
+        runtime = None if os.environ.get("SLURM_JOB_ID") and not os.environ.get("WAYPOST_BUNDLED") \
+            else policy.runtime_seconds(in_series)
+        previous = series.attempts[-1]["state"] if series.attempts else ""
+        worker = workers.worker_env(os.environ, spec.worker_env)
+        resumes = self._resumes_other_settings()
+        record = records.attempt(
+            number=number, series=series.number, action=action, start=manifest.now_iso(), run=series.run_id,
+            host=manifest.hostname(), slurm_job_id=os.environ.get("SLURM_JOB_ID"), command=command,
+            worker={"pool": spec.pool, "class": spec.worker_class, **worker}, log=log_rel,
+            script=script_rel, runtime_limit_s=runtime, settings=spec.settings,
+            config_hash=spec.config_hash, resumes=resumes,
+            why=series.first[1] if in_series == 1 else None)   # how this series began
+        series.history.append(record)
+        series.attempts.append(record)
+        directory.save_running(series)
+
+        counts = wpolicy.counters(series.attempts)
+        env = self.env(previous, counts, runtime)
+        env["GPUS"] = worker["GPUS"]
+        if worker["WORKSPACE"] is not None:
+            env["WORKSPACE"] = str(worker["WORKSPACE"])
+        oom_before = oom_kills()
+        started = time.monotonic()
+        if directory.remote and stores.SCHEME in command:
+            _announce_urls(command, directory.path(log_rel))
+        attempt = Attempt([spec.executable, directory.path(script_rel)], env, directory.path(log_rel), runtime,
+                          policy.kill_grace, directory.heartbeat)
+        if directory.remote:
+            with directory.remote.syncing(directory.outputs):
+                returncode = attempt.run()
+        else:
+            returncode = attempt.run()
+        oom_after = oom_kills()
+        missing = [p for p in directory.outputs if not os.path.exists(p)] if returncode == 0 else []
+        state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
+        record.update({
+            "state": state,
+            "exit_code": returncode if returncode >= 0 else None,
+            "signal": attempt.killed_by,   # the shell's own, or its command's (status 128 + N)
+            "end": manifest.now_iso(),
+            "duration_s": round(time.monotonic() - started, 3),
+        })
+        if missing:
+            record["error"] = "command exited 0 but did not write: " + ", ".join(missing)
+        record["checks"] = self.run_checks(env, directory.path(log_rel))
+        self.received_signal = attempt.received_signal
+        print(f"waypost: {directory.name} attempt {number} ({action}) ended {state}"
+              + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
+        return record
+
+    def _resumes_other_settings(self) -> dict | None:
+        """When this attempt goes on with the work an earlier one left in the
+        workspace (a restart in place, a rerun in the workspace as it is)
+        and that one ran under other settings: which, and what differs (said
+        in the log too: a checkpoint of 50 epochs resumed after ``epochs``
+        became 40 is the user's to judge)."""
+        if not self.policy.goes_on_in_workspace(self.action):
+            return None
+        from .diffs import resumed_work
+        found = resumed_work(self.series.history, self.series.previous_settings, self.spec.settings)
+        if found is None:
+            return None
+        number, differs = found
+        print(f"waypost: {self.directory.name}: this {self.action} goes on with attempt {number}'s work, made "
+              f"under other settings: {'; '.join(differs)}", file=sys.stderr)
+        return {"attempt": number, "settings": differs}
+
+    def env(self, previous: str, counts: dict, runtime: float | None) -> dict:
+        """The step's environment: the runner's, and what waypost tells it."""
+        env = dict(os.environ)
+        env.update({
+            "WAYPOST_STAGE_DIR": self.directory.dir,
+            "WAYPOST_EXPERIMENT": self.spec.experiment,
+            "WAYPOST_PAIR": self.spec.pair,
+            "WAYPOST_STAGE": self.spec.stage,
+            "WAYPOST_INSTANCE": self.spec.instance or "",
+            "WAYPOST_ACTION": self.action,
+            # One numbering: the attempt's number as the tables show it
+            # (across series), and its place in its series (the cues' `attempt`).
+            "WAYPOST_ATTEMPT": str(self.series.attempts[-1]["number"] if self.series.attempts else 1),
+            "WAYPOST_SERIES": str(self.series.number),
+            "WAYPOST_SERIES_ATTEMPT": str(counts["attempt"]),
+            "WAYPOST_ATTEMPT_RESTART": str(counts["attempt.restart"]),
+            "WAYPOST_ATTEMPT_RERUN": str(counts["attempt.rerun"]),
+            "WAYPOST_PREVIOUS_STATE": previous,
+            "WAYPOST_RUNTIME_SECONDS": "" if runtime is None else str(int(runtime)),
+        })
+        if self.directory.remote:   # where gs://BUCKET/KEY is copied locally: $WAYPOST_MIRROR/BUCKET/KEY
+            env["WAYPOST_MIRROR"] = self.directory.remote.mirror
+        # `python` in a step is the interpreter waypost runs with (its venv's),
+        # activated or not.
+        bin_dir = os.path.dirname(sys.executable)
+        if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+            env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
+        return env
+
+    def run_checks(self, env: dict, log_path: str) -> dict:
+        if not self.policy.checks:
+            return {}
+        import subprocess  # here: most steps have no checks
+        results = {}
+        for name, command in self.policy.checks.items():
+            with open(log_path, "ab") as log:
+                log.write(f"waypost: check {name}: {command}\n".encode())
+                try:
+                    done = subprocess.run(["bash", "-c", command], env=env, stdout=log, stderr=log,
+                                          timeout=self.policy.check_timeout)
+                    results[name] = "SUCCESS" if done.returncode == 0 else "FAILED"
+                except subprocess.TimeoutExpired:
+                    results[name] = "TIMEOUT"
+                log.write(f"waypost: check {name}: {results[name]}\n".encode())
+        return results
+
+
+def _announce_urls(command: str, log_path: str) -> None:
+    """Say so when the step's command still names a gs:// URL: its inputs
+    and outputs are local copies, but a URL written into the command (or
+    a setting) reaches the step as it is, and a program that reads plain
+    files can't open it."""
+    import re
+    urls = sorted(set(re.findall(re.escape(stores.SCHEME) + r"[^\s'\";|&()<>]+", command)))
+    message = (f"waypost: note: the command names {', '.join(urls)}; only the job's inputs and outputs are "
+               "mapped to local copies, so the step sees these as they are (URLs, not files)\n").encode()
+    with open(log_path, "ab") as log:
+        log.write(message)
+    sys.stderr.buffer.write(message)
