@@ -45,12 +45,12 @@ REPETITIONS = 7
 BREAKDOWN_REPETITIONS = 3
 
 # The phases of `waypost status`, timed inside one fresh interpreter. Uses
-# waypost's internals (cli.render_status, status.collect, config.load): when
+# waypost's internals (clistatus.render_status, status.collect, config.load): when
 # those change, the breakdown says it is unavailable and the rest goes on.
 PHASES = r"""
 import contextlib, json, os, sys, time
 t0 = time.perf_counter()
-from waypost import cli, graph, status
+from waypost import cli, clistatus, graph, status
 t1 = time.perf_counter()
 facts = graph.facts(sys.argv[1], sys.argv[2])
 cfg = graph.load_config(sys.argv[1], sys.argv[2], facts)
@@ -58,7 +58,7 @@ t2 = time.perf_counter()
 grid = status.collect(cfg, facts["funnels"])
 t3 = time.perf_counter()
 with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-    cli.render_status(grid)
+    clistatus.render_status(grid)
 t4 = time.perf_counter()
 with open(os.devnull, "w") as null:
     null.write(json.dumps(grid))

@@ -147,7 +147,7 @@ def status_cmd(workdir: Path, *extra: str) -> list[str]:
 # unavailable and the rest goes on). argv: config, workflow, dry-run text file.
 PLAN_PHASES = r"""
 import contextlib, io, json, sys, time
-from waypost import cli, graph, plan
+from waypost import cli, clirun, graph, plan
 facts = graph.facts(sys.argv[1], sys.argv[2])
 cfg = graph.load_config(sys.argv[1], sys.argv[2], facts)
 text = open(sys.argv[3]).read()
@@ -161,13 +161,13 @@ t2 = time.perf_counter()
 args = cli.build_parser().parse_args(["plan", "--config", sys.argv[1], "--workflow", sys.argv[2]])
 plan.dry_run = lambda *a, **kw: (0, text)
 with contextlib.redirect_stdout(io.StringIO()) as out:
-    cli.cmd_plan(args)
+    clirun.cmd_plan(args)
 t3 = time.perf_counter()
 print(json.dumps({"jobs": sum(g["count"] for r in rows for g in r["reasons"]), "rows": len(rows),
                   "lines": out.getvalue().count("\n"),
                   "phases": {"read the dry run's jobs, group them (plan.parse_jobs, next_run)": t1 - t0,
                              "drift over the manifests (plan.drift, collapse)": t2 - t1,
-                             "all of `waypost plan` but the dry run: the config, the above, the tables (cli.cmd_plan)": t3 - t2}}))
+                             "all of `waypost plan` but the dry run: the config, the above, the tables (clirun.cmd_plan)": t3 - t2}}))
 """
 
 
@@ -194,7 +194,7 @@ def plan_part(workdir: Path, config: dict) -> tuple[list[Row], list[str]]:
             return [], [f"(`waypost plan`'s phases unavailable: {result.output.strip().splitlines()[-1:]})"]
         runs.append(json.loads(result.output.strip().splitlines()[-1]))
     phases = {name: median([r["phases"][name] for r in runs]) for name in runs[0]["phases"]}
-    whole = phases["all of `waypost plan` but the dry run: the config, the above, the tables (cli.cmd_plan)"]
+    whole = phases["all of `waypost plan` but the dry run: the config, the above, the tables (clirun.cmd_plan)"]
     table = "\n".join(f"| {name} | {1000 * s:.0f} |" for name, s in phases.items())
     note = (f"**`waypost plan` at {jobs:,} jobs**: Snakemake's dry run of the study with nothing done took "
             f"{dry.seconds:.1f} s (once; the planning benchmark measures it). Over its text and the done "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import REPO, SMALL_CONFIG, write_config
 
-from waypost import cli
+from waypost import clisetup
 
 
 def waypost_install(home: Path) -> subprocess.CompletedProcess:
@@ -39,7 +39,7 @@ def test_bare_name_after_install(tmp_path):
     installed = home / ".config/snakemake/local"
     assert str(installed) in out.stdout
     assert not installed.is_symlink()   # a copy: it doesn't follow whichever checkout ran last
-    assert (installed / "config.yaml").read_text() == Path(cli.PACKAGE_PROFILES, "local", "config.yaml").read_text()
+    assert (installed / "config.yaml").read_text() == Path(clisetup.PACKAGE_PROFILES, "local", "config.yaml").read_text()
     proc = dry_run(work, "local", home)
     assert proc.returncode == 0, proc.stderr
     assert "fetch_corpus" in proc.stdout
