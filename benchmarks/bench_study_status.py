@@ -144,22 +144,24 @@ def status_cmd(workdir: Path, *extra: str) -> list[str]:
 
 # What `waypost plan` does besides the dry run, phase by phase, in one
 # interpreter (waypost's internals: when they change, this part says it is
-# unavailable and the rest goes on). argv: config, workflow, dry-run text file.
+# unavailable and the rest goes on). argv: config, workflow, the dry run's
+# text file and its events file.
 PLAN_PHASES = r"""
 import contextlib, io, json, sys, time
-from waypost import cli, clirun, graph, plan
+from waypost import cli, clirun, events, graph, plan
 facts = graph.facts(sys.argv[1], sys.argv[2])
 cfg = graph.load_config(sys.argv[1], sys.argv[2], facts)
 text = open(sys.argv[3]).read()
 t0 = time.perf_counter()
-rows = plan.next_run(plan.parse_jobs(text, "point"), cfg)
+found = events.read(sys.argv[4])
+rows = plan.next_run(plan.parse_jobs(found, "point"), cfg)
 t1 = time.perf_counter()
 drifted, unknown = plan.drift(cfg, graph.code_versions(), facts["funnels"])
 groups = plan.collapse(drifted, cfg)
 t2 = time.perf_counter()
 # the tables, as cmd_plan prints them, over these rows (no second dry run)
 args = cli.build_parser().parse_args(["plan", "--config", sys.argv[1], "--workflow", sys.argv[2]])
-plan.dry_run = lambda *a, **kw: (0, text)
+plan.dry_run = lambda *a, **kw: (0, text, found)
 with contextlib.redirect_stdout(io.StringIO()) as out:
     clirun.cmd_plan(args)
 t3 = time.perf_counter()
@@ -174,22 +176,24 @@ print(json.dumps({"jobs": sum(g["count"] for r in rows for g in r["reasons"]), "
 def plan_part(workdir: Path, config: dict) -> tuple[list[Row], list[str]]:
     """The dry run of the study with nothing done (8,001 jobs), once; then
     waypost's own phases over its text and the done tree's manifests."""
-    from waypost import plan
+    from waypost import events, plan
 
     fresh = workdir.parent / "fresh"
     fresh.mkdir(exist_ok=True)
     (fresh / "config.yaml").write_text(yaml.safe_dump({**config, "root": str(fresh / "results")}, sort_keys=False))
     log("plan: one dry run of the study with nothing done")
+    events_file = workdir.parent / "dry-run-events.jsonl"
     dry = timed([PYTHON, "-m", "snakemake", "-s", str(WORKFLOW / "Snakefile"), "--profile", str(LOCAL_PROFILE),
-                 "-n", "--configfile", str(fresh / "config.yaml")], cwd=fresh)
+                 "-n", "--configfile", str(fresh / "config.yaml"), *events.snakemake_args(str(events_file))],
+                cwd=fresh, env={**os.environ, events.EVENTS_ENV: str(events_file)})   # (as plan.dry_run)
     check(dry, "snakemake -n")
     text_file = workdir.parent / "dry-run.txt"
     text_file.write_text(dry.output)
-    jobs = len(plan.parse_jobs(dry.output, "point"))
+    jobs = len(plan.parse_jobs(events.read(str(events_file)), "point"))
     runs = []
     for _ in range(PHASE_REPETITIONS):
-        result = timed([PYTHON, "-c", PLAN_PHASES, str(workdir / "config.yaml"), str(WORKFLOW), str(text_file)],
-                       cwd=workdir)
+        result = timed([PYTHON, "-c", PLAN_PHASES, str(workdir / "config.yaml"), str(WORKFLOW), str(text_file),
+                        str(events_file)], cwd=workdir)
         if result.returncode != 0:
             return [], [f"(`waypost plan`'s phases unavailable: {result.output.strip().splitlines()[-1:]})"]
         runs.append(json.loads(result.output.strip().splitlines()[-1]))
