@@ -149,9 +149,9 @@ class BucketWorkspace:
         os.makedirs(self.local)
         self._pulled = self._workspace(self._listing())
         wanted = [rel for rel in self._pulled if rel in (MANIFEST, RUNNING)]
-        self._get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
+        _get(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
-        self._get([self._name(p) for p in inputs], inputs)
+        _get(self.fs, [self._name(p) for p in inputs], inputs)
         manifests = {os.path.join(os.path.dirname(os.path.abspath(p)), MANIFEST) for p in inputs}
         seen = set(manifests)
         while manifests:
@@ -166,9 +166,9 @@ class BucketWorkspace:
                     if above is not None:   # an input in a directory() output: its stage's, further up
                         upstream.add(above)
                 else:
-                    with open(self._temp(local), "wb") as f:
+                    with open(_temp(local), "wb") as f:
                         f.write(data)
-                    os.replace(self._temp(local), local)
+                    os.replace(_temp(local), local)
                     for url in blocking_manifests(data, SCHEME + self._name(local)):
                         if trust.inside(os.path.abspath(self.local_of(url)), self.mirror):   # (parse saw to it)
                             upstream.add(self.local_of(url))
@@ -202,70 +202,15 @@ class BucketWorkspace:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(local)
                 continue
-            with open(self._temp(local), "wb") as f:
+            with open(_temp(local), "wb") as f:
                 f.write(data)
-            os.replace(self._temp(local), local)
+            os.replace(_temp(local), local)
 
     def pull_workspace(self) -> None:
         """The rest of the stage's workspace (as listed by ``pull``), to go on with a series."""
         wanted = [rel for rel in self._pulled if rel not in self._synced]
-        self._get([self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
+        _get(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
-
-    @staticmethod
-    def _temp(path: str) -> str:
-        return os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
-
-    def _get(self, remote: list[str], local: list[str]) -> None:
-        """Download, all at once, each file under a temporary name renamed into
-        place (jobs running side by side fetch the same inputs). One that is
-        missing (deleted meanwhile) is left for the runner to find missing."""
-        for path in local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        temps = [self._temp(p) for p in local]
-        try:
-            if remote:
-                self.fs.get(remote, temps)
-        except FileNotFoundError:
-            for one, temp, path in zip(remote, temps, local):
-                try:
-                    self.fs.get_file(one, temp)
-                except FileNotFoundError:
-                    self._get_folder(one, path)
-        for temp, path in zip(temps, local):
-            if os.path.exists(temp):
-                os.replace(temp, path)
-
-    def _get_folder(self, remote: str, local: str) -> None:
-        """A ``directory()`` input (a prefix, no object of its own): every
-        object below it, into a fresh directory put in place of the old copy
-        (whose files the bucket may no longer have). Nothing when there are none."""
-        found = {n: i for n, i in self.fs.find(remote, detail=True).items() if n.startswith(remote.rstrip("/") + "/")}
-        if not found:
-            return
-        names = sorted(found)
-        # Each object's generation, kept beside the copy: a copy that is the
-        # bucket's is left alone (jobs side by side may be reading it).
-        generations = {n[len(remote.rstrip("/")) + 1:]: str(found[n].get("generation") or found[n].get("updated"))
-                       for n in names}
-        listed = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.generations.json")
-        with contextlib.suppress(OSError, ValueError), open(listed) as f:
-            if os.path.isdir(local) and json.load(f) == generations:
-                return
-        fresh = self._temp(local)
-        shutil.rmtree(fresh, ignore_errors=True)
-        targets = [os.path.join(fresh, n[len(remote.rstrip("/")) + 1:]) for n in names]
-        for target in targets:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-        self.fs.get(names, targets)
-        old = self._temp(local) + ".old"
-        if os.path.isdir(local):
-            os.rename(local, old)
-        os.rename(fresh, local)
-        shutil.rmtree(old, ignore_errors=True)
-        with open(self._temp(listed), "w") as f:
-            json.dump(generations, f)
-        os.replace(self._temp(listed), listed)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
         """Make the bucket's workspace what the local one is. The declared
@@ -415,3 +360,59 @@ def snakemake_options(root: str) -> list[str]:
     if not is_bucket_url(root):
         return []
     return ["--default-storage-provider", PROVIDER, "--default-storage-prefix", root]
+
+
+def _temp(path: str) -> str:
+    return os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
+
+
+def _get(fs, remote: list[str], local: list[str]) -> None:
+    """Download, all at once, each file under a temporary name renamed into
+    place (jobs running side by side fetch the same inputs). One that is
+    missing (deleted meanwhile) is left for the runner to find missing."""
+    for path in local:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    temps = [_temp(p) for p in local]
+    try:
+        if remote:
+            fs.get(remote, temps)
+    except FileNotFoundError:
+        for one, temp, path in zip(remote, temps, local):
+            try:
+                fs.get_file(one, temp)
+            except FileNotFoundError:
+                _get_folder(fs, one, path)
+    for temp, path in zip(temps, local):
+        if os.path.exists(temp):
+            os.replace(temp, path)
+
+def _get_folder(fs, remote: str, local: str) -> None:
+    """A ``directory()`` input (a prefix, no object of its own): every
+    object below it, into a fresh directory put in place of the old copy
+    (whose files the bucket may no longer have). Nothing when there are none."""
+    found = {n: i for n, i in fs.find(remote, detail=True).items() if n.startswith(remote.rstrip("/") + "/")}
+    if not found:
+        return
+    names = sorted(found)
+    # Each object's generation, kept beside the copy: a copy that is the
+    # bucket's is left alone (jobs side by side may be reading it).
+    generations = {n[len(remote.rstrip("/")) + 1:]: str(found[n].get("generation") or found[n].get("updated"))
+                   for n in names}
+    listed = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.generations.json")
+    with contextlib.suppress(OSError, ValueError), open(listed) as f:
+        if os.path.isdir(local) and json.load(f) == generations:
+            return
+    fresh = _temp(local)
+    shutil.rmtree(fresh, ignore_errors=True)
+    targets = [os.path.join(fresh, n[len(remote.rstrip("/")) + 1:]) for n in names]
+    for target in targets:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+    fs.get(names, targets)
+    old = _temp(local) + ".old"
+    if os.path.isdir(local):
+        os.rename(local, old)
+    os.rename(fresh, local)
+    shutil.rmtree(old, ignore_errors=True)
+    with open(_temp(listed), "w") as f:
+        json.dump(generations, f)
+    os.replace(_temp(listed), listed)
