@@ -151,6 +151,49 @@ def test_presence_missing_intermediate_is_rebuilt_only_itself(run_copy):
     assert planned(run_copy) == {"clean_corpus": 1}
 
 
+def _all_inputs(workdir: Path, *args: str) -> set[str]:
+    """The inputs of the dry run's ``rule all`` job (its default targets)."""
+    out = snakemake(workdir, "-n", *args).stdout
+    block = out.split("\nrule all:\n", 1)[1] if "\nrule all:\n" in out else out.split("localrule all:\n", 1)[1]
+    line = next(line for line in block.splitlines() if line.strip().startswith("input:"))
+    return set(line.split(":", 1)[1].replace(",", " ").split())
+
+
+def test_the_default_targets_are_the_jobs_to_do_that_no_job_to_do_reads(tmp_path, run_copy):
+    """`rule all` asks for what the plain workflow's would: the last
+    outputs, the jobs to do bringing in what they read; `--batch` still
+    splits a list (of every output), and a deleted intermediate is its own
+    target."""
+    write_config(tmp_path, SMALL_CONFIG)
+    graph = json.loads((run_copy / ".waypost" / "stages.json").read_text())
+    read = {parent for parents in graph["parents"].values() for parent in parents}
+    leaves = [name for name in graph["stages"] if name not in read]
+    targets = _all_inputs(tmp_path)
+    assert targets and {Path(t).parts[3] for t in targets} == set(leaves), (leaves, targets)
+    everything, first = planned(tmp_path), planned(tmp_path, "--batch", "all=1/2")   # (over every output)
+    assert 0 < sum(first.values()) < sum(everything.values()) and set(first) <= set(everything)
+
+    shutil.rmtree(stage(run_copy, "en-xb", "clean_corpus"))
+    assert {Path(t).parts[1:4] for t in _all_inputs(run_copy)} == {("en-xb", "exp1", "clean_corpus")}
+
+
+def test_a_stage_reading_nothing_left_unfinished_is_redone_when_its_file_is_asked_for(run_copy):
+    """A stage whose rule reads nothing has an input function only while one
+    of its jobs is to be forced: it is redone by the default run and when
+    its file is the target, in both modes; the others are not."""
+    fetch = stage(run_copy, "en-xa", "fetch_corpus")
+    asked = str((fetch / "train.tsv").relative_to(run_copy))
+    assert planned(run_copy, asked) == {}
+    due = time.time() - 60
+    (fetch / "_unfinished").touch()
+    os.utime(fetch / "_unfinished", (due, due))   # a series whose next one is due
+    for mode in ("presence", "mtime"):
+        assert planned(run_copy, asked, "--config", f"rerun_policy={mode}") == {"fetch_corpus": 1}, mode
+    assert planned(run_copy) == {"fetch_corpus": 1}
+    other = str((stage(run_copy, "en-xb", "fetch_corpus") / "train.tsv").relative_to(run_copy))
+    assert planned(run_copy, other) == {}
+
+
 def test_mtime_mode_deletion_reruns_downstream(run_copy):
     config = json.loads(json.dumps(SMALL_CONFIG))
     config["rerun_policy"] = "mtime"

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from . import events, layout, lifecycle, manifest, reuse, stores
-from .holds import Holds
+from . import events, fanout, layout, lifecycle, manifest, reuse, stores
 from .resolver import Resolver
 from .stores import gcs
 
@@ -24,6 +23,7 @@ class StateView:
         self.graph, self.resolver, self.snake, self.fanout = graph, resolver, snake, fanout
         self.root, self.mirror, self.presence = root, mirror, presence
         self._lives: dict[str, lifecycle.Life] = {}
+        self._nothing: set[str] = set()   # stage directories not there, or empty
         self._store = None   # the root's store, for a root read directory by directory (life)
         self._set_changes: dict[str, str | None] = {}   # stage dir → how its set of inputs changed
         self._forced: set | None = None   # see forced_stages
@@ -60,7 +60,8 @@ class StateView:
                     # an unknown mount: said once)
                     self._store = stores.store_for(self.root, snapshot=True)
                 life = lifecycle.read(self._store, stage_dir)
-                if not life.entries:   # nothing there: asked again, the store's listing answers (kept: fewer objects)
+                if not life.entries:   # nothing there (kept as a name only: fewer objects)
+                    self._nothing.add(stage_dir)
                     return life
                 self._lives[stage_dir] = life
             else:
@@ -73,11 +74,15 @@ class StateView:
         ``recheck``): an attempt left open, or a series whose next one is
         due, is redone; a stage made over parents that did not succeed, or
         in its backoff, has its inputs looked at again."""
+        if stage_dir in self._nothing:
+            return False, False
         life = self.life(stage_dir)
         return life.redo, life.recheck
 
     def recorded(self, stage_dir: str) -> dict | None:
         """A stage directory's manifest; None when there is none or it can't be read."""
+        if stage_dir in self._nothing:
+            return None
         try:
             return self.life(stage_dir).manifest
         except (OSError, gcs.StorageError):
@@ -193,55 +198,32 @@ class StateView:
         info = gcs.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
         return ((info or {}).get("metadata") or {}).get(manifest.INPUT_SET_KEY)
 
-    # --- the default run's targets -----------------------------------------------
+    # --- the jobs ----------------------------------------------------------------
     def targets(self) -> list[str]:
-        """presence: the outputs that are missing, or whose stage is to be
-        redone; with ``--forcerun``/``--forceall``, those of the stages they
-        force too. mtime: every output (Snakemake's timestamps decide)."""
-        forced = self.forced_stages()
-        holds = Holds(self.root, self.mirror is not None, self.graph.stages, self.resolver.policy, self.recorded)
-        wanted, skipped, done = [], set(), None
-        for stage, job, path in self.stage_outputs():
-            if holds.held and holds.holds(stage, job["experiment"], job["pair"], job["instance"]) \
-                    and not self.present(path):
-                skipped.add(stage)
-                continue
-            values = job["wildcards"]
-            try:
-                todo = not self.presence or stage in forced or not self.present(path) \
-                    or any(self.markers(self.own_files(stage)[0].format(**values))) \
-                    or (self.graph.stages[stage].gathers and self.set_changed(stage, values) is not None) \
-                    or (stage in self.fanout.after and self._changed_parts(stage, values))
-            except self.snake.Waiting as exc:   # its set is found by a checkpoint still to run
-                self._pending.setdefault(str(exc.targetfile), exc.targetfile)
-                continue
-            if todo:
-                wanted.append(path)
-            elif done is None:
-                done = path
-        # The outputs of checkpoints whose parts are still to be found: Snakemake
-        # runs them first, then asks again (it re-evaluates what depends on them).
-        wanted += self._pending.values()
-        self._pending = {}
-        if not wanted and done is not None:
-            # Everything is done: one done output keeps `rule all` a rule with
-            # inputs (one without is always run), so Snakemake says "Nothing to be done".
-            wanted.append(done)
-        if skipped:
-            print(f"waypost: on hold, not scheduled, nor what needs them ({', '.join(sorted(skipped))}): "
-                  + "; ".join(holds.said[:6]) + (" ..." if len(holds.said) > 6 else "")
-                  + " (`waypost retry STAGE` to try again now)", file=sys.stderr)
-        return wanted
+        """The default run's targets (see ``waypost.targets``)."""
+        from .targets import default_targets
+        return default_targets(self)
 
-    def stage_outputs(self, everything: bool = False):
-        """(stage, job, output) of every stage job of the selected
-        experiments and axis values (``everything``: of all of them), where
-        job holds its experiment, pair (the engine's name for its axis
-        value), instance, and its wildcards."""
+    def wait_for(self, exc) -> None:
+        """Note the checkpoint output that a set of instances waits for
+        (``Waiting``): the default targets ask for it."""
+        self._pending.setdefault(str(exc.targetfile), exc.targetfile)
+
+    def waited_for(self) -> list:
+        pending, self._pending = list(self._pending.values()), {}
+        return pending
+
+    def stage_outputs(self, everything: bool = False, only: str | None = None):
+        """(stage, job, outputs) of every stage job of the selected
+        experiments and axis values (``everything``: of all of them; ``only``:
+        of one stage), where job holds its experiment, pair (the engine's
+        name for its axis value), instance, and its wildcards."""
         graph, config = self.graph, self.resolver.config
         select = {} if everything else (config.get("select") or {})
         experiments = [e for e in graph.experiments if e in select.get("experiments", [e])]
         for stage, spec in graph.stages.items():
+            if only is not None and stage != only:
+                continue
             patterns = self.snake.rule_outputs(stage)
             for experiment in experiments:
                 if spec.funnel or not graph.axis_wc:  # a funnel is over all values: not when only some are selected
@@ -254,22 +236,35 @@ class StateView:
                     except self.snake.Waiting as exc:
                         # Instances found by a checkpoint that has not run: what
                         # needs them waits for it (``targets`` asks for its output).
-                        self._pending.setdefault(str(exc.targetfile), exc.targetfile)
+                        self.wait_for(exc)
                         continue
                     for instance in instances:
                         wildcards = graph.values(experiment, pair, instance)
                         job = {"experiment": experiment, "pair": pair, "instance": instance, "wildcards": wildcards}
-                        for p in patterns:
-                            yield stage, job, self.snake.fill(p, wildcards)
+                        yield stage, job, [self.snake.fill(p, wildcards) for p in patterns]
+
+    def to_force(self, stage: str) -> bool:
+        """Has some job of ``stage`` (a stage whose rule reads nothing) to be
+        forced: an attempt left open? Such a rule needs its input function
+        only then (``wiring.wire``); so does one whose instances a checkpoint
+        finds, which can't be asked before it ran."""
+        if fanout.checkpoint_parts(self.graph.stages[stage].instances):
+            return True
+        dir_pattern = self.own_files(stage)[0]
+        for _, job, _ in self.stage_outputs(everything=True, only=stage):
+            if self.markers(dir_pattern.format(**job["wildcards"]))[0]:
+                return True
+        self._pending = {}
+        return False
 
     def reuse_problems(self) -> list[str]:
         """Why the reuse sources of stages still to be done can't be used:
         each must be a SUCCESS stage."""
         problems = []
-        for stage, job, path in self.stage_outputs(everything=True):
+        for stage, job, paths in self.stage_outputs(everything=True):
             experiment, pair, instance = job["experiment"], job["pair"], job["instance"]
             location = self.resolver.reuse_location(experiment, pair, stage, instance)
-            if location and not self.present(path):
+            if location and not all(map(self.present, paths)):
                 problem = reuse.source_problem(location)
                 if problem:
                     problems.append(f"{layout.stage_name(pair, experiment, stage, instance)}: {problem}")

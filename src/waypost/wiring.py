@@ -86,6 +86,8 @@ class Snake:
         self.commands: dict[str, str] = {}    # stage → its rule's shell command as written
         self.shell_exec: dict[str, str] = {}  # stage → its rule's own shell_exec resource
         self._outputs: dict[str, list] = {}
+        self._resolved: dict[tuple, dict] = {}   # (stage, job) → its inputs, resolved ahead (inputs_now)
+        self._wildcard_names: dict[str, set] = {}
 
     def attach(self, graph, root: str) -> None:
         self.graph, self.root = graph, root
@@ -196,12 +198,42 @@ class Snake:
         return {"executable": executable, "prefix": shell._get_process_prefix(executable),
                 "suffix": shell._process_suffix}
 
-    def inputs_now(self, stage: str, values: dict) -> list[str]:
-        """Every input path a job of ``stage`` would read now."""
-        return [p for paths in self.resolve(stage, Wildcards(fromdict=values)).values() for p in _as_list(paths)]
+    def reads(self, stage: str) -> bool:
+        """Has a stage rule inputs?"""
+        return bool(self.items[stage])
+
+    def batching(self) -> bool:
+        """Does ``--batch`` split a rule's inputs in this run?"""
+        dag = getattr(self.workflow, "dag_settings", None)
+        return getattr(dag, "batch", None) is not None
+
+    def inputs_now(self, stage: str, values: dict, keep: bool = False) -> list[str]:
+        """Every input path a job of ``stage`` would read now (``keep``: the
+        job's input function, asked next, takes them as they are)."""
+        names = self._wildcards_of(stage)
+        wildcards = Wildcards(fromdict={k: v for k, v in values.items() if k in names})
+        resolved = self.resolve(stage, wildcards)
+        if keep:
+            self._resolved[(stage, self._job_key(stage, wildcards))] = resolved
+        return [p for paths in resolved.values() for p in _as_list(paths)]
+
+    def _wildcards_of(self, stage: str) -> set[str]:
+        """The wildcards of a stage rule (the planning's values of a job
+        name more: the axis value of a funnel, a None instance)."""
+        if stage not in self._wildcard_names:
+            self._wildcard_names[stage] = set(self.workflow.get_rule(stage).wildcard_names)
+        return self._wildcard_names[stage]
+
+    def _job_key(self, stage: str, wildcards) -> tuple:
+        names = self._wildcards_of(stage)
+        return tuple(sorted((k, v) for k, v in wildcards.items() if k in names))
 
     def resolve(self, stage: str, wildcards) -> dict:
         """A stage job's inputs, by name, from its rule's items (as written)."""
+        if self._resolved:
+            kept = self._resolved.pop((stage, self._job_key(stage, wildcards)), None)
+            if kept is not None:
+                return kept
         return {name: _resolve_item(item, wildcards) for name, item in self.items[stage]}
 
     # --- the DAG --------------------------------------------------------------------
@@ -287,9 +319,12 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     snake.items[name] = items
     rule._input = InputFiles()
     rule.dependencies = {}
-    if getattr(rule, "input_modifier", None) is None:   # a rule that had no input: of its own
-        rule.input_modifier = rule.output_modifier
-    rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
+    # A rule that reads nothing needs its input function only to force a
+    # job whose attempt is still open (fewer callables plan faster).
+    if items or (not snake.job_process and state.to_force(name)):
+        if getattr(rule, "input_modifier", None) is None:   # a rule that had no input: of its own
+            rule.input_modifier = rule.output_modifier
+        rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
     snake.commands[name] = rule.shellcmd
     # The step runner reads the job's step spec, then the rule's command
     # as Snakemake formats it, from a quoted here-document: no argument

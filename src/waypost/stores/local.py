@@ -301,6 +301,7 @@ class LocalSnapshot(LocalStore):
         self._top = os.path.normpath(root)
         self._below = "" if self._top == "." else self._top.rstrip("/") + "/"
         self._unlisted: set[str] = set()   # directories there that could not be listed (permissions)
+        self._absent: set[str] = set()     # directories known not to be there (_missing)
 
     def _listing(self, directory: str) -> dict[str, os.DirEntry]:
         found = self._listings.get(directory)
@@ -332,7 +333,9 @@ class LocalSnapshot(LocalStore):
         parent, name = os.path.split(directory)
         if not parent or not name or name in (".", "..") or os.path.normpath(directory) != directory:
             return False
-        if parent != self._top and parent not in self._listings and self._missing(parent):
+        if parent in self._absent or (parent != self._top and parent not in self._listings
+                                      and self._missing(parent)):
+            self._absent.add(parent)
             return True
         listing = self._listings.get(parent)
         if listing is None:
