@@ -93,7 +93,7 @@ def profile_config(profile: str) -> tuple[str, dict[str, str]]:
     """A Snakemake profile's file and its ``config:`` entries (key → value).
     Snakemake takes that list whole: a later ``config:`` or ``--config``
     replaces it rather than adding to it, so whoever sets one must carry the
-    profile's entries (``cmd_run`` does)."""
+    profile's entries (``with_profile_config`` does, for run, plan and cron)."""
     candidates = [profile, os.path.join("profiles", profile), os.path.expanduser(f"~/.config/snakemake/{profile}"),
                   f"/etc/xdg/snakemake/{profile}"]
     for directory in candidates:
