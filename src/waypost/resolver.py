@@ -45,11 +45,8 @@ class Resolver:
         self._tolerated: dict[tuple, bool] = {}
         self._resources: dict[tuple, dict] = {}   # (stage, experiment, scope, attempt) → resources
 
-    def overridden(self, experiment: str) -> bool:
-        """Has the experiment ``per_instance`` overrides?"""
-        return self._overridden[experiment]
-
     def any_overridden(self) -> bool:
+        """Has some experiment ``per_instance`` overrides?"""
         return any(self._overridden.values())
 
     def override_instances(self, grid) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
