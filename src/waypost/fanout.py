@@ -29,6 +29,7 @@ import re
 
 from . import layout, stores
 from .manifest import ManifestError
+from .records import made_here
 
 _PATTERN = re.compile(r"((?:[^{}/]+/)*)([^{}/]*)\{(\w+)\}([^{}/]*)")
 
@@ -245,10 +246,14 @@ class Planning:
             self._changed[stage_dir] = self._why(stage_dir)
         return self._changed[stage_dir]
 
+    def decided(self, stage_dir: str) -> bool:
+        """Has ``changed`` answered for this stage directory already?"""
+        return stage_dir in self._changed
+
     def _why(self, stage_dir: str) -> str | None:
         pipeline = self.pipeline
         data = pipeline.state.recorded(stage_dir)
-        if not data or data.get("state") != "SUCCESS" or data.get("reused_from") or data.get("adopted"):
+        if not made_here(data):
             return None
         for record in data.get("inputs") or []:
             made_by = record.get("manifest") if isinstance(record, dict) else None

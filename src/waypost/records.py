@@ -141,6 +141,13 @@ def manifest(*, experiment: str, pair: str, stage: str, instance: str | None, st
 _validators: dict[str, Any] = {}
 
 
+def made_here(data: dict | None) -> bool:
+    """Does a manifest say its stage succeeded, made here (not reused, not
+    adopted): the only kind whose recorded inputs say what it was made from?"""
+    return bool(data) and data.get("state") == "SUCCESS" and not data.get("reused_from") \
+        and not data.get("adopted")
+
+
 def _validator(kind: str):
     if kind not in _validators:
         with_site()   # jsonschema is a site-package

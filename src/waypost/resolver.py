@@ -192,11 +192,11 @@ class Resolver:
             location = wconfig.source_of_instance(source, instance)
         return stores.absolute(location)
 
-    def reused_from(self, stage: str, wildcards) -> str | None:
+    def reused_from(self, stage: str, values: dict) -> str | None:
+        """Where a job (its wildcard values) is reused from, if it is."""
         if stage not in self._reused:   # (asked at every job: most stages no experiment reuses)
             return None
-        return self.reuse_location(wildcards["experiment"], self.graph.pair(wildcards), stage,
-                                   wildcards.get("instance"))
+        return self.reuse_location(values["experiment"], self.graph.pair(values), stage, values.get("instance"))
 
     # --- workers and resources -----------------------------------------------
     def worker(self, stage: str, default_class: str, experiment: str, pair: str,

@@ -24,14 +24,16 @@ import shlex
 import sys
 
 from . import config as wconfig
-from . import fanout, graph, layout, runner, stores
+from . import fanout, layout, runner, stores
 from . import workers as wworkers
 from .codeversion import CodeVersions
 from .graph import FACTS_ONLY_ENV
+from .graph import record as record_facts
 from .resolver import Resolver
 from .stagegraph import StageError, StageGraph
 from .stateview import StateView
 from .stepline import StepLines
+from .targets import default_targets
 from .wiring import Snake, WorkflowError, run_identity, wire
 
 STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.spec)
@@ -254,21 +256,21 @@ class Pipeline:
         # How a stage job starts the step runner (braces doubled: the line is
         # part of the rule's command, which Snakemake formats).
         runner_line = shlex.join(runner.command(sys.executable)).replace("{", "{{").replace("}", "}}")
-        stages = self.graph   # (the stage graph; `graph` is the module recording it)
+        graph = self.graph
         try:
-            for stage in stages.stages.values():
+            for stage in graph.stages.values():
                 self.lines.default_class[stage.name] = wire(
                     self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name), self.state,
                     self.mirror)
-            stages.check(self.snake.is_checkpoint)
-            self.fanout.follow(stages.stages)
+            graph.check(self.snake.is_checkpoint)
+            self.fanout.follow(graph.stages)
             if self.facts_only:
                 self._finished = True
                 self._record_graph()
                 return
             instances, self._unchecked = self.resolver.override_instances(self.grid)
             prepared = wconfig.complete(dict(self.config), self.snake.basedir, self.source, self.axis,
-                                        list(stages.stages), stages.instanced(), instances)
+                                        list(graph.stages), graph.instanced(), instances)
         except (StageError, wconfig.ConfigError) as exc:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
@@ -277,7 +279,7 @@ class Pipeline:
         # (a checkpoint's parts, which per_instance overrides may name: per job)
         per_job = self.resolver.any_overridden()
         try:
-            for stage, spec in stages.stages.items():
+            for stage, spec in graph.stages.items():
                 self.snake.fill_resources(stage, self.resolver.resources(
                     stage, self.lines.default_class[stage], per_job and bool(fanout.checkpoint_parts(spec.instances))))
         except wconfig.ConfigError as exc:   # an unknown worker class: said before any job runs
@@ -293,7 +295,7 @@ class Pipeline:
 
     def _record_graph(self) -> None:
         """The workflow's facts for the ``waypost`` command (see ``waypost.graph``)."""
-        graph.record({**self.graph.facts(), **self.snake.sources(),
+        record_facts({**self.graph.facts(), **self.snake.sources(),
                       "code": {stage: self.code.of(stage) for stage in self.graph.stages}}, self.facts_only)
 
     def targets(self, wildcards=None) -> list[str]:
@@ -316,7 +318,7 @@ class Pipeline:
             raise SystemExit(1)
         if self.snake.job_process:
             return []
-        return self.state.targets()
+        return default_targets(self.state)
 
 
 def _load_workers(pool: str, path: str, check: bool) -> dict:

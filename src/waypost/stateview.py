@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from . import events, fanout, layout, lifecycle, manifest, reuse, stores
+from .records import made_here
 from .resolver import Resolver
 from .stores import gcs
 
@@ -137,13 +138,10 @@ class StateView:
         ``fanout.Planning.changed``)? Said once per job; the job is forced."""
         if not self.presence or stage not in self.fanout.after or self.resolver.reused_from(stage, values):
             return False
-        return self._changed_parts(stage, values)
-
-    def _changed_parts(self, stage: str, values: dict) -> bool:
         stage_dir = self.own_files(stage)[0].format(**values)
-        new = stage_dir not in self.fanout._changed
+        new = not self.fanout.decided(stage_dir)
         why = self.fanout.changed(stage, stage_dir)
-        if why and new and not self._set_changes.get(stage_dir):   # (one reason said is enough)
+        if why and new and not self._set_changes.get(stage_dir):   # (said once; one reason is enough)
             self._say(values, stage, why, "parts_changed")
         if why:
             self.snake.force(stage, values)
@@ -162,7 +160,7 @@ class StateView:
         job, in the run's output: in presence and mtime mode alike, such a
         stage is redone."""
         stage_dir = self.own_files(stage)[0].format(**values)
-        if stage_dir not in self._set_changes and self.mirror is None and not self._made_here(stage_dir):
+        if stage_dir not in self._set_changes and self.mirror is None and not made_here(self.recorded(stage_dir)):
             self._set_changes[stage_dir] = None   # nothing recorded to compare with: its inputs aren't needed
         if stage_dir not in self._set_changes:
             current = {layout.join(self.root, p) if self.mirror else p for p in self.snake.inputs_now(stage, values)}
@@ -171,7 +169,7 @@ class StateView:
             said = self._listed_input_set(stage_dir)
             data = None if said == manifest.input_set(current) else self.recorded(stage_dir)
             change = None
-            if data and data.get("state") == "SUCCESS" and not data.get("reused_from") and not data.get("adopted"):
+            if made_here(data):
                 recorded = {str(i.get("path")) for i in data.get("inputs") or [] if isinstance(i, dict)}
                 # No inputs recorded: not a set the runner made it from (a
                 # manifest written by hand or a tool): nothing to compare.
@@ -181,13 +179,6 @@ class StateView:
                     self._say(values, stage, change, "set_changed")
             self._set_changes[stage_dir] = change
         return self._set_changes[stage_dir]
-
-    def _made_here(self, stage_dir: str) -> bool:
-        """Does a stage directory's manifest say it succeeded, made here
-        (not reused, not adopted): the only kind whose set of inputs counts?"""
-        data = self.recorded(stage_dir)
-        return bool(data) and data.get("state") == "SUCCESS" and not data.get("reused_from") \
-            and not data.get("adopted")
 
     def _listed_input_set(self, stage_dir: str) -> str | None:
         """The set of inputs a bucket's manifest object says it records (its
@@ -199,11 +190,6 @@ class StateView:
         return ((info or {}).get("metadata") or {}).get(manifest.INPUT_SET_KEY)
 
     # --- the jobs ----------------------------------------------------------------
-    def targets(self) -> list[str]:
-        """The default run's targets (see ``waypost.targets``)."""
-        from .targets import default_targets
-        return default_targets(self)
-
     def wait_for(self, exc) -> None:
         """Note the checkpoint output that a set of instances waits for
         (``Waiting``): the default targets ask for it."""
@@ -213,18 +199,22 @@ class StateView:
         pending, self._pending = list(self._pending.values()), {}
         return pending
 
-    def stage_outputs(self, everything: bool = False, only: str | None = None):
-        """(stage, job, outputs) of every stage job of the selected
-        experiments and axis values (``everything``: of all of them; ``only``:
-        of one stage), where job holds its experiment, pair (the engine's
-        name for its axis value), instance, and its wildcards."""
+    def stage_outputs(self, everything: bool = False):
+        """(stage, job, outputs) of every stage job of ``jobs``."""
+        for stage, job in self.jobs(everything):
+            yield stage, job, [self.snake.fill(p, job["wildcards"]) for p in self.snake.rule_outputs(stage)]
+
+    def jobs(self, everything: bool = False, only: str | None = None):
+        """(stage, job) of every stage job of the selected experiments and
+        axis values (``everything``: of all of them; ``only``: of one stage),
+        where job holds its experiment, pair (the engine's name for its axis
+        value), instance, and its wildcards."""
         graph, config = self.graph, self.resolver.config
         select = {} if everything else (config.get("select") or {})
         experiments = [e for e in graph.experiments if e in select.get("experiments", [e])]
         for stage, spec in graph.stages.items():
             if only is not None and stage != only:
                 continue
-            patterns = self.snake.rule_outputs(stage)
             for experiment in experiments:
                 if spec.funnel or not graph.axis_wc:  # a funnel is over all values: not when only some are selected
                     pairs = [] if spec.funnel and select.get("pairs") else [layout.ALL_PAIRS]
@@ -239,9 +229,8 @@ class StateView:
                         self.wait_for(exc)
                         continue
                     for instance in instances:
-                        wildcards = graph.values(experiment, pair, instance)
-                        job = {"experiment": experiment, "pair": pair, "instance": instance, "wildcards": wildcards}
-                        yield stage, job, [self.snake.fill(p, wildcards) for p in patterns]
+                        yield stage, {"experiment": experiment, "pair": pair, "instance": instance,
+                                      "wildcards": graph.values(experiment, pair, instance)}
 
     def to_force(self, stage: str) -> bool:
         """Has some job of ``stage`` (a stage whose rule reads nothing) to be
@@ -251,11 +240,8 @@ class StateView:
         if fanout.checkpoint_parts(self.graph.stages[stage].instances):
             return True
         dir_pattern = self.own_files(stage)[0]
-        for _, job, _ in self.stage_outputs(everything=True, only=stage):
-            if self.markers(dir_pattern.format(**job["wildcards"]))[0]:
-                return True
-        self._pending = {}
-        return False
+        return any(self.markers(dir_pattern.format(**job["wildcards"]))[0]
+                   for _, job in self.jobs(everything=True, only=stage))
 
     def reuse_problems(self) -> list[str]:
         """Why the reuse sources of stages still to be done can't be used:
