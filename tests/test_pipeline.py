@@ -194,6 +194,23 @@ def test_a_stage_reading_nothing_left_unfinished_is_redone_when_its_file_is_aske
     assert planned(run_copy, other) == {}
 
 
+def test_a_stage_gone_from_every_pair_is_redone_alone_in_presence_mode(run_copy):
+    """Where nothing of a stage is on disk, its rule keeps the inputs it
+    wrote (no input function: planned as plain Snakemake plans it); the
+    stages that read it are done and stay done in presence mode, and in
+    mtime mode Snakemake reruns them, as it does for any remade input."""
+    for pair in PAIRS:
+        shutil.rmtree(stage(run_copy, pair, "translate_corpus"))
+    assert planned(run_copy) == {"translate_corpus": 2}
+    mtime = planned(run_copy, "--config", "rerun_policy=mtime")
+    assert mtime["translate_corpus"] == 2 and mtime.get("train_student") == 2, mtime
+    proc = snakemake(run_copy)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert planned(run_copy) == {}
+    for pair in PAIRS:
+        assert (stage(run_copy, pair, "translate_corpus") / "_manifest.json").exists()
+
+
 def test_mtime_mode_deletion_reruns_downstream(run_copy):
     config = json.loads(json.dumps(SMALL_CONFIG))
     config["rerun_policy"] = "mtime"

@@ -192,6 +192,10 @@ class Resolver:
             location = wconfig.source_of_instance(source, instance)
         return stores.absolute(location)
 
+    def is_reused(self, stage: str) -> bool:
+        """Does some experiment take this stage from elsewhere?"""
+        return stage in self._reused
+
     def reused_from(self, stage: str, values: dict) -> str | None:
         """Where a job (its wildcard values) is reused from, if it is."""
         if stage not in self._reused:   # (asked at every job: most stages no experiment reuses)

@@ -34,7 +34,7 @@ from .stagegraph import StageError, StageGraph
 from .stateview import StateView
 from .stepline import StepLines
 from .targets import default_targets
-from .wiring import Snake, WorkflowError, run_identity, wire
+from .wiring import Snake, WorkflowError, run_identity, wire, wire_inputs
 
 STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.spec)
 
@@ -260,8 +260,7 @@ class Pipeline:
         try:
             for stage in graph.stages.values():
                 self.lines.default_class[stage.name] = wire(
-                    self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name), self.state,
-                    self.mirror)
+                    self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name), self.mirror)
             graph.check(self.snake.is_checkpoint)
             self.fanout.follow(graph.stages)
             if self.facts_only:
@@ -280,9 +279,10 @@ class Pipeline:
         per_job = self.resolver.any_overridden()
         try:
             for stage, spec in graph.stages.items():
+                wire_inputs(self.snake, stage, self.state)
                 self.snake.fill_resources(stage, self.resolver.resources(
                     stage, self.lines.default_class[stage], per_job and bool(fanout.checkpoint_parts(spec.instances))))
-        except wconfig.ConfigError as exc:   # an unknown worker class: said before any job runs
+        except (StageError, wconfig.ConfigError) as exc:   # (an unknown worker class: said before any job runs)
             raise WorkflowError(str(exc)) from None
         self._finished = True
         if self.snake.job_process:

@@ -169,17 +169,28 @@ class StageGraph:
         if placeholders:
             self._dim_checks.append((consumer.name, f"wp.stage({stage!r}, {filename!r})", placeholders, None, None))
 
-        def path(wildcards):
+        def pattern(has_instance: bool) -> str:
             upstream = self.known(stage, consumer.name)
             own = instance if instance is not None else ("{instance}" if upstream.instances is not None else None)
-            if own == "{instance}" and "instance" not in wildcards.keys():  # noqa: SIM118 (a Namedlist: `in` looks at its values)
+            if own == "{instance}" and not has_instance:
                 raise StageError(f"rule {consumer.name}: wp.stage({stage!r}, {filename!r}): stage {stage} has "
                                  "instances and this one has none: name one (instance=...) or take each (wp.each)")
-            pattern = self.path(stage, filename, upstream.funnel, own)
+            return self.path(stage, filename, upstream.funnel, own)
+
+        def path(wildcards):
+            found = pattern("instance" in wildcards.keys())  # noqa: SIM118 (a Namedlist: `in` looks at its values)
             values = dict(wildcards.items())
             if consumer.instances is not None and fanout.dims_of(consumer.instances):
-                return self._with_dims(consumer, pattern, values, f"wp.stage({stage!r}, {filename!r})")
-            return pattern.format(**values)
+                return self._with_dims(consumer, found, values, f"wp.stage({stage!r}, {filename!r})")
+            return found.format(**values)
+
+        def as_pattern(has_instance: bool) -> str | None:
+            """The path as a pattern of the consumer's wildcards; None where
+            its instances' dimensions fill it (known once the rules are read)."""
+            if consumer.instances is not None and fanout.dims_of(consumer.instances):
+                return None
+            return pattern(has_instance)
+        path.as_pattern = as_pattern
         return presigned(path)
 
     def _with_dims(self, consumer: Stage, pattern: str, values: dict, helper: str) -> str:

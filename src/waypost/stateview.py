@@ -119,7 +119,7 @@ class StateView:
         redone when one of them is. A reused job needs nothing upstream."""
         if self.resolver.reused_from(stage, values):
             return False
-        dir_pattern, output_patterns = self.own_files(stage)
+        dir_pattern = self.own_files(stage)[0]
         redo, recheck = self.markers(dir_pattern.format(**values))
         if not reads:   # a stage that reads nothing: only an attempt to redo is said
             if redo:
@@ -128,9 +128,8 @@ class StateView:
         changed = self.graph.stages[stage].gathers and not redo and self.set_changed(stage, values) is not None
         if redo or changed:
             self.snake.force(stage, values)
-        return not (self.presence and not (redo or recheck or changed or stage in self.forced_stages()) and all(
-            self.present(p.format(**values) if plain else self.snake.fill(p, values))
-            for p, plain in output_patterns))
+        return not (self.presence and not (redo or recheck or changed or stage in self.forced_stages())
+                    and not self.missing(stage, values))
 
     def parts_changed(self, stage: str, values: dict) -> bool:
         """Presence mode: is a done job of a stage made from a checkpoint's
@@ -199,10 +198,24 @@ class StateView:
         pending, self._pending = list(self._pending.values()), {}
         return pending
 
+    def outputs(self, stage: str, values: dict) -> list[str]:
+        """A stage job's outputs (paths as rules write them)."""
+        return [p.format(**values) if plain else self.snake.fill(p, values) for p, plain in self.own_files(stage)[1]]
+
+    def missing(self, stage: str, values: dict, paths: list[str] | None = None) -> list[str]:
+        """The outputs of a stage job (``paths``, when made already) that
+        are not there. Every output is in the stage's directory, so where
+        that directory is known to be absent or empty (``markers``, which
+        the planning reads anyway) none is looked up."""
+        paths = self.outputs(stage, values) if paths is None else paths
+        if self.mirror is None and self._empty(self.own_files(stage)[0].format(**values)):
+            return paths
+        return [path for path in paths if not self.present(path)]
+
     def stage_outputs(self, everything: bool = False):
         """(stage, job, outputs) of every stage job of ``jobs``."""
         for stage, job in self.jobs(everything):
-            yield stage, job, [self.snake.fill(p, job["wildcards"]) for p in self.snake.rule_outputs(stage)]
+            yield stage, job, self.outputs(stage, job["wildcards"])
 
     def jobs(self, everything: bool = False, only: str | None = None):
         """(stage, job) of every stage job of the selected experiments and
@@ -242,6 +255,29 @@ class StateView:
         dir_pattern = self.own_files(stage)[0]
         return any(self.markers(dir_pattern.format(**job["wildcards"]))[0]
                    for _, job in self.jobs(everything=True, only=stage))
+
+    def inputs_as_written(self, stage: str) -> bool:
+        """Can a stage rule that reads something keep its inputs as written,
+        with no input function (``wiring.wire``)? Yes where that function
+        could only ever give each job its rule's inputs: on a local root,
+        nothing of any job of the stage is there (each stage directory
+        absent or empty: no output that counts as done, no marker to force
+        a job by, no record of a set of inputs), no experiment reuses it,
+        and the workflow has no checkpoints (whose parts can name its
+        instances or decide its redo). Its jobs are then planned as plain
+        Snakemake plans them, with one callable fewer each."""
+        if self.mirror is not None or self.resolver.is_reused(stage) or self.snake.has_checkpoints() \
+                or fanout.checkpoint_parts(self.graph.stages[stage].instances) or stage in self.fanout.after:
+            return False
+        dir_pattern = self.own_files(stage)[0]
+        return all(self._empty(dir_pattern.format(**job["wildcards"]))
+                   for _, job in self.jobs(everything=True, only=stage))
+
+    def _empty(self, stage_dir: str) -> bool:
+        """Is a stage directory on a local root absent or empty (read once, by ``life``)?"""
+        if stage_dir not in self._nothing and stage_dir not in self._lives:
+            self.life(stage_dir)
+        return stage_dir in self._nothing
 
     def reuse_problems(self) -> list[str]:
         """Why the reuse sources of stages still to be done can't be used:

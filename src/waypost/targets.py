@@ -29,7 +29,7 @@ def default_targets(view) -> list[str]:
     holds = Holds(view.root, view.mirror is not None, view.graph.stages, view.resolver.policy, view.recorded)
     jobs, skipped, done = [], set(), None   # jobs: (stage, values, outputs, missing, certain)
     for stage, job, paths in view.stage_outputs():
-        missing = [path for path in paths if not view.present(path)]
+        missing = view.missing(stage, job["wildcards"], paths)
         if holds.held and missing and holds.holds(stage, job["experiment"], job["pair"], job["instance"]):
             skipped.add(stage)
             continue
@@ -77,7 +77,7 @@ def _leaves(view, jobs: list) -> list[str]:
         if not view.snake.reads(stage) or view.resolver.reused_from(stage, values):
             continue   # (it gets no inputs)
         try:
-            inputs = view.snake.inputs_now(stage, values, keep=True)
+            inputs = view.snake.inputs_now(stage, values, keep=view.snake.has_input_function(stage))
         except Exception:   # (a checkpoint to wait for, or the rule's own error: Snakemake says it, later)
             continue
         read.update(inputs)

@@ -83,6 +83,7 @@ class Snake:
         self.job_process = job_process(workflow)
         self.remote = bool(getattr(workflow, "remote_exec", False))   # a cluster job's own process
         self.items: dict[str, list] = {}      # stage → its rule's inputs as written (see wire)
+        self.input_functions: set[str] = set()   # stages whose rule's inputs are wire's function
         self.commands: dict[str, str] = {}    # stage → its rule's shell command as written
         self.shell_exec: dict[str, str] = {}  # stage → its rule's own shell_exec resource
         self._outputs: dict[str, list] = {}
@@ -198,6 +199,10 @@ class Snake:
         return {"executable": executable, "prefix": shell._get_process_prefix(executable),
                 "suffix": shell._process_suffix}
 
+    def has_input_function(self, stage: str) -> bool:
+        """Do a stage rule's inputs come from waypost's input function (``wire``)?"""
+        return stage in self.input_functions
+
     def reads(self, stage: str) -> bool:
         """Has a stage rule inputs?"""
         return bool(self.items[stage])
@@ -275,12 +280,12 @@ class Snake:
         return worker.value if worker is not None else None
 
 
-def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, state, mirror: str | None) -> str:
-    """Make a stage rule a step: its inputs one function (``_job_inputs``,
-    asking ``state``, the state view), its shell command the step runner's
+def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, mirror: str | None) -> str:
+    """Make a stage rule a step: its shell command the step runner's
     (``runner_line``) reading the job's step spec (the ``step_param`` param,
-    ``step_function``) and then the command as Snakemake formats it.
-    Returns the worker class the rule names."""
+    ``step_function``) and then the command as Snakemake formats it; its
+    inputs, as written, kept for ``wire_inputs``. Returns the worker class
+    the rule names."""
     rule = snake.workflow.get_rule(stage.name)
     name, graph = rule.name, snake.graph
     own_dir = graph.own_path(stage, "")
@@ -314,17 +319,7 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     if unknown:
         raise StageError(f"rule {name}: no stage {', '.join(map(repr, unknown))} (the stages are: "
                          f"{', '.join(graph.stages)})")
-    from snakemake.io import unpack
-    from snakemake.iocontainers import InputFiles
     snake.items[name] = items
-    rule._input = InputFiles()
-    rule.dependencies = {}
-    # A rule that reads nothing needs its input function only to force a
-    # job whose attempt is still open (fewer callables plan faster).
-    if items or (not snake.job_process and state.to_force(name)):
-        if getattr(rule, "input_modifier", None) is None:   # a rule that had no input: of its own
-            rule.input_modifier = rule.output_modifier
-        rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
     snake.commands[name] = rule.shellcmd
     # The step runner reads the job's step spec, then the rule's command
     # as Snakemake formats it, from a quoted here-document: no argument
@@ -344,6 +339,34 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
                              "not a function")
         snake.shell_exec[name] = shell_exec.value
     return snake.worker_class(name) or wworkers.DEFAULT_CLASS
+
+
+def wire_inputs(snake: Snake, name: str, state) -> None:
+    """Give a wired stage rule (``wire``) its inputs, once every stage rule
+    is wired: one input function (``_job_inputs``, asking ``state``, the
+    state view), or, where that function could only ever give every job
+    the inputs the rule wrote (``StateView.inputs_as_written``), those, for
+    Snakemake to fill (fewer callables plan faster). A rule that reads
+    nothing needs the function only to force a job whose attempt is still
+    open."""
+    from snakemake.io import unpack
+    from snakemake.iocontainers import InputFiles
+    rule, items = snake.workflow.get_rule(name), snake.items[name]
+    if items:
+        function = snake.job_process or not state.inputs_as_written(name)
+    else:
+        function = not snake.job_process and state.to_force(name)
+    if not (items or function):
+        return
+    rule._input = InputFiles()
+    rule.dependencies = {}
+    if getattr(rule, "input_modifier", None) is None:   # a rule that had no input: of its own
+        rule.input_modifier = rule.output_modifier
+    if function:
+        rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
+        snake.input_functions.add(name)
+    else:
+        rule.set_input(**_as_written(items, set(rule.wildcard_names)))
 
 
 def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
@@ -382,6 +405,21 @@ def _waiting_inputs(snake: Snake, stage: str, wildcards) -> dict:
         except Waiting as exc:
             resolved[name] = exc.targetfile
     return resolved
+
+
+def _as_written(items: list[tuple[str, object]], wildcards: set[str]) -> dict:
+    """A rule's inputs (``_input_items``) by name, as its input function would
+    give them, for Snakemake to fill: a ``wp.stage`` input that is a
+    pattern of the rule's wildcards becomes that pattern (a function costs
+    Snakemake more per job than a pattern)."""
+    def written(item):
+        as_pattern = getattr(item, "as_pattern", None)
+        found = as_pattern("instance" in wildcards) if as_pattern else None
+        if found is None or not _PLAIN_FIELDS.fullmatch(found) or \
+                not {field[1:-1] for field in re.findall(r"\{\w+\}", found)} <= wildcards:
+            return item
+        return found
+    return {label: [written(i) for i in item] if isinstance(item, list) else written(item) for label, item in items}
 
 
 def _input_items(rule, root: str) -> list[tuple[str, object]]:
