@@ -58,16 +58,34 @@ def dry_run_cmd(snakefile: Path, workdir: Path) -> list[str]:
             "--profile", str(LOCAL_PROFILE), "--configfile", str(workdir / "config.yaml"), "-n"]
 
 
-def plan_alike(commands: dict[str, list[str]], workdir: Path, what: str) -> dict[str, dict[str, int]]:
+def plan_alike(commands: dict[str, list[str]], workdir: Path, what: str,
+               resources: bool = False) -> dict[str, dict[str, int]]:
     """One checked dry run of each (also the warm-up): their jobs by rule
-    (not ``all``); RuntimeError when they differ."""
-    planned = {}
+    (not ``all``); RuntimeError when they differ (``resources``: or when the
+    resources their jobs ask for differ, by rule)."""
+    planned, asked = {}, {}
     for name, cmd in commands.items():
         result = check(timed(cmd, cwd=workdir), f"{name} dry run ({what})")
         planned[name] = {rule: n for rule, n in job_counts(result.output).items() if rule != "all"}
+        asked[name] = resources_by_rule(result.output)
     if len({json.dumps(p, sort_keys=True) for p in planned.values()}) > 1:
         raise RuntimeError(f"the workflows plan different jobs ({what}): {planned}")
+    if resources and len({json.dumps(a, sort_keys=True) for a in asked.values()}) > 1:
+        raise RuntimeError(f"the workflows' jobs ask for different resources ({what}): {asked}")
     return planned
+
+
+def resources_by_rule(output: str) -> dict[str, list[list[str]]]:
+    """The different ``resources:`` a dry run prints for each rule's jobs
+    (each sorted: the order a rule names them in does not count)."""
+    found: dict[str, set] = {}
+    rule = None
+    for line in output.splitlines():
+        if line.startswith(("rule ", "localrule ")) and line.endswith(":"):
+            rule = line.split()[1][:-1]
+        elif rule and line.strip().startswith("resources:"):
+            found.setdefault(rule, set()).add(tuple(sorted(line.split(":", 1)[1].replace(" ", "").split(","))))
+    return {name: sorted(map(list, sets)) for name, sets in found.items()}
 
 
 def alternate(commands: dict[str, list[str]], workdir: Path, repetitions: int) -> dict[str, list[float]]:

@@ -1,7 +1,8 @@
 """Planning a parameter study: ``snakemake -n`` of examples/param-study at
 BENCH_STUDY_POINTS (default 10,000) grid points, everything to do, against
 the same study in plain Snakemake (``benchmarks/plain/study.Snakefile``: the
-same grid from the same config, the same rules, commands and paths).
+same grid from the same config, the same rules, commands and paths, and
+the same resources per rule: those waypost's local pool gives them).
 
 Both run with the local profile, the same config file, in the same
 directory, alternately; before timing, both dry runs are checked to plan the
@@ -54,7 +55,7 @@ def run(ctx: dict) -> Section:
 
         commands = {"waypost": dry_run_cmd(d / "workflow" / "Snakefile", d),
                     "plain": dry_run_cmd(d / "workflow" / "plain.Snakefile", d)}
-        planned = plan_alike(commands, d, "the study")
+        planned = plan_alike(commands, d, "the study", resources=True)
         samples = alternate(commands, d, REPETITIONS)
         wp, plain = median(samples["waypost"]), median(samples["plain"])
         ratio = paired_ratio(samples, "waypost", "plain")
@@ -67,7 +68,8 @@ def run(ctx: dict) -> Section:
             note=f"each planned the same {jobs:,} jobs (+ `all`)"))
         section.notes.append(
             "The plain study (`benchmarks/plain/study.Snakefile`) reads the same grid from the same config and "
-            "has the same rules, paths and commands, with the params looked up per point and `rule all` over "
+            "has the same rules, paths, commands and resources (the dry runs are checked to print the same "
+            "resources per rule), with the params looked up per point and `rule all` over "
             "the summary; waypost's is examples/param-study's own Snakefile (its grid from the config, its "
             "settings and policies per point). Rounds alternate, the order flipped every round; the ratio is "
             "the median of the rounds' ratios.")

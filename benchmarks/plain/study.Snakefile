@@ -1,6 +1,10 @@
 # The parameter study of examples/param-study written as plain Snakemake, for
-# the planning benchmark (benchmarks/bench_planning.py): the same grid from
-# the same config, the same three rules, the same commands and paths.
+# the planning benchmark (benchmarks/bench_study_planning.py): the same grid
+# from the same config, the same three rules, commands and paths, and the
+# same resources (those waypost's local pool gives the rules' worker
+# classes, config/workers.yaml: cpu-large for simulate, cpu for the others),
+# so both ask the executor for the same jobs; the benchmark checks that the
+# dry runs print the same resources for every rule.
 import itertools
 
 GRID = config["experiments"]["sweep"]["grid"]
@@ -33,7 +37,7 @@ rule all:
 
 rule simulate:
     output: result=ROOT + "/simulate/{point}/result.json"
-    resources: mem_mb=500, runtime=2
+    resources: cpus_per_task=2, runtime=240, mem_mb=4000
     params:
         alpha=lambda wc: POINTS[wc.point]["alpha"], cells=lambda wc: POINTS[wc.point]["cells"],
         t_end=SETTINGS.get("t_end", 0.1), every=SETTINGS.get("checkpoint_every", 1000),
@@ -46,6 +50,7 @@ rule simulate:
 rule data_extract:
     input: simulation=ROOT + "/simulate/{point}/result.json"
     output: extract=ROOT + "/data_extract/{point}/extract.json"
+    resources: cpus_per_task=1, runtime=60, mem_mb=1000
     shell: "python " + workflow.basedir + "/../scripts/extract.py --simulation {input.simulation}"
            " --instance {wildcards.point} --output {output.extract}"
 
@@ -53,4 +58,5 @@ rule data_extract:
 rule summary_report:
     input: extracts=expand(ROOT + "/data_extract/{point}/extract.json", point=POINTS)
     output: summary=ROOT + "/summary_report/summary.md"
+    resources: cpus_per_task=1, runtime=60, mem_mb=1000
     shell: "python " + workflow.basedir + "/../scripts/summarize.py {input.extracts} --output {output.summary}"

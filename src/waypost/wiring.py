@@ -88,6 +88,7 @@ class Snake:
         self.shell_exec: dict[str, str] = {}  # stage → its rule's own shell_exec resource
         self._outputs: dict[str, list] = {}
         self._resolved: dict[tuple, dict] = {}   # (stage, job) → its inputs, resolved ahead (inputs_now)
+        self.input_patterns: dict[str, list[str]] = {}   # stage → its inputs as written, where all are patterns
         self._wildcard_names: dict[str, set] = {}
 
     def attach(self, graph, root: str) -> None:
@@ -215,6 +216,12 @@ class Snake:
     def inputs_now(self, stage: str, values: dict, keep: bool = False) -> list[str]:
         """Every input path a job of ``stage`` would read now (``keep``: the
         job's input function, asked next, takes them as they are)."""
+        patterns = self.input_patterns.get(stage)
+        if patterns is not None:   # (inputs as written, each a pattern str.format fills)
+            try:
+                return [pattern.format(**values) for pattern in patterns]
+            except (KeyError, IndexError):   # (a field the job has no value for: Snakemake says so)
+                pass
         names = self._wildcards_of(stage)
         wildcards = Wildcards(fromdict={k: v for k, v in values.items() if k in names})
         resolved = self.resolve(stage, wildcards)
@@ -366,7 +373,11 @@ def wire_inputs(snake: Snake, name: str, state) -> None:
         rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
         snake.input_functions.add(name)
     else:
-        rule.set_input(**_as_written(items, set(rule.wildcard_names)))
+        written = _as_written(items, set(rule.wildcard_names))
+        rule.set_input(**written)
+        entries = [entry for item in written.values() for entry in (item if isinstance(item, list) else [item])]
+        if all(isinstance(entry, str) and _PLAIN_FIELDS.fullmatch(entry) for entry in entries):
+            snake.input_patterns[name] = entries
 
 
 def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
