@@ -283,10 +283,11 @@ class StateView:
         """Why the reuse sources of stages still to be done can't be used:
         each must be a SUCCESS stage."""
         problems = []
-        for stage, job, paths in self.stage_outputs(everything=True):
+        reused = [stage for stage in self.graph.stages if self.resolver.is_reused(stage)]
+        for stage, job in (found for name in reused for found in self.jobs(everything=True, only=name)):
             experiment, pair, instance = job["experiment"], job["pair"], job["instance"]
             location = self.resolver.reuse_location(experiment, pair, stage, instance)
-            if location and not all(map(self.present, paths)):
+            if location and not all(map(self.present, self.outputs(stage, job["wildcards"]))):
                 problem = reuse.source_problem(location)
                 if problem:
                     problems.append(f"{layout.stage_name(pair, experiment, stage, instance)}: {problem}")
