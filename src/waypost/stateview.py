@@ -263,10 +263,10 @@ class StateView:
         nothing of any job of the stage is there (each stage directory
         absent or empty: no output that counts as done, no marker to force
         a job by, no record of a set of inputs), no experiment reuses it,
-        and the workflow has no checkpoints (whose parts can name its
-        instances or decide its redo). Its jobs are then planned as plain
+        and no checkpoint's parts name its instances or decide its redo
+        (``fanout.Planning.after``). Its jobs are then planned as plain
         Snakemake plans them, with one callable fewer each."""
-        if self.mirror is not None or self.resolver.is_reused(stage) or self.snake.has_checkpoints() \
+        if self.mirror is not None or self.resolver.is_reused(stage) \
                 or fanout.checkpoint_parts(self.graph.stages[stage].instances) or stage in self.fanout.after:
             return False
         dir_pattern = self.own_files(stage)[0]
