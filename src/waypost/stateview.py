@@ -205,16 +205,16 @@ class StateView:
     def missing(self, stage: str, values: dict, paths: list[str] | None = None) -> list[str]:
         """The outputs of a stage job (``paths``, when made already) that
         are not there. Every output is in the stage's directory, so where
-        that directory is known to be absent or empty (``markers``, which
-        the planning reads anyway) none is looked up."""
+        that directory is absent or empty (read once per planning, as for
+        its markers) none is looked up."""
         paths = self.outputs(stage, values) if paths is None else paths
         if self.mirror is None and self._empty(self.own_files(stage)[0].format(**values)):
             return paths
         return [path for path in paths if not self.present(path)]
 
-    def stage_outputs(self, everything: bool = False):
+    def stage_outputs(self):
         """(stage, job, outputs) of every stage job of ``jobs``."""
-        for stage, job in self.jobs(everything):
+        for stage, job in self.jobs():
             yield stage, job, self.outputs(stage, job["wildcards"])
 
     def jobs(self, everything: bool = False, only: str | None = None):
@@ -252,9 +252,7 @@ class StateView:
         finds, which can't be asked before it ran."""
         if fanout.checkpoint_parts(self.graph.stages[stage].instances):
             return True
-        dir_pattern = self.own_files(stage)[0]
-        return any(self.markers(dir_pattern.format(**job["wildcards"]))[0]
-                   for _, job in self.jobs(everything=True, only=stage))
+        return any(self.markers(stage_dir)[0] for stage_dir in self._stage_dirs(stage))
 
     def inputs_as_written(self, stage: str) -> bool:
         """Can a stage rule that reads something keep its inputs as written,
@@ -269,9 +267,13 @@ class StateView:
         if self.mirror is not None or self.resolver.is_reused(stage) \
                 or fanout.checkpoint_parts(self.graph.stages[stage].instances) or stage in self.fanout.after:
             return False
+        return all(self._empty(stage_dir) for stage_dir in self._stage_dirs(stage))
+
+    def _stage_dirs(self, stage: str):
+        """The stage directory of every job of ``stage``, in every experiment and axis value."""
         dir_pattern = self.own_files(stage)[0]
-        return all(self._empty(dir_pattern.format(**job["wildcards"]))
-                   for _, job in self.jobs(everything=True, only=stage))
+        for _, job in self.jobs(everything=True, only=stage):
+            yield dir_pattern.format(**job["wildcards"])
 
     def _empty(self, stage_dir: str) -> bool:
         """Is a stage directory on a local root absent or empty (read once, by ``life``)?"""
@@ -283,13 +285,15 @@ class StateView:
         """Why the reuse sources of stages still to be done can't be used:
         each must be a SUCCESS stage."""
         problems = []
-        reused = [stage for stage in self.graph.stages if self.resolver.is_reused(stage)]
-        for stage, job in (found for name in reused for found in self.jobs(everything=True, only=name)):
-            experiment, pair, instance = job["experiment"], job["pair"], job["instance"]
-            location = self.resolver.reuse_location(experiment, pair, stage, instance)
-            if location and not all(map(self.present, self.outputs(stage, job["wildcards"]))):
-                problem = reuse.source_problem(location)
-                if problem:
-                    problems.append(f"{layout.stage_name(pair, experiment, stage, instance)}: {problem}")
+        for stage in self.graph.stages:
+            if not self.resolver.is_reused(stage):
+                continue
+            for _, job in self.jobs(everything=True, only=stage):
+                experiment, pair, instance = job["experiment"], job["pair"], job["instance"]
+                location = self.resolver.reuse_location(experiment, pair, stage, instance)
+                if location and not all(map(self.present, self.outputs(stage, job["wildcards"]))):
+                    problem = reuse.source_problem(location)
+                    if problem:
+                        problems.append(f"{layout.stage_name(pair, experiment, stage, instance)}: {problem}")
         self._pending = {}   # (stages whose instances a checkpoint finds: their reuse is checked by their jobs)
         return list(dict.fromkeys(problems))

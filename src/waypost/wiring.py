@@ -42,6 +42,7 @@ from .stagegraph import StageError, presigned
 
 Waiting = IncompleteCheckpointException   # an instance set a checkpoint still has to find
 _PLAIN_FIELDS = re.compile(r"(?:[^{}]|\{\w+\})*")   # a pattern str.format can fill
+_FIELD = re.compile(r"\{(\w+)\}")
 
 
 def job_process(workflow) -> bool:
@@ -217,11 +218,8 @@ class Snake:
         """Every input path a job of ``stage`` would read now (``keep``: the
         job's input function, asked next, takes them as they are)."""
         patterns = self.input_patterns.get(stage)
-        if patterns is not None:   # (inputs as written, each a pattern str.format fills)
-            try:
-                return [pattern.format(**values) for pattern in patterns]
-            except (KeyError, IndexError):   # (a field the job has no value for: Snakemake says so)
-                pass
+        if patterns is not None:   # (inputs as written, each a pattern of the rule's wildcards)
+            return [pattern.format(**values) for pattern in patterns]
         names = self._wildcards_of(stage)
         wildcards = Wildcards(fromdict={k: v for k, v in values.items() if k in names})
         resolved = self.resolve(stage, wildcards)
@@ -373,10 +371,11 @@ def wire_inputs(snake: Snake, name: str, state) -> None:
         rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
         snake.input_functions.add(name)
     else:
-        written = _as_written(items, set(rule.wildcard_names))
+        wildcards = set(rule.wildcard_names)
+        written = _as_written(items, wildcards)
         rule.set_input(**written)
         entries = [entry for item in written.values() for entry in (item if isinstance(item, list) else [item])]
-        if all(isinstance(entry, str) and _PLAIN_FIELDS.fullmatch(entry) for entry in entries):
+        if all(_fills(entry, wildcards) for entry in entries):
             snake.input_patterns[name] = entries
 
 
@@ -426,11 +425,15 @@ def _as_written(items: list[tuple[str, object]], wildcards: set[str]) -> dict:
     def written(item):
         as_pattern = getattr(item, "as_pattern", None)
         found = as_pattern("instance" in wildcards) if as_pattern else None
-        if found is None or not _PLAIN_FIELDS.fullmatch(found) or \
-                not {field[1:-1] for field in re.findall(r"\{\w+\}", found)} <= wildcards:
-            return item
-        return found
+        return found if _fills(found, wildcards) else item
     return {label: [written(i) for i in item] if isinstance(item, list) else written(item) for label, item in items}
+
+
+def _fills(pattern, wildcards: set[str]) -> bool:
+    """Is ``pattern`` a path that ``str.format`` fills with a job's wildcard
+    values, each of its fields one of ``wildcards``?"""
+    return isinstance(pattern, str) and bool(_PLAIN_FIELDS.fullmatch(pattern)) \
+        and set(_FIELD.findall(pattern)) <= wildcards
 
 
 def _input_items(rule, root: str) -> list[tuple[str, object]]:
