@@ -330,10 +330,12 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     # as Snakemake formats it, from a quoted here-document: no argument
     # carries the command (of any length), and its shell syntax stays the
     # step's. ``exec``: the runner's status is the job's, and a
-    # ``shell.suffix()`` is run by the step's script only.
-    rule.shellcmd = (f"exec {runner_line} <<'{wspec.DELIMITER}'\n{{params.{step_param}}}\n"
-                     f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
-    rule.run_func = _shell_run_func(rule.run_func, rule.shellcmd, mirror)
+    # ``shell.suffix()`` is run by the step's script only. The rule's
+    # ``shellcmd`` stays the user's: what Snakemake shows of the job (a
+    # failure's error block, ``--printshellcmds``, its metadata, reports).
+    step = (f"{_runner_head(runner_line)}\n{{params.{step_param}}}\n"
+            f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
+    rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror)
     if mirror:
         _map_param_functions(rule, mirror)
     rule.set_params(**{step_param: step_function})
@@ -512,33 +514,81 @@ def _with_local_files(function, names: set[str], mirror: str):
 
 
 def job_command(job, mirror: str | None) -> str:
-    """A stage job's shell command (``wire``'s runner line with the spec
-    and the rule's command), formatted as Snakemake formats ``job.shellcmd``,
-    but with the local copies of its files on a bucket root: the command a
-    job the executor submits runs."""
+    """A stage job's step (``wire``'s runner line with the spec and the
+    rule's command), formatted as Snakemake formats ``job.shellcmd``, but
+    with the local copies of its files on a bucket root: the command a job
+    the executor submits runs."""
+    step = job.rule.run_func.step
     if not mirror:
-        return job.shellcmd
+        return job.format_wildcards(step)
     names = {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
-    return job.format_wildcards(job.rule.shellcmd, **names)
+    return job.format_wildcards(step, **names)
 
 
-def _shell_run_func(original, command: str, mirror: str | None):
-    """A rule's run function that runs ``command`` instead of the shell
-    command it was written with (Snakemake compiles a ``shell:`` into a
-    function calling ``shell(...)``, which fills the command's placeholders
-    from that function's own arguments: the new one takes the same, the
-    marker of a rule's function included, so ``shell`` takes the job's
-    threads, resources and environment from them as for any rule). On a
-    bucket root its files are their local copies first (``local_files``)."""
+def _runner_head(runner_line: str) -> str:
+    """The step's first line: the runner, reading its here-document."""
+    return f"exec {runner_line} <<'{wspec.DELIMITER}'"
+
+
+def as_written(ran: str, runner: str) -> str:
+    """A step's command as Snakemake's ``shell`` ran it (its prefix, the
+    step runner ``runner`` reading its here-document, its suffix) with the
+    here-document replaced by the rule's command it carries: what plain
+    Snakemake runs for the rule, and says it ran when it fails."""
+    head, last = _runner_head(runner) + "\n", f"\n{wspec.DELIMITER}"
+    start, end = ran.find(head), ran.rfind(last)
+    after = ran[end + len(last):]   # the suffix, after the line that ends the here-document
+    if start < 0 or end < start or after[:1] not in ("", "\n"):
+        return ran
+    _, _, command = ran[start + len(head):end].partition("\n")   # (after the spec's line)
+    return (ran[:start] + command + after[1:]).strip()
+
+
+def _shell_run_func(original, step: str, runner: str, mirror: str | None):
+    """A rule's run function that runs ``step`` (kept as its ``step``)
+    instead of the shell command it was written with (Snakemake compiles a
+    ``shell:`` into a function calling ``shell(...)``, which fills the
+    command's placeholders from that function's own arguments: the new one
+    takes the same, the marker of a rule's function included, so ``shell``
+    takes the job's threads, resources and environment from them as for any
+    rule). On a bucket root its files are their local copies first
+    (``local_files``).
+
+    A failure reads as in plain Snakemake: the ``CalledProcessError`` names
+    the rule's command as it ran (``as_written``), not the runner, and the
+    call is where the rule's own was, in its Snakefile (``_shell_call``), so
+    Snakemake reports it as a failing rule's command, with no traceback."""
     parameters = inspect.signature(original).parameters
-    source = (f"def run({', '.join(str(p) for p in parameters.values())}):\n"
-              + ("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
-                 "local_files(log, mirror)\n" if mirror else "")
-              + "    shell(command, bench_record=bench_record, bench_iteration=bench_iteration)\n")
+    lines = [f"def run({', '.join(str(p) for p in parameters.values())}):"]
+    if mirror:
+        lines.append("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
+                     "local_files(log, mirror)")
+    call = "        shell(step, bench_record=bench_record, bench_iteration=bench_iteration)"
+    lines += ["    try:", call, "    except CalledProcessError as failed:",
+              "        failed.cmd = as_written(failed.cmd, runner)", "        raise"]
+    filename, line = _shell_call(original)
+    padding = line - 1 - lines.index(call) if line else -1   # blank lines put the call on ``line``
+    if padding < 0:
+        filename, padding = f"<waypost step of {original.__name__}>", 0
+    from subprocess import CalledProcessError
+
     from snakemake.shell import shell
-    namespace = {"shell": shell, "command": command, "local_files": local_files, "mirror": mirror}
-    exec(compile(source, f"<waypost step of {original.__name__}>", "exec"), namespace)
+    namespace = {"shell": shell, "step": step, "runner": runner, "as_written": as_written,
+                 "CalledProcessError": CalledProcessError, "local_files": local_files, "mirror": mirror}
+    exec(compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec"), namespace)
+    namespace["run"].step = step
     return namespace["run"]
+
+
+def _shell_call(function) -> tuple[str, int | None]:
+    """The file and line of a rule function's ``shell(...)`` call, in the
+    code Snakemake compiled the Snakefile into (None if it has none): a
+    failure there is the rule's (Snakemake finds the Snakefile's line for it)."""
+    import dis
+    for instruction in dis.get_instructions(function):
+        if instruction.opname == "LOAD_GLOBAL" and instruction.argval == "shell" and instruction.positions:
+            return function.__code__.co_filename, instruction.positions.lineno
+    return function.__code__.co_filename, None
 
 
 def _local_path(source) -> str:
