@@ -303,9 +303,32 @@ class Executor(SlurmExecutor):
             code, out = await _run(argv, stdin=wspec.write(step))
             if code != 0:
                 self.logger.warning(f"waypost: could not record Slurm job {job.external_jobid}'s end: {out[-500:]}")
+            # The runner's end state and decision, as a local run shows them:
+            # its own lines in the job's log, or those of the end just recorded.
+            said = [] if bundles.STATUS_KEY in (job.aux or {}) or not log else log_tail(str(log))
+            for line in runner_lines(said + (out.splitlines() if code == 0 else [])):
+                self.logger.error(line)
         self.report_job_error(job, msg=f"SLURM-job '{job.external_jobid}' ended {state}"
                               + (f" ({reason})" if reason else ""),
                               aux_logs=[str(log)] if log else [])
+
+
+def log_tail(path: str, size: int = 1 << 16) -> list[str]:
+    """The last lines of a job's log (its last ``size`` bytes: the step's
+    own output can be long); none when it can't be read."""
+    try:
+        with open(path, "rb") as f:
+            length = f.seek(0, os.SEEK_END)
+            f.seek(max(0, length - size))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    return lines[1:] if length > size else lines   # (the first may be cut)
+
+
+def runner_lines(lines: list[str]) -> list[str]:
+    """The step runner's own lines among a job's output."""
+    return [line for line in lines if line.startswith("waypost: ")]
 
 
 async def _run(argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
