@@ -1,6 +1,7 @@
 """The step spec: the one record the planner hands the step runner for a job.
 
-A stage job's shell command (wired by ``Pipeline.finish``) is::
+What a stage job runs with Snakemake's shell (wired by ``Pipeline.finish``;
+the rule's ``shell:`` stays its own, which Snakemake shows) is::
 
     exec PYTHON -S .../waypost/launch.py <<'WAYPOST_STEP_…'
     {"waypost_step": 1, "stage": …, "inputs": […], …}      ← the spec, one line of JSON

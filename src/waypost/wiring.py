@@ -16,6 +16,12 @@ pyproject.toml). Everything else is public:
   ``output_modifier``: ``wire`` replaces a stage rule's inputs with one function;
 - ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
   run function: ``_shell_run_func``;
+- how Snakemake reports a rule's failure (``executors/local.py``,
+  ``exceptions.get_exception_origin``): an exception that passes through a
+  line of the code it compiled a Snakefile into (``workflow.linemaps``) is
+  the rule's, shown as ``<error> in file "<Snakefile>", line N`` without a
+  traceback; the step's ``shell(...)`` call is compiled at the line of the
+  rule's own (``_shell_call``);
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
   ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
   (``--set-resources`` keeps the last word);
@@ -286,11 +292,11 @@ class Snake:
 
 
 def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, mirror: str | None) -> str:
-    """Make a stage rule a step: its shell command the step runner's
-    (``runner_line``) reading the job's step spec (the ``step_param`` param,
-    ``step_function``) and then the command as Snakemake formats it; its
-    inputs, as written, kept for ``wire_inputs``. Returns the worker class
-    the rule names."""
+    """Make a stage rule a step: its run function runs the step runner
+    (``runner_line``, braces doubled as in a rule's command) reading the
+    job's step spec (the ``step_param`` param, ``step_function``) and then
+    the rule's command as Snakemake formats it; its inputs, as written,
+    kept for ``wire_inputs``. Returns the worker class the rule names."""
     rule = snake.workflow.get_rule(stage.name)
     name, graph = rule.name, snake.graph
     own_dir = graph.own_path(stage, "")
@@ -335,7 +341,7 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     # failure's error block, ``--printshellcmds``, its metadata, reports).
     step = (f"{_runner_head(runner_line)}\n{{params.{step_param}}}\n"
             f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
-    rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror)
+    rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror)   # (braces as formatted)
     if mirror:
         _map_param_functions(rule, mirror)
     rule.set_params(**{step_param: step_function})
