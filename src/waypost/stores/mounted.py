@@ -141,7 +141,7 @@ def _decide(mount: Mount) -> Way:
                          "the API, give this process credentials and a route to the storage endpoint; with the "
                          "mount in the config's mounts:, the API is required)")
     return Way(url, "" if mount.kind == "declared" else
-               f"{how} of {url}{what}: listings, reuse, archives and verify go through the bucket's API")
+               f"{how} of {url}{what}: listings, verify and reuse go through the bucket's API")
 
 
 def _bucket(mount: Mount) -> tuple[str | None, str]:
