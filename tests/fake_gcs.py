@@ -104,18 +104,30 @@ def mounted(url: str, bucket: str, point: Path, work: Path, dir_cache: str = "1s
     its upload was still pending (``--vfs-write-back 1s``): both measured.
     ``unnamed``: the mount table shows a device name of its own
     (``--devname``), not which bucket the mount serves."""
-    point.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     config = rclone_config(url, work / "rclone.conf")
-    cmd = ["rclone", "--config", str(config), "mount", f"fgcs:{bucket}", str(point), *(["--devname", "team-data"] * unnamed), "--vfs-cache-mode", cache_mode,
-           "--dir-cache-time", dir_cache, "--cache-dir", str(work / "cache")]
+    flags = [*(["--devname", "team-data"] * unnamed), "--vfs-cache-mode", cache_mode, "--dir-cache-time", dir_cache]
+    with rclone_mounted(config, f"fgcs:{bucket}", point, work, *flags) as mount:
+        yield mount
+
+
+@contextlib.contextmanager
+def rclone_mounted(config: Path, source: str, point: Path, work: Path, *flags: str, env: dict | None = None,
+                   cwd: Path | None = None):
+    """``rclone --config CONFIG mount SOURCE POINT FLAGS`` (a remote of any
+    type), its log and cache in ``work``, with ``env`` added to this
+    process's environment, in ``cwd``; unmounted after. Yields the mount
+    point once it is mounted."""
+    point.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    cmd = ["rclone", "--config", str(config), "mount", source, str(point), *flags, "--cache-dir", str(work / "cache")]
     with open(work / "rclone.log", "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, env={**os.environ, **(env or {})}, cwd=cwd)
     deadline = time.time() + 20
     while not os.path.ismount(point):
         if time.time() > deadline or proc.poll() is not None:
             proc.kill()
-            raise RuntimeError(f"rclone did not mount {bucket}: {(work / 'rclone.log').read_text()[-500:]}")
+            raise RuntimeError(f"rclone did not mount {source}: {(work / 'rclone.log').read_text()[-500:]}")
         time.sleep(0.05)
     try:
         yield point

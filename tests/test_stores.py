@@ -117,6 +117,25 @@ def test_the_mount_table_maps_rclone_and_gcsfuse_mounts_to_buckets(tmp_path, mon
     assert mounted.mount_of(str(tmp_path)) is None
     mounted.declare({"/mnt/sshfs": "gs://declared/prefix"})
     assert mounted.mount_of("/mnt/sshfs/x") == mounted.Mount("/mnt/sshfs", "declared", "gs://declared/prefix")
+    # The table names a bucket for the rclone mount, but no rclone process
+    # here serves /mnt/rc: its remote's type is unknown, so it is no bucket.
+    monkeypatch.setattr(mounted, "_ways", {})
+    way = mounted.way_of(mounted.mount_of("/mnt/rc/results"))
+    assert way.url is None and "whose type waypost can't read" in way.said
+
+
+def test_an_rclone_source_names_its_remote_and_path():
+    from waypost.stores.mounted import bucket_of_source
+    from waypost.stores.rclone import split_source
+    assert split_source("shelf:runs/a") == ("shelf", None, "runs/a")
+    assert split_source("fgcs{x_ABl}:bucket") == ("fgcs", None, "bucket")
+    assert split_source("fgcs,anonymous=true:bucket") == ("fgcs", None, "bucket")
+    assert split_source(":gcs:bucket/p") == (None, "gcs", "bucket/p")
+    assert split_source(":local{a1}:/srv/x") == (None, "local", "/srv/x")
+    assert split_source("team-data") == (None, None, "")
+    assert bucket_of_source("fuse.rclone", ":gcs:bucket/p") == "bucket/p"
+    assert bucket_of_source("fuse.rclone", ":local:/srv/x") is None
+    assert bucket_of_source("fuse.rclone", "team-data") is None
 
 
 def test_a_directory_output_is_described_and_reused_file_by_file(tmp_path):

@@ -79,6 +79,8 @@ class Pipeline:
         # the bucket, ``self.mirror`` (see stores.mirror).
         on_bucket = stores.needs_mirror(self.root)
         self.mirror = self.snake.planning_mirror(self.root) if on_bucket and not self.facts_only else None
+        if not on_bucket and not self.facts_only and not self.snake.remote:
+            self.snake.reach(self.root)
         run_identity(workflow)   # the runner reads the run id itself
         self.graph = StageGraph(config, self.axis, "" if on_bucket else self.root)
         self.snake.attach(self.graph, self.root)

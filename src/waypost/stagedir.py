@@ -27,8 +27,9 @@ class StageDirectory:
             from .stores import mirror
             self.remote, self.inputs, self.outputs = mirror.for_runner(step)
         self.dir = self.remote.local if self.remote else step.stage_dir
-        # Where the stage dir is, as a store (disk, or a mounted bucket): archives and heartbeats.
-        self.store = None if self.remote else stores.store_for(stage_root(step.stage_dir, step.instance), quiet=True)
+        # Where the stage dir is, as a store (disk, or a mount): archives and heartbeats, nothing read.
+        self.store = None if self.remote else stores.store_for(stage_root(step.stage_dir, step.instance), quiet=True,
+                                                               reads=False)
         # How the runner's lines name the stage: experiment/pair/stage[/instance].
         self.name = stage_name(step.pair, step.experiment, step.stage, step.instance)
 

@@ -41,7 +41,7 @@ from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 from snakemake.iocontainers import Wildcards
 
-from . import manifest
+from . import manifest, stores
 from . import spec as wspec
 from . import workers as wworkers
 from .stagegraph import StageError, presigned
@@ -130,6 +130,17 @@ class Snake:
             raise WorkflowError(str(exc)) from None
         gcs.register_root(root)
         return os.path.abspath(str(self.workflow.storage_registry.default_storage_provider.local_prefix))
+
+    def reach(self, root: str) -> None:
+        """For a root that is a path, how waypost serves it decided now (a
+        mount: through the bucket's API or through the mount, said once),
+        before the planning reads it; a mount the config declares whose API
+        can't be reached is one line (``stores.reach``)."""
+        from .stores import gcs
+        try:
+            stores.reach(root)
+        except gcs.StorageError as exc:
+            raise WorkflowError(str(exc)) from None
 
     def constrain(self, **constraints) -> None:
         self.workflow.global_wildcard_constraints(**constraints)

@@ -108,34 +108,39 @@ def manifest_at(location: str) -> dict | None:
 
 def reach(root: str) -> None:
     """For a root read through an API, StorageError within seconds when its
-    endpoint can't be reached (``gcs.probe``); nothing for a path."""
+    endpoint can't be reached (``gcs.probe``); for a path on a mount, how
+    waypost serves it decided and said (``store_for``: a mount the config
+    declares whose API can't be reached is a StorageError); nothing for
+    another path."""
     if is_bucket_url(root):
         from .gcs import probe
         probe(root)
+    else:
+        store_for(root)
 
 
 def listed_at_once(root: str) -> bool:
     """Is the root read from one listing of its bucket (a gs:// root, or a
-    mount whose bucket is known), rather than directory by directory?"""
-    if is_bucket_url(root):
-        return True
-    from .mounted import mount_of
-    mount = mount_of(root)
-    return mount is not None and mount.url is not None
+    mount served through its bucket's API), rather than directory by
+    directory (so, fastest by worker processes)?"""
+    return is_bucket_url(root) or not store_for(root, quiet=True).parallel_reads
 
 
-def store_for(root: str, snapshot: bool = False, quiet: bool = False):
+def store_for(root: str, snapshot: bool = False, quiet: bool = False, reads: bool = True):
     """The store of a root: a bucket's URL through its API; a path on a
-    mounted bucket through the mount and the bucket's API; any other path
-    on disk (with ``snapshot``, listing each directory once: for commands
-    that only look)."""
+    mount through the mount, and through the bucket's API when the mount is
+    known to serve one that this process can reach (``mounted.way_of``,
+    said once unless ``quiet``); any other path on disk (with ``snapshot``,
+    listing each directory once: for commands that only look). Without
+    ``reads`` (a step runner's own stage directory: it only writes there) a
+    mount is taken as it is, nothing checked."""
     if is_bucket_url(root):
         from .bucket import BucketStore
         return BucketStore(root)
     from .mounted import mount_of, open_mounted
     mount = mount_of(root)
     if mount is not None:
-        return open_mounted(root, mount, quiet=quiet)
+        return open_mounted(root, mount, quiet=quiet, reads=reads)
     from .local import LocalSnapshot, LocalStore
     return LocalSnapshot(root) if snapshot else LocalStore(root)
 

@@ -59,29 +59,38 @@ def endpoint() -> str:
 
 def probe(url: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     """StorageError at once when the storage endpoint of gs:// ``url`` does
-    not accept a connection (refused, no route, unknown host, no answer
-    within ``timeout``): gcsfs would retry each request with backoff for
-    about a minute and log a traceback per request. For commands, before
-    their first request; once per endpoint and process. Behind a proxy
-    (HTTPS_PROXY and the like) it says nothing: the proxy decides."""
+    not accept a connection (``unreachable``): gcsfs would retry each
+    request with backoff for about a minute and log a traceback per request.
+    For commands, before their first request."""
+    problem = unreachable(url, timeout)
+    if problem:
+        raise StorageError(f"{url}: {problem}; nothing was read or changed")
+
+
+def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the storage endpoint of gs:// ``url`` does not accept a
+    connection (refused, no route, unknown host, no answer within
+    ``timeout``); None when it does. Once per endpoint and process (when
+    reached). Behind a proxy (HTTPS_PROXY and the like) it says nothing:
+    the proxy decides."""
     import socket
     from urllib.parse import urlsplit
 
     if not is_bucket_url(url) or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
                                                                "all_proxy")):
-        return
+        return None
     where = endpoint()
     parts = urlsplit(where)
     host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     if (host, port) in _reached:
-        return
+        return None
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc) or type(exc).__name__)
-        raise StorageError(f"{url}: can't reach the storage endpoint {where} ({why}); nothing was read or "
-                           "changed") from None
+        return f"can't reach the storage endpoint {where} ({why})"
     _reached.add((host, port))
+    return None
 
 
 def quiet_gcsfs_logging() -> None:

@@ -4,13 +4,19 @@ Steps read and write through the mount: to them the root is a directory.
 A mount is not POSIX (no hard links or symlinks, copy2's metadata step
 fails, a rename is a copy + delete, listings and stats are cached per node,
 locks hold on one node only), so waypost does its own metadata work through
-the bucket's API when it knows which bucket is mounted there: listing
-(status, find, the catalog), archiving (server-side copy + delete,
-resumable), reuse (a server-side copy, checked by crc32c: no bytes through
-the node) and verify (the listed crc32c). Which bucket a mount serves comes
-from the config (``mounts``) or the mount table (``/proc/mounts``: gcsfuse
-shows the bucket, rclone ``remote:bucket[/path]``). Without it every
-operation is a plain copy through the mount, and waypost says so once.
+the bucket's API when the mount is known to serve a bucket and this process
+can reach the bucket's API: listing (status, find, the catalog), archiving
+(server-side copy + delete, resumable), reuse (a server-side copy, checked
+by crc32c: no bytes through the node) and verify (the listed crc32c).
+
+Known to serve a bucket: a mount the config declares (``mounts``), a
+gcsfuse mount (its source in ``/proc/mounts`` is the bucket), an rclone
+mount whose remote is of type Google Cloud Storage (``rclone``: the mount
+table shows every rclone remote alike, ``remote:path``). Any other mount,
+or a bucket whose API this process can't reach (no credentials, no route:
+gcsfuse may have its own), is served through the mount: plain copies and
+listings. Which way, and why, is said once per process
+(``open_mounted``); a declared mount whose API can't be reached is an error.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import layout
+from . import rclone
 from .base import StageStore
 from .local import LocalStore
 
@@ -29,13 +36,23 @@ FUSE_KINDS = {"fuse.gcsfuse": "gcsfuse", "fuse.rclone": "rclone"}
 SETTLE_S = float(os.environ.get("WAYPOST_MOUNT_SETTLE_SECONDS", "70"))
 _declared: dict[str, str] = {}
 _said: set[str] = set()
+_ways: dict[str, Way] = {}   # mount point → how this process serves it (way_of)
 
 
 @dataclass(frozen=True)
 class Mount:
     point: str          # where it is mounted
     kind: str           # gcsfuse, rclone, declared, or the filesystem type
-    url: str | None     # the gs:// location it serves (None: not known)
+    url: str | None     # the gs:// location the config or the mount table names (None: none); see way_of
+    source: str = field(default="", compare=False)   # its source in the mount table
+
+
+@dataclass(frozen=True)
+class Way:
+    """How waypost serves a mount: through the bucket's API at ``url``, or
+    (None) through the mount alone; ``said``: the line that tells the user."""
+    url: str | None
+    said: str
 
 
 def declare(mounts: dict[str, str]) -> None:
@@ -64,11 +81,12 @@ def _unescaped(field: str) -> str:
 
 def bucket_of_source(kind: str, source: str) -> str | None:
     """The bucket (and path) a FUSE mount's source names: gcsfuse's is the
-    bucket; rclone's ``remote:bucket[/path]``."""
+    bucket; rclone's ``remote:bucket[/path]`` (whether that remote is a
+    bucket at all is its type's to say: ``way_of``)."""
     if kind == "fuse.gcsfuse":
         return source if source and "/" not in source and ":" not in source else None
     if kind == "fuse.rclone":   # (a remote:/absolute/path is a local or SFTP remote, no bucket)
-        _, _, rest = source.partition(":")
+        _, _, rest = rclone.split_source(source)
         return None if rest.startswith("/") else rest.strip("/") or None
     return None
 
@@ -89,19 +107,94 @@ def mount_of(path: str) -> Mount | None:
         return None
     source, point, kind = best
     bucket = bucket_of_source(kind, source)
-    return Mount(point, FUSE_KINDS.get(kind, kind), SCHEME + bucket if bucket else None)
+    return Mount(point, FUSE_KINDS.get(kind, kind), SCHEME + bucket if bucket else None, source)
 
 
-def open_mounted(root: str, mount: Mount, quiet: bool = False) -> StageStore:
+def way_of(mount: Mount) -> Way:
+    """How this process serves ``mount`` (decided once per mount point):
+    through the bucket's API when the mount is known to serve that bucket
+    and the API answers; else through the mount. StorageError when the
+    config declares the mount and the API can't be reached."""
+    if mount.point not in _ways:
+        _ways[mount.point] = _decide(mount)
+    return _ways[mount.point]
+
+
+PLAIN = "reuse and archives copy through the mount, listings go through it"
+
+
+def _decide(mount: Mount) -> Way:
+    article = "an" if mount.kind == "rclone" or mount.kind[0] in "aeiou" else "a"
+    how = f"{article} {mount.kind} mount ({mount.point})"
+    url, what = _bucket(mount)
+    if url is None:
+        declare = "declare it in the config: mounts: {" + mount.point + ": gs://BUCKET[/PREFIX]}"
+        return Way(None, f"{how} {what}: {PLAIN} (if it serves a GCS bucket, {declare})")
+    problem = api_problem(url)
+    if problem and mount.kind == "declared":
+        from .gcs import StorageError
+        raise StorageError(f"{mount.point}: the config's mounts: has it served through the API of {url}, but this "
+                           f"process can't use that API ({problem}): give it credentials and a route to the "
+                           f"storage endpoint, or take {mount.point} out of mounts: to work through the mount")
+    if problem:
+        return Way(None, f"{how} of {url}, but this process can't use the bucket's API ({problem}): {PLAIN} (for "
+                         "the API, give this process credentials and a route to the storage endpoint; with the "
+                         "mount in the config's mounts:, the API is required)")
+    return Way(url, "" if mount.kind == "declared" else
+               f"{how} of {url}{what}: listings, verify and reuse go through the bucket's API")
+
+
+def _bucket(mount: Mount) -> tuple[str | None, str]:
+    """The bucket a mount is known to serve (None: none known), and what
+    makes it one, or not."""
     if mount.url is None:
-        if not quiet and mount.point not in _said:
-            _said.add(mount.point)
-            print(f"waypost: {root} is on a {mount.kind} mount ({mount.point}) whose bucket waypost doesn't know: "
-                  "reuse and archives copy through the mount, listings go through it (declare it in the "
-                  "config: mounts: {" + mount.point + ": gs://BUCKET[/PREFIX]})", file=sys.stderr)
+        return None, "whose bucket waypost doesn't know"
+    if mount.kind != "rclone":
+        return mount.url, ""   # the config says so, or gcsfuse serves only buckets
+    remote, backend, _ = rclone.split_source(mount.source)
+    kind = rclone.remote_type(mount.point, mount.source)
+    name = remote or f":{backend}:"
+    if kind in rclone.GCS_TYPES:
+        return mount.url, f" (remote {name}, type {kind})"
+    if kind:
+        return None, f"of remote {name} (type {kind}), not a GCS bucket"
+    return None, f"of remote {name}, whose type waypost can't read in rclone's config"
+
+
+def api_problem(url: str) -> str | None:
+    """Why this process can't use the API of the bucket at ``url`` (None:
+    it can): its endpoint refuses or doesn't answer (``gcs.unreachable``: a
+    connection, seconds at most), or the bucket can't be read (one request;
+    only where the GCS client is installed: a step runner started without
+    it reads nothing through the API)."""
+    from importlib.util import find_spec
+
+    from .gcs import StorageError, check_bucket, unreachable
+    problem = unreachable(url)
+    if problem or find_spec("gcsfs") is None:
+        return problem
+    try:
+        check_bucket(url)
+    except StorageError as exc:
+        return str(exc).removeprefix(f"{url}: ")
+    return None
+
+
+def open_mounted(root: str, mount: Mount, quiet: bool = False, reads: bool = True) -> StageStore:
+    """The store of a root on ``mount``, served as ``way_of`` says (and,
+    unless ``quiet``, said once). Without ``reads`` (a step runner's own
+    stage directory: heartbeats and archives, the same either way) through
+    the mount, nothing checked."""
+    if not reads:
+        return PlainMountStore(root)
+    way = way_of(mount)
+    if way.said and not quiet and mount.point not in _said:
+        _said.add(mount.point)
+        print(f"waypost: {root} is on {way.said}", file=sys.stderr)
+    if way.url is None:
         return PlainMountStore(root)
     real = os.path.realpath(root)
-    url = mount.url + real[len(mount.point.rstrip("/")):]
+    url = way.url + real[len(mount.point.rstrip("/")):]
     return MountedStore(root, url.rstrip("/"))
 
 
