@@ -173,8 +173,7 @@ def test_a_killed_step_never_looks_done_in_the_bucket(bucket, tmp_path):
     run = start_run(tmp_path, root)
     try:
         running = wait_for_checkpoint(root, stage)
-        step = int(subprocess.run(["pgrep", "-P", str(running["pid"])], capture_output=True,
-                                  text=True).stdout.split()[0])
+        step = running["step_group"]["pgid"]   # the step's shell (the runner's other child is its watchdog)
         os.kill(step, signal.SIGKILL)
         assert run.wait(timeout=120) != 0
     finally:

@@ -39,8 +39,12 @@ def wait_for_checkpoint(stage: Path, timeout: float = 120) -> dict:
 
 
 def children(pid: int) -> list[int]:
+    """The runner's children: its step's shell (not its watchdog, which is
+    no part of the step)."""
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split()]
+    watchdogs = subprocess.run(["pgrep", "-P", str(pid), "-x", "waypost-watch"], capture_output=True,
+                               text=True).stdout
+    return [int(x) for x in out.split() if x not in watchdogs.split()]
 
 
 def finish_quickly(workdir: Path) -> None:

@@ -3,8 +3,16 @@ process group of its own that dies with the runner, its output teed to the
 attempt's log, under a time limit, with the runner's signals passed on; then
 how it ended (``classify``).
 
+The step dies with its runner, however the runner dies (SIGKILL, the OOM
+killer, its driver's process group killed with it): the step's shell has
+``PR_SET_PDEATHSIG``, but the kernel clears that for what the shell starts,
+so a watchdog (``_watch``: a fork of the runner, in a session of its own so
+that a signal to the runner's process group misses it) ends the step's
+whole process group when the runner is gone.
+
 The runner starts at every step: this imports nothing beyond ``os``,
-``signal``, ``sys``, ``time`` and ``ctypes`` (``select`` when it runs)."""
+``signal``, ``sys``, ``time``, ``ctypes`` and ``stepgroup`` (``select``
+when it runs)."""
 
 from __future__ import annotations
 
@@ -14,24 +22,85 @@ import signal
 import sys
 import time
 
+from . import stepgroup
+
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # While a step runs, its ``_running.json`` is touched this often: a marker
 # whose heartbeat is older than the lease (lifecycle.LEASE_S) is taken for one
 # whose runner is gone, from any host (see lifecycle.judge).
 HEARTBEAT_S = float(os.environ.get("WAYPOST_HEARTBEAT_SECONDS", "60"))
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+WATCHDOG_NAME = b"waypost-watch"   # its name in ps and /proc/PID/comm
 # Signals that take a process away without its consent: the machine (or the
 # kernel on its behalf) did it, not the step.
 HARDWARE_SIGNALS = (signal.SIGKILL, signal.SIGBUS)
 
 
+def _prctl(option: int, value) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
+    except (OSError, AttributeError):
+        pass
+
+
 def _die_with_parent() -> None:
     """In the child: get SIGKILL if the runner dies (even by SIGKILL), so a
     step never outlives its runner and writes outputs nobody records."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _watch(log_fd: int) -> tuple[int, int] | None:
+    """Fork the watchdog of the step about to start: (its pid, the pipe
+    on which it is told the step's group), or None when it can't be forked
+    (the running marker still names the group: the next attempt ends what
+    is left of it, see ``waypost.leftovers``). Forked before the step, so
+    that the step waits on nothing of its start-up.
+
+    Told the group (``pgid start kill_grace``), it waits for the runner to
+    die (``PR_SET_PDEATHSIG``), then ends the group (SIGTERM, then SIGKILL
+    after the grace) and says so in the attempt's log. Told nothing (the
+    pipe closed first), it exits. The runner kills it once the attempt is
+    over."""
+    runner = os.getpid()
+    told, tell = os.pipe()
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+        pid = os.fork()
+    except OSError:
+        os.close(told)
+        os.close(tell)
+        return None
+    if pid:
+        os.close(told)
+        return pid, tell
+    try:   # the watchdog, until os._exit
+        wake = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+        signal.pthread_sigmask(signal.SIG_BLOCK, wake)   # not the runner's handlers: sigwait's
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        for name in os.listdir("/proc/self/fd"):   # Snakemake's pipes, locks: none held
+            if int(name) > 2 and int(name) not in (log_fd, told):
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        _prctl(PR_SET_NAME, WATCHDOG_NAME)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        words = os.read(told, 200).split()
+        if len(words) != 3:   # no step started
+            os._exit(0)
+        group = {"pgid": int(words[0]), "start": int(words[1]), "kill_grace": float(words[2])}
+        while os.getppid() == runner:   # the runner is there (a stray signal: wait on)
+            signal.sigwait(wake)
+        pids = stepgroup.members(group)
+        if pids:
+            how = stepgroup.end(group)
+            os.write(log_fd, f"waypost: the step's runner (pid {runner}) is gone; ended the step's "
+                             f"{stepgroup.describe(group, pids)}: {how}\n".encode())
+    finally:
+        os._exit(0)
 
 
 def oom_kills() -> int | None:
@@ -61,9 +130,12 @@ def oom_kills() -> int | None:
     return None
 
 
-def _spawn(command: list[str], env: dict) -> tuple[int, int]:
+def _spawn(command: list[str], env: dict, started=None) -> tuple[int, int]:
     """Start ``command`` (no shell) in a session of its own, with stdout and
-    stderr on one pipe: (pid, the pipe's read end). OSError when it cannot
+    stderr on one pipe: (pid, the pipe's read end). ``started(pid)`` is
+    called before the command runs (its process exists, waiting at a gate:
+    its group can be recorded and watched before anything of it is at
+    work); if it raises, the command never runs. OSError when it cannot
     start (not found, not executable).
 
     ``subprocess.Popen`` would do it, but the runner starts at every step
@@ -72,6 +144,7 @@ def _spawn(command: list[str], env: dict) -> tuple[int, int]:
     """
     read_end, write_end = os.pipe()
     error_read, error_write = os.pipe()    # close-on-exec: EOF once the exec worked
+    gate_read, gate_write = os.pipe()      # EOF: go on
     runner = os.getpid()
     pid = os.fork()
     if pid == 0:   # the child: only until the exec
@@ -80,7 +153,9 @@ def _spawn(command: list[str], env: dict) -> tuple[int, int]:
                 signal.signal(signum, signal.SIG_DFL)  # as a shell would leave them (Python ignores SIGPIPE)
             os.setsid()
             _die_with_parent()
-            if os.getppid() != runner:   # the runner died before the line above
+            os.close(gate_write)
+            os.read(gate_read, 1)
+            if os.getppid() != runner:   # the runner died before the gate opened
                 os._exit(128 + signal.SIGKILL)
             os.dup2(write_end, 1)
             os.dup2(write_end, 2)
@@ -93,8 +168,19 @@ def _spawn(command: list[str], env: dict) -> tuple[int, int]:
                 pass   # the parent then sees a bare exit 127
         finally:
             os._exit(127)
-    os.close(write_end)
-    os.close(error_write)
+    for fd in (write_end, error_write, gate_read):
+        os.close(fd)
+    try:
+        if started:
+            started(pid)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        for fd in (read_end, error_read):
+            os.close(fd)
+        raise
+    finally:
+        os.close(gate_write)
     with open(error_read, "rb") as errors:
         error = errors.read()
     if error:
@@ -112,8 +198,12 @@ class Attempt:
     between SIGTERM and SIGKILL."""
 
     def __init__(self, command: list[str], env: dict, log_path: str, runtime: float | None, grace: float,
-                 heartbeat=None):
+                 heartbeat=None, started=None):
         self.heartbeat = heartbeat      # called every HEARTBEAT_S while the step runs
+        self.started = started          # called with the step's group (stepgroup.record) before it runs
+        self.group: dict | None = None
+        self.watchdog: int | None = None
+        self._tell: int | None = None   # the pipe to the watchdog, until it is told the group
         self.command = command
         self.env = env
         self.log_path = log_path
@@ -216,8 +306,9 @@ class Attempt:
         previous = {s: signal.signal(s, handler) for s, handler in handlers.items()}
         try:
             with open(self.log_path, "ab") as log:
+                self.watchdog, self._tell = _watch(log.fileno()) or (None, None)
                 try:
-                    self.pid, output = _spawn(self.command, self.env)
+                    self.pid, output = _spawn(self.command, self.env, self._watched)
                 except OSError as exc:
                     message = f"waypost: cannot start {self.command[0]!r}: {exc}\n".encode()
                     log.write(message)
@@ -234,6 +325,27 @@ class Attempt:
             signal.setitimer(signal.ITIMER_REAL, 0)
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            if self._tell is not None:   # the step never started
+                os.close(self._tell)
+                self._tell = None
+            if self.watchdog:   # the step is over: nothing to watch
+                os.kill(self.watchdog, signal.SIGKILL)
+                # Not waited for (its teardown costs a step ~1 ms): once
+                # SIGKILL is sent it runs nothing more; the runner's exit
+                # hands it to init, which reaps it.
+                os.waitpid(self.watchdog, os.WNOHANG)
+
+    def _watched(self, pid: int) -> None:
+        """The step's process exists (it waits to run): record its group,
+        and tell the watchdog."""
+        self.group = stepgroup.record(pid, self.grace)
+        if self.started:
+            self.started(self.group)
+        if self._tell is not None:
+            group = self.group
+            os.write(self._tell, f"{group['pgid']} {group['start'] or 0} {group['kill_grace']}".encode())
+            os.close(self._tell)
+            self._tell = None
 
     @property
     def killed_by(self) -> int | None:

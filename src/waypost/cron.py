@@ -5,7 +5,9 @@ Safe to start every few minutes, forever, whatever the last run left:
 1. a non-blocking ``flock`` on ``.waypost/cron.lock`` (Snakemake's own lock is
    not enough: a run that ends removes every run's locks); a second
    invocation says so in one line and exits 0;
-2. manifests that can't be trusted are set aside (``waypost.verify``);
+2. the step a killed runner left at work is ended (``waypost.leftovers``),
+   the partial outputs of interrupted attempts and manifests that can't be
+   trusted are set aside (``waypost.verify``);
 3. a Snakemake lock left by a killed run is cleared, only when no Snakemake
    process still works in this directory;
 4. the workflow runs (the profile keeps going past failed jobs and redoes
@@ -30,7 +32,7 @@ import time
 from datetime import UTC, datetime
 
 from . import config as wconfig
-from . import events, graph, layout, lifecycle, manifest, stores, verify
+from . import events, graph, layout, leftovers, lifecycle, manifest, stores, verify
 from .layout import RUNNING
 from .stores import mirror
 
@@ -56,12 +58,17 @@ def _set_aside_interrupted(root: str) -> list[str]:
     (the files its ``_running.json`` names), before Snakemake would delete
     them to redo the stage: the rest of the workspace (checkpoints) stays for
     the policy to resume from. A stage whose runner may still be at work is
-    left alone, and said so."""
+    left alone, and said so; the step a gone runner left at work is ended
+    first (``leftovers``), and said so."""
     tree = stores.store_for(root)
     dirs = tree.marker_dirs(RUNNING)
     notes = []
     for stage_dir in dirs:
         life = lifecycle.read(tree, stage_dir)
+        if life.live and life.live.orphaned:
+            ended = leftovers.end(life, None if stores.is_bucket_url(stage_dir) else stage_dir)
+            notes.append(f"{stage_dir}: {ended}")
+            life = lifecycle.read(tree, stage_dir)
         if life.live:
             notes.append(f"left {stage_dir} alone: an attempt may still be at work there ({life.live.where})")
             continue

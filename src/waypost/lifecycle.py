@@ -14,8 +14,9 @@ their dates when they matter, the manifest, and the running marker with its
 liveness. An attempt's marker that is older than the manifest beside it was
 closed (its runner died between writing the manifest and removing the
 marker): the manifest has the last word. A live attempt is one whose
-process or Slurm job is alive, or whose liveness can't be known yet:
-"unknown" is never "gone".
+process or Slurm job is alive, or whose step's processes are (its runner
+gone, its process group not: ``orphaned``), or whose liveness can't be
+known yet: "unknown" is never "gone".
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import os
 import time
 from functools import cached_property
 
-from . import manifest, slurm, states
+from . import manifest, slurm, states, stepgroup
 from .layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join
 
 # A ``_running.json`` whose heartbeat (its mtime, refreshed every minute by
@@ -38,16 +39,24 @@ LEASE_S = float(os.environ.get("WAYPOST_LEASE_SECONDS", "600"))
 class LiveAttempt:
     """An attempt at work (or not known to be gone) in a stage directory:
     ``where`` says whose (``pid 12 on host``, ``Slurm job 66 (RUNNING)``,
-    ``unknown: …``); ``slurm_job`` its Slurm job, if it runs in one."""
+    ``unknown: …``); ``slurm_job`` its Slurm job, if it runs in one;
+    ``group`` the step's process group (``stepgroup.record``) when its
+    runner is gone and that is what is at work."""
 
-    __slots__ = ("pid", "slurm_job", "where")
+    __slots__ = ("group", "pid", "slurm_job", "where")
 
-    def __init__(self, where: str, slurm_job: str | None, pid: int | None):
-        self.where, self.slurm_job, self.pid = where, slurm_job, pid
+    def __init__(self, where: str, slurm_job: str | None, pid: int | None, group: dict | None = None):
+        self.where, self.slurm_job, self.pid, self.group = where, slurm_job, pid, group
 
     @property
     def unknown(self) -> bool:
         return self.where.startswith("unknown")
+
+    @property
+    def orphaned(self) -> bool:
+        """Its runner is gone but its step's processes are not: nobody will
+        record them, so nobody waits for them (``waypost.leftovers``)."""
+        return self.group is not None
 
 
 def _zombie(pid: int) -> bool:
@@ -58,25 +67,37 @@ def _zombie(pid: int) -> bool:
         return False
 
 
+def _alive(pid: int) -> bool:
+    """Is ``pid`` (on this host) at work: there, and not a zombie (killed,
+    not yet reaped by its parent: it does no more work)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return not _zombie(pid)
+
+
 def judge(info: dict, me: int | None = None, age: float | None = None) -> LiveAttempt | None:
     """Is the attempt a running marker (``info``; ``age``: seconds since its
     last heartbeat) records at work? A LiveAttempt when its process (on this
-    host, not ``me``) or its Slurm job is alive, or when that can't be known
-    yet (another host without a Slurm job, or sacct not answering, while the
-    heartbeat is younger than the lease); None when it is gone."""
+    host, not ``me``) or its Slurm job is alive, or its runner's gone but
+    its step's process group lives on (on this host), or when that can't be
+    known yet (another host without a Slurm job, or sacct not answering,
+    while the heartbeat is younger than the lease); None when it is gone."""
     pid, host, job = info.get("pid"), info.get("host"), info.get("slurm_job_id")
     job = str(job) if job else None
     pid = pid if isinstance(pid, int) else None
     if host == manifest.hostname() and pid and pid != me:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        if _zombie(pid):
-            return None  # killed, not yet reaped by its parent: it does no more work
-        return LiveAttempt(f"pid {pid} on {host}", job, pid)
+        if _alive(pid):
+            return LiveAttempt(f"pid {pid} on {host}", job, pid)
+        group = info.get("step_group")
+        left = stepgroup.members(group) if isinstance(group, dict) else []
+        if left:
+            return LiveAttempt(f"its runner, pid {pid} on {host}, is gone but its step is not: "
+                               + stepgroup.describe(group, left), job, pid, group)
+        return None
     if job and job != os.environ.get("SLURM_JOB_ID"):
         state, raw = slurm.final_state(job)
         if state is None and raw:
@@ -289,14 +310,15 @@ WAIT_SLURM_S = float(os.environ.get("WAYPOST_WAIT_SLURM_SECONDS", "10"))
 def wait_until_gone(stage_dir: str, me: int | None = None, say=None) -> LiveAttempt | None:
     """Wait while an attempt is at work in ``stage_dir``; returns the one
     waited for (None if there was none). ``say`` is told once what is
-    waited for."""
+    waited for. An attempt whose runner is gone (``orphaned``) is not
+    waited for: nobody would record its end (``waypost.leftovers``)."""
     first = live_attempt(stage_dir, me)
-    if first is None:
+    if first is None or first.orphaned:
         return None
     if say:
         say(first)
     current = first
-    while current is not None:
+    while current is not None and not current.orphaned:
         time.sleep(WAIT_LOCAL_S if current.pid and not current.slurm_job else WAIT_SLURM_S)
         current = live_attempt(stage_dir, me)
     return first

@@ -60,7 +60,13 @@ class Attempt(TypedDict, total=False):
     resumes: dict
 
 
-class Marker(TypedDict):
+class StepGroup(TypedDict):
+    pgid: int
+    start: int | None
+    kill_grace: float
+
+
+class _MarkerBase(TypedDict):
     schema: int
     pid: int | None
     host: str | None
@@ -70,6 +76,10 @@ class Marker(TypedDict):
     outputs: list[str]
     slurm_job_id: str | None
     attempts: list[Attempt]
+
+
+class Marker(_MarkerBase, total=False):
+    step_group: StepGroup
 
 
 class Manifest(TypedDict, total=False):
@@ -115,12 +125,17 @@ def attempt(*, number: int, series: int, action: str, start: str, run: str | Non
 
 
 def marker(*, pid: int | None, host: str | None, run: str | None, series: int, series_base: int,
-           outputs: list[str], slurm_job_id: str | None, attempts: list[Attempt]) -> Marker:
+           outputs: list[str], slurm_job_id: str | None, attempts: list[Attempt],
+           step_group: StepGroup | None = None) -> Marker:
     """A running marker: ``pid``/``host`` the runner at work (None: a series
-    a Slurm job left, for the next job to go on with)."""
-    return {"schema": SCHEMA_VERSION, "pid": pid, "host": host, "run": run, "series": series,
-            "series_base": series_base, "outputs": outputs,
-            "slurm_job_id": str(slurm_job_id) if slurm_job_id else None, "attempts": attempts}
+    a Slurm job left, for the next job to go on with); ``step_group`` its
+    step's process group on that host, while a step runs (``stepgroup.record``)."""
+    record: Marker = {"schema": SCHEMA_VERSION, "pid": pid, "host": host, "run": run, "series": series,
+                      "series_base": series_base, "outputs": outputs,
+                      "slurm_job_id": str(slurm_job_id) if slurm_job_id else None, "attempts": attempts}
+    if step_group is not None:
+        record["step_group"] = step_group
+    return record
 
 
 def manifest(*, experiment: str, pair: str, stage: str, instance: str | None, state: str, created: str,

@@ -26,6 +26,7 @@ class Series:
         self.previous_settings: dict | None = None   # the last manifest's settings (see diffs.resumed_work)
         self.first = ("cmd", "a first series")       # this series' first action, and why
         self.refusal = ""
+        self.leftover: str | None = None   # what was done of the step a killed runner left at work
 
     def _go_on_with(self, number: int) -> None:
         self.number = number
@@ -61,9 +62,9 @@ class Series:
             # limit, by preemption, with its node, or with Snakemake).
             self.history = running.get("attempts", [])
             self.base = running.get("series_base", self.base)
-            for attempt in self.history:
-                if attempt.get("state") is None:
-                    close_interrupted(attempt)
+            left_open = [a for a in self.history if a.get("state") is None]
+            for attempt in left_open:   # the last is the one whose step may have been found at work
+                close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
             last = self.history[-1] if self.history else {}
             if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
                 # Its step had succeeded; the job ended while its manifest was
@@ -111,12 +112,14 @@ class Series:
         return None
 
 
-def close_interrupted(attempt: dict) -> None:
+def close_interrupted(attempt: dict, leftover: str | None = None) -> None:
     """Fill in how an attempt whose runner died ended: Slurm's word when
-    it ran in a Slurm job, else CANCELLED (stopped from outside)."""
+    it ran in a Slurm job, else CANCELLED (stopped from outside).
+    ``leftover``: what was done of its step, found at work without it."""
     state, detail = None, None
     if attempt.get("slurm_job_id"):
         state, detail = slurm.final_state(attempt["slurm_job_id"])
     attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
                    error=(attempt.get("error") or "the runner was killed during this attempt")
-                         + (f" (Slurm: {detail})" if detail else ""))
+                         + (f" (Slurm: {detail})" if detail else "")
+                         + (f"; {leftover}" if leftover else ""))

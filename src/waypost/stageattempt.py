@@ -56,7 +56,6 @@ class StageAttempt:
             why=series.first[1] if in_series == 1 else None)   # how this series began
         series.history.append(record)
         series.attempts.append(record)
-        directory.save_running(series)
 
         counts = wpolicy.counters(series.attempts)
         env = self.env(previous, counts, runtime)
@@ -67,8 +66,11 @@ class StageAttempt:
         started = time.monotonic()
         if directory.remote and stores.SCHEME in command:
             _announce_urls(command, directory.path(log_rel))
+        # The running marker is written once the step's process exists and
+        # before it runs: with its process group, for whoever comes next.
         attempt = Attempt([spec.executable, directory.path(script_rel)], env, directory.path(log_rel), runtime,
-                          policy.kill_grace, directory.heartbeat)
+                          policy.kill_grace, directory.heartbeat,
+                          started=lambda group: directory.save_running(series, group=group))
         if directory.remote:
             with directory.remote.syncing(directory.outputs):
                 returncode = attempt.run()

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from . import lifecycle, manifest, records
+from . import leftovers, lifecycle, manifest, records
 from . import policy as wpolicy
 from . import spec as wspec
 from .layout import LOGS, PROVISIONAL, RUNNING, UNFINISHED
@@ -142,7 +142,8 @@ class StageRun:
             directory.remote.pull(directory.inputs)
         # One live attempt per stage directory, whoever started it (a run
         # whose driver died leaves its jobs at work): wait for it to end, as
-        # if this job were it, then go on from what it left.
+        # if this job were it, then go on from what it left; what a step
+        # whose runner is gone left at work is ended (``leftovers``).
         # (On a bucket root ``pull`` just fetched the marker: without one
         # there, there is nothing to ask the bucket about.)
         live = None if directory.remote and not os.path.exists(directory.path(RUNNING)) else \
@@ -158,6 +159,10 @@ class StageRun:
             say=lambda live: print(f"waypost: {self.name}: an attempt is at work in {stage_dir} "
                                    f"({live.where}); waiting for it to end instead of starting a second one",
                                    file=sys.stderr))
+        if live:
+            self.series.leftover = leftovers.end(lifecycle.at(stage_dir, me=os.getpid()), directory.dir)
+            if self.series.leftover:
+                print(f"waypost: {self.name}: {self.series.leftover}", file=sys.stderr)
         if waited and directory.remote:
             directory.remote.refresh()     # what it left
         if waited and directory.done():
