@@ -338,3 +338,38 @@ def test_each_line_the_runner_says_is_one_write(tmp_path):
     said = [w for w in writes if "waypost: " in w or w == "\\n"]
     assert any("ended SUCCESS" in w for w in said), writes
     assert all(w.startswith("waypost: ") and w.endswith("\\n") for w in said), said
+
+
+def test_the_log_is_written_whole_at_the_start_at_each_heartbeat_and_at_the_end(tmp_path):
+    """The attempt's log grows in $TMPDIR and is written whole into the stage
+    directory, never appended to there (a bucket mount can't): there, empty,
+    from the start; with what the step said by the next heartbeat while it
+    runs; all of it, the checks' lines too, at the end (a new file each
+    time); no scratch file left."""
+    stage, scratch, gate = tmp_path / "q/r/t", tmp_path / "scratch", tmp_path / "gate"
+    scratch.mkdir()
+    out = stage / "result.txt"
+    step = step_input(stage, f"echo said-early; until [ -e {gate} ]; do sleep 0.05; done; echo late > {out}",
+                      [out], policy={"checks": {"looked": "echo looked-at-it"}})
+    runner = subprocess.Popen(RUNNER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "TMPDIR": str(scratch), "WAYPOST_HEARTBEAT_SECONDS": "0.3"})
+    runner.stdin.write(step)
+    runner.stdin.close()
+    log = stage / "_logs" / "attempt-1.log"
+    try:
+        deadline = time.time() + 30
+        while not (log.exists() and "said-early" in log.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        assert "said-early" in log.read_text()   # published at a heartbeat, the step still at work
+        assert runner.poll() is None
+        live = log.stat().st_ino
+        assert [p.name.endswith("-attempt-1.log") for p in scratch.iterdir()] == [True]
+    finally:
+        gate.touch()
+        assert runner.wait(timeout=60) == 0, runner.stderr.read().decode()
+    text = log.read_text()
+    assert text.index("said-early") < text.index("waypost: check looked: echo looked-at-it") \
+        < text.index("looked-at-it\nwaypost: check looked: SUCCESS")
+    assert log.stat().st_ino != live   # written whole again, not appended to
+    assert list(scratch.iterdir()) == []
+    assert manifest.read(str(stage))["attempts"][0]["checks"] == {"looked": "SUCCESS"}

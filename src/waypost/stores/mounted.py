@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .. import layout
+from .. import layout, writes
 from .base import StageStore
 from .local import LocalStore
 
@@ -120,10 +120,7 @@ class PlainMountStore(LocalStore):
 def touch(path: str) -> None:
     with open(path, "rb") as f:
         data = f.read()
-    temp = os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    with open(temp, "wb") as f:
-        f.write(data)
-    os.replace(temp, path)
+    writes.whole(path, data)
 
 
 class MountedStore(LocalStore):
