@@ -191,6 +191,23 @@ def bucket(gcs_emulator, request):
         pass
 
 
+# --- a small disk that fills up -----------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real tmpfs of 1 MiB, mounted for one test: a root that fills up
+    (root only: skipped elsewhere, never under CI)."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the disk-full test needs root in CI")
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
 # --- a bucket mounted as the root (rclone FUSE over the emulator) --------------
 
 def _mount_or_skip():

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from conftest import (
     LOCAL_PROFILE,
     REPO,
@@ -192,3 +193,38 @@ def test_a_mount_the_table_cannot_name_is_served_through_its_bucket_once_the_con
     assert hows == {"copied in the bucket"}
     assert "whose bucket waypost doesn't know" not in said
     assert grid(tmp_path, "config.yaml")["exp3"]["en-xa"]["translate_corpus"] == "SUCCESS"
+
+
+def reference_with_checks(root: str) -> dict:
+    """The reference config itself (config/config.yaml: its policies, their
+    ``checks``), made small, on ``root``, with names of its own."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["root"] = root
+    config["experiments"] = {"trial7": {"pairs": ["de-yq"], "teachers": 2}}
+    for stage, small in SMALL_CONFIG["stages"].items():
+        config["stages"][stage] = {**config["stages"].get(stage, {}), **small}
+    return config
+
+
+def test_the_reference_pipeline_with_its_checks_on_a_cache_off_mount(mount_root, tmp_path):
+    """The reference pipeline, its checks on, on rclone with ``--vfs-cache-mode
+    off`` (gcsfuse's shape: a file is written once, never appended to or
+    seeked in): every stage SUCCESS, the training stages' check run and
+    logged, then nothing to do."""
+    _, path = mount_root
+    root = path / "results"
+    config = reference_with_checks(str(root))
+    assert config["stages"]["train_student"]["policy"]["checks"], "the reference config's checks are gone"
+    write_config(tmp_path, config)
+    snakemake(tmp_path)
+    states = {s for rows in grid(tmp_path, "config.yaml").values() for row in rows.values() for s in row.values()}
+    assert states == {"SUCCESS"}
+    for stage in ("train_backward", "train_teacher/0", "train_teacher/1", "train_student"):
+        stage_dir = root / "de-yq" / "trial7" / stage
+        attempt = json.loads((stage_dir / "_manifest.json").read_text())["attempts"][-1]
+        assert attempt["checks"] == {"has_checkpoint": "SUCCESS"}, (stage, attempt)
+        log = (stage_dir / attempt["log"]).read_text()
+        assert "epoch" in log   # the step's own output, then the check's lines after it
+        assert log.index("waypost: check has_checkpoint: ls ") < log.index("waypost: check has_checkpoint: SUCCESS")
+    again = snakemake(tmp_path)
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -338,3 +338,63 @@ def test_each_line_the_runner_says_is_one_write(tmp_path):
     said = [w for w in writes if "waypost: " in w or w == "\\n"]
     assert any("ended SUCCESS" in w for w in said), writes
     assert all(w.startswith("waypost: ") and w.endswith("\\n") for w in said), said
+
+
+def _watch_the_log(stage: Path, scratch: Path, gate: Path):
+    """Run a step with a check in ``stage`` (its scratch files in
+    ``scratch``), until it said something and waits at ``gate``: yields
+    (the log, what ``scratch`` holds then); the step then goes on to its end."""
+    out = stage / "result.txt"
+    step = step_input(stage, f"echo said-early; until [ -e {gate} ]; do sleep 0.05; done; echo late > {out}",
+                      [out], policy={"checks": {"looked": "echo looked-at-it"}})
+    runner = subprocess.Popen(RUNNER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "TMPDIR": str(scratch), "WAYPOST_HEARTBEAT_SECONDS": "0.3"})
+    runner.stdin.write(step)
+    runner.stdin.close()
+    log = stage / "_logs" / "attempt-1.log"
+    try:
+        deadline = time.time() + 30
+        while not (log.exists() and "said-early" in log.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        assert "said-early" in log.read_text()   # there while the step is still at work
+        assert runner.poll() is None
+        yield log, sorted(p.name for p in scratch.iterdir())
+    finally:
+        gate.touch()
+        assert runner.wait(timeout=60) == 0, runner.stderr.read().decode()
+    text = log.read_text()
+    assert text.index("said-early") < text.index("waypost: check looked: echo looked-at-it") \
+        < text.index("looked-at-it\nwaypost: check looked: SUCCESS")
+    assert list(scratch.iterdir()) == []
+    assert manifest.read(str(stage))["attempts"][0]["checks"] == {"looked": "SUCCESS"}
+
+
+def test_on_disk_the_log_grows_in_the_stage_directory(tmp_path):
+    """Where the root can append (disk, NFS), the attempt's log is the file
+    the step's output is appended to as it comes (``tail -f`` works): the
+    same file from start to end, checks and all, and no scratch copy."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    watching = _watch_the_log(tmp_path / "q/r/t", scratch, tmp_path / "gate")
+    log, scratch_files = next(watching)
+    assert scratch_files == []
+    live = log.stat().st_ino
+    next(watching, None)
+    assert log.stat().st_ino == live
+
+
+def test_on_a_mount_the_log_is_written_whole_at_the_start_at_each_heartbeat_and_at_the_end(mount_root, tmp_path):
+    """On a bucket mount (rclone, cache off: a file can't be appended to
+    there) the attempt's log grows in $TMPDIR and is written whole into the
+    stage directory: there, empty, from the start; with what the step said
+    by the next heartbeat while it runs; all of it, the checks' lines too, at
+    the end (a new file each time); no scratch file left."""
+    _, path = mount_root
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    watching = _watch_the_log(path / "q/r/t", scratch, tmp_path / "gate")
+    log, scratch_files = next(watching)
+    assert [name.endswith("-attempt-1.log") for name in scratch_files] == [True]
+    live = log.stat().st_ino
+    next(watching, None)
+    assert log.stat().st_ino != live   # written whole again, not appended to

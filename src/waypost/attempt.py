@@ -50,7 +50,7 @@ def _die_with_parent() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _watch(log_fd: int) -> tuple[int, int] | None:
+def _watch(log_fd: int, orphaned=None) -> tuple[int, int] | None:
     """Fork the watchdog of the step about to start: (its pid, the pipe
     on which it is told the step's group), or None when it can't be forked
     (the running marker still names the group: the next attempt ends what
@@ -59,7 +59,8 @@ def _watch(log_fd: int) -> tuple[int, int] | None:
 
     Told the group (``pgid start kill_grace``), it waits for the runner to
     die (``PR_SET_PDEATHSIG``), then ends the group (SIGTERM, then SIGKILL
-    after the grace) and says so in the attempt's log. Told nothing (the
+    after the grace) and says so in the attempt's log (``orphaned``: then
+    written whole into the stage directory, where it grows elsewhere). Told nothing (the
     pipe closed first), it exits. The runner kills it once the attempt is
     over."""
     runner = os.getpid()
@@ -99,6 +100,8 @@ def _watch(log_fd: int) -> tuple[int, int] | None:
             how = stepgroup.end(group)
             os.write(log_fd, f"waypost: the step's runner (pid {runner}) is gone; ended the step's "
                              f"{stepgroup.describe(group, pids)}: {how}\n".encode())
+            if orphaned:
+                orphaned()
     finally:
         os._exit(0)
 
@@ -198,9 +201,10 @@ class Attempt:
     between SIGTERM and SIGKILL."""
 
     def __init__(self, command: list[str], env: dict, log_path: str, runtime: float | None, grace: float,
-                 heartbeat=None, started=None):
+                 heartbeat=None, started=None, orphaned=None):
         self.heartbeat = heartbeat      # called every HEARTBEAT_S while the step runs
         self.started = started          # called with the step's group (stepgroup.record) before it runs
+        self.orphaned = orphaned        # called by the watchdog once it ended the step of a runner gone
         self.group: dict | None = None
         self.watchdog: int | None = None
         self._tell: int | None = None   # the pipe to the watchdog, until it is told the group
@@ -306,7 +310,7 @@ class Attempt:
         previous = {s: signal.signal(s, handler) for s, handler in handlers.items()}
         try:
             with open(self.log_path, "ab") as log:
-                self.watchdog, self._tell = _watch(log.fileno()) or (None, None)
+                self.watchdog, self._tell = _watch(log.fileno(), self.orphaned) or (None, None)
                 try:
                     self.pid, output = _spawn(self.command, self.env, self._watched)
                 except OSError as exc:

@@ -15,7 +15,7 @@ import re
 import sys
 import time
 
-from . import trust
+from . import trust, writes
 from .layout import ATTEMPTS, ENGINE_FILES, MANIFEST
 
 HASH_CHUNK = 1 << 20
@@ -153,24 +153,9 @@ def hostname() -> str:
 
 
 def write_json_atomic(path: str, data: dict, durable: bool = True) -> None:
-    """Temp file + rename: readers see the old file or the new one. With
-    ``durable``, the data is on disk (fsync) before the rename."""
-    directory = os.path.dirname(path) or "."
-    # A name no other writer uses (pid + clock), created exclusively, readable
-    # by everyone the umask allows (tempfile would cost the runner's start ~5 ms).
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{time.monotonic_ns()}.json")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dumps(data))
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Temp file + rename (``writes.whole``): readers see the old file or
+    the new one. With ``durable``, the data is on disk (fsync) before the rename."""
+    writes.whole(path, dumps(data).encode(), durable=durable)
 
 
 def manifest_path(stage_dir: str) -> str:

@@ -25,7 +25,8 @@ One invocation runs one *series* of attempts toward a finished stage:
 3. Each attempt writes its command into ``_logs/attempt-<n>.sh`` with
    Snakemake's shell prefix and suffix (``set -euo pipefail`` for bash) and
    runs it with Snakemake's shell, in its own process group with the stage's
-   env, output teed to ``_logs/attempt-<n>.log``, under the policy's runtime
+   env, output teed to ``_logs/attempt-<n>.log`` (grown in a local scratch
+   file, written whole into the stage directory: ``steplog``), under the policy's runtime
    (SIGTERM, then SIGKILL after a grace period). How it ended is classified,
    the checks run, and the policy decides: done, restart (same workspace),
    rerun (dirty/clean/new workspace) or fail.
@@ -36,6 +37,11 @@ One invocation runs one *series* of attempts toward a finished stage:
    Snakemake goes on to the funnel; otherwise it exits non-zero.
 
 The step's own exit status is kept as it was; checks never overwrite it.
+
+Nothing in a stage directory is appended to or written in place: every
+record is written whole (``writes``), so a root on a bucket mount works as
+one on disk. A full, read-only or failing filesystem under one of those
+writes ends the runner with one line (``writes.line``), not a traceback.
 
 This module is the command line. The series is ``stagerun.StageRun``'s; how
 it begins, ``series``; one attempt, ``stageattempt``, and its process,
@@ -50,8 +56,12 @@ import sys
 
 from . import policy as wpolicy
 from . import spec as wspec
-from . import stores, with_site
+from . import stores, with_site, writes
+from .layout import stage_name
 from .stagerun import LostJob, StageRun
+
+# The runner's status when the filesystem failed one of its writes (sysexits' EX_IOERR).
+EX_IOERR = 74
 
 
 def _parser():
@@ -115,14 +125,22 @@ def main(argv: list[str] | None = None) -> int:
         mounted.declare(step.mounts)
     if step.reuse_from or stores.needs_mirror(step.stage_dir):
         with_site()   # gcsfs and the rest of what they import are site-packages'
-    if step.reuse_from and not lost:
-        from . import reuse
-        return reuse.take(step)
     try:
+        if step.reuse_from and not lost:
+            from . import reuse
+            return reuse.take(step)
         return StageRun(step, lost).run()
     except wpolicy.PolicyError as exc:
         print(f"waypost: invalid policy for {step.stage}: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # The one place a full (or read-only, or failing) filesystem under
+        # waypost's own records becomes one line (see ``writes``).
+        said = writes.line(stage_name(step.pair, step.experiment, step.stage, step.instance), exc, step.stage_dir)
+        if said is None:
+            raise
+        print(said, file=sys.stderr)
+        return EX_IOERR
 
 
 def command(python: str) -> list[str]:

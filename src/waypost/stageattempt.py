@@ -8,13 +8,14 @@ import os
 import sys
 import time
 
-from . import manifest, records, stores, workers
+from . import manifest, records, stores, workers, writes
 from . import policy as wpolicy
 from . import spec as wspec
 from .attempt import Attempt, classify, oom_kills
 from .layout import LOGS
 from .series import Series
 from .stagedir import StageDirectory
+from .steplog import StepLog
 
 
 class StageAttempt:
@@ -38,8 +39,22 @@ class StageAttempt:
         # The command runs as plain Snakemake runs one: its shell, prefix and
         # suffix, from a script (of any length) kept beside the attempt's log.
         script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
-        with open(directory.path(script_rel), "w") as f:
-            f.write(spec.script(command))
+        writes.whole(directory.path(script_rel), spec.script(command).encode())
+        # The log grows in the stage directory where its root can append to a
+        # file; on a bucket mount, in a scratch file written whole into the
+        # stage directory now, at each heartbeat and at the end (steplog).
+        log = StepLog(directory.path(log_rel), appends=directory.appends)
+        try:
+            log.publish()
+            record = self._run(number, in_series, command, log_rel, script_rel, log)
+        except BaseException:
+            log.close(quiet=True)   # what ended it says so, not this
+            raise
+        log.close()
+        return record
+
+    def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog) -> dict:
+        spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
         # Under Slurm the job's time limit is Slurm's to enforce (and report);
         # in a bundle (several stages in one job) each stage keeps its own.
         runtime = None if os.environ.get("SLURM_JOB_ID") and not os.environ.get("WAYPOST_BUNDLED") \
@@ -65,12 +80,19 @@ class StageAttempt:
         oom_before = oom_kills()
         started = time.monotonic()
         if directory.remote and stores.SCHEME in command:
-            _announce_urls(command, directory.path(log_rel))
+            _announce_urls(command, log)
+
+        def heartbeat() -> None:
+            directory.heartbeat()
+            log.refresh()
         # The running marker is written once the step's process exists and
-        # before it runs: with its process group, for whoever comes next.
-        attempt = Attempt([spec.executable, directory.path(script_rel)], env, directory.path(log_rel), runtime,
-                          policy.kill_grace, directory.heartbeat,
-                          started=lambda group: directory.save_running(series, group=group))
+        # before it runs: with its process group, for whoever comes next. A
+        # watchdog that ends the step once its runner is gone writes the log
+        # whole then (``log.close``), on a root that can't append.
+        attempt = Attempt([spec.executable, directory.path(script_rel)], env, log.growing, runtime,
+                          policy.kill_grace, heartbeat,
+                          started=lambda group: directory.save_running(series, group=group),
+                          orphaned=lambda: log.close(quiet=True))
         if directory.remote:
             with directory.remote.syncing(directory.outputs):
                 returncode = attempt.run()
@@ -88,7 +110,7 @@ class StageAttempt:
         })
         if missing:
             record["error"] = "command exited 0 but did not write: " + ", ".join(missing)
-        record["checks"] = self.run_checks(env, directory.path(log_rel))
+        record["checks"] = self.run_checks(env, log)
         self.received_signal = attempt.received_signal
         print(f"waypost: {directory.name} attempt {number} ({action}) ended {state}"
               + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
@@ -140,13 +162,14 @@ class StageAttempt:
             env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
         return env
 
-    def run_checks(self, env: dict, log_path: str) -> dict:
+    def run_checks(self, env: dict, steplog: StepLog) -> dict:
+        """Run the policy's checks, their output after the step's in its log."""
         if not self.policy.checks:
             return {}
         import subprocess  # here: most steps have no checks
         results = {}
         for name, command in self.policy.checks.items():
-            with open(log_path, "ab") as log:
+            with writes.writing(steplog.growing), open(steplog.growing, "ab") as log:   # (see steplog)
                 log.write(f"waypost: check {name}: {command}\n".encode())
                 try:
                     done = subprocess.run(["bash", "-c", command], env=env, stdout=log, stderr=log,
@@ -158,7 +181,7 @@ class StageAttempt:
         return results
 
 
-def _announce_urls(command: str, log_path: str) -> None:
+def _announce_urls(command: str, log: StepLog) -> None:
     """Say so when the step's command still names a gs:// URL: its inputs
     and outputs are local copies, but a URL written into the command (or
     a setting) reaches the step as it is, and a program that reads plain
@@ -167,6 +190,5 @@ def _announce_urls(command: str, log_path: str) -> None:
     urls = sorted(set(re.findall(re.escape(stores.SCHEME) + r"[^\s'\";|&()<>]+", command)))
     message = (f"waypost: note: the command names {', '.join(urls)}; only the job's inputs and outputs are "
                "mapped to local copies, so the step sees these as they are (URLs, not files)\n").encode()
-    with open(log_path, "ab") as log:
-        log.write(message)
+    log.write(message)
     sys.stderr.buffer.write(message)

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from . import lifecycle, manifest, records, stores
+from . import lifecycle, manifest, records, stores, writes
 from . import spec as wspec
 from .layout import LOGS, RUNNING, held_entry, stage_name, stage_root
 from .stores.local import LocalStore
@@ -30,6 +30,9 @@ class StageDirectory:
         # Where the stage dir is, as a store (disk, or a mount): archives and heartbeats, nothing read.
         self.store = None if self.remote else stores.store_for(stage_root(step.stage_dir, step.instance), quiet=True,
                                                                reads=False)
+        # Can a file here be appended to (disk, NFS, the local copy of a gs://
+        # root's stage), or only written whole (a bucket mount)?
+        self.appends = self.store is None or self.store.appends
         # How the runner's lines name the stage: experiment/pair/stage[/instance].
         self.name = stage_name(step.pair, step.experiment, step.stage, step.instance)
 
@@ -123,9 +126,10 @@ class StageDirectory:
         if self.remote:
             self.remote.registry(entry, until)
         elif until is not None:
-            os.makedirs(os.path.dirname(entry), exist_ok=True)
-            open(entry, "w").close()
-            os.utime(entry, (until, until))
+            with writes.writing(entry):
+                os.makedirs(os.path.dirname(entry), exist_ok=True)
+                open(entry, "w").close()
+                os.utime(entry, (until, until))
         elif os.path.lexists(entry):
             os.unlink(entry)
 
@@ -146,9 +150,9 @@ class StageDirectory:
                 if self.remote:
                     self.remote.remove_marker(name)
             return
-        with open(path, "w") as f:
-            f.write(f"{state}\n")
-        os.utime(path, (when, when))
+        with writes.writing(path):
+            writes.whole(path, f"{state}\n".encode())
+            os.utime(path, (when, when))
         if self.remote:
             self.remote.put_marker(name, when)
 
@@ -157,5 +161,6 @@ class StageDirectory:
         none. The manifest (not SUCCESS) and the marker say what they are."""
         for path in self.outputs:
             if not os.path.exists(path):
-                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                open(path, "wb").close()
+                with writes.writing(path):
+                    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                    open(path, "wb").close()

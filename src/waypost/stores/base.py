@@ -47,6 +47,7 @@ class StageStore(abc.ABC):
     listed_crc32c = False     # each file's crc32c comes with the listing (verify reads nothing)
     links = True              # may hold symbolic links (never followed out of a stage dir)
     server_side_copy = False  # a copy within the service moves no bytes through this machine
+    appends = True            # a file can be appended to in place (not an object written whole)
     # The gs:// location a copy from this store can start from server-side (None: none).
     bucket_url: str | None = None
 

@@ -27,6 +27,7 @@ class BucketStore(StageStore):
     snapshot = True
     listed_crc32c = True
     links = False
+    appends = False   # objects: written whole
     server_side_copy = True
 
     def __init__(self, root: str, found: dict[str, dict] | None = None):

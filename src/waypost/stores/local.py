@@ -15,7 +15,7 @@ import shutil
 import time
 from types import MappingProxyType
 
-from .. import layout, manifest, records, trust
+from .. import layout, manifest, records, trust, writes
 from ..layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
 from . import walk
 from .base import StageStore, archive_number, walked
@@ -125,8 +125,7 @@ class LocalStore(StageStore):
         target = os.path.join(attempts_dir, str(n))
         os.makedirs(target, exist_ok=True)
         note = os.path.join(target, ARCHIVING)
-        with open(note, "w") as f:
-            json.dump(entries, f)
+        writes.whole(note, json.dumps(entries).encode())
         for entry in entries:
             _move(os.path.join(directory, entry), os.path.join(target, entry))
         os.unlink(note)
@@ -184,8 +183,7 @@ class LocalStore(StageStore):
             os.unlink(path)
 
     def write_marker(self, path: str, text: str) -> None:
-        with open(path, "w") as f:
-            f.write(text)
+        writes.whole(path, text.encode())
 
     def remove_tree(self, path: str) -> None:
         """Remove a directory and everything below it (links as links: never

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .. import layout
+from .. import layout, writes
 from . import rclone
 from .base import StageStore
 from .local import LocalStore
@@ -203,6 +203,7 @@ class PlainMountStore(LocalStore):
     plain copies (the base class copies, never links)."""
 
     links = False
+    appends = False   # objects: written whole
     bucket_url = None
 
     def heartbeat(self, path: str) -> None:
@@ -213,10 +214,7 @@ class PlainMountStore(LocalStore):
 def touch(path: str) -> None:
     with open(path, "rb") as f:
         data = f.read()
-    temp = os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    with open(temp, "wb") as f:
-        f.write(data)
-    os.replace(temp, path)
+    writes.whole(path, data)
 
 
 class MountedStore(LocalStore):
@@ -226,6 +224,7 @@ class MountedStore(LocalStore):
     snapshot = True
     listed_crc32c = True
     links = False
+    appends = False   # objects: written whole
     server_side_copy = True
 
     def __init__(self, root: str, url: str):
