@@ -19,7 +19,7 @@ from conftest import planned, snakemake, write_config
 
 # The step: its outputs (``parts`` small files: a manifest that needs a page
 # more than the marker does), then, when $FILL_LEAVE is set, a filler file at
-# $FILL_AT that leaves that many pages free ($FILL_SAY: a line for the log first).
+# $FILL_AT that leaves that many pages free ($FILL_SAY: a line for the log after).
 FILL = r'''
 import os, sys
 stage, parts = sys.argv[1], int(sys.argv[2])
@@ -27,8 +27,6 @@ for i in range(parts):
     with open(os.path.join(stage, f"part-{i:02d}.txt"), "w") as f:
         f.write(f"part {i}\n")
 if "FILL_LEAVE" in os.environ:
-    if os.environ.get("FILL_SAY"):
-        print("parts written; filling the disk", flush=True)
     fd = os.open(os.path.join(os.environ["FILL_AT"], "filler"), os.O_WRONLY | os.O_CREAT, 0o644)
     page, size = b"\0" * 4096, 0
     while True:
@@ -38,6 +36,8 @@ if "FILL_LEAVE" in os.environ:
             break
     os.ftruncate(fd, max(0, size - 4096 * int(os.environ["FILL_LEAVE"])))
     os.close(fd)
+    if os.environ.get("FILL_SAY"):
+        print("parts written, the disk filled", flush=True)
 '''
 
 SNAKEFILE = '''
@@ -95,7 +95,7 @@ WAYPOST_FRAME = re.compile(r'File "[^"]*/waypost/(stores/)?\w+\.py", line')
 
 # What fills the disk, and the record that meets ENOSPC first.
 CASES = {
-    # the step says something, then fills it all: its log can't be written
+    # the step fills it all, then says something: its log can't grow
     "log": ({"FILL_LEAVE": "0", "FILL_SAY": "1"}, None, "_logs/attempt-1.log"),
     # a silent step fills it all: its (empty) log is there, the marker can't be rewritten
     "marker": ({"FILL_LEAVE": "0"}, None, "_running.json"),

@@ -217,6 +217,7 @@ class Attempt:
         self.returncode: int | None = None
         self.received_signal: int | None = None
         self.timed_out = False
+        self.log_fault: OSError | None = None   # a write to the log that failed (a full disk)
         self.terminating = False
 
     def _signal_group(self, signum: int) -> None:
@@ -283,8 +284,7 @@ class Attempt:
                 if output in ready:
                     chunk = os.read(output, 65536)
                     if chunk:
-                        log.write(chunk)
-                        log.flush()
+                        self._log(log, chunk)
                         sys.stderr.buffer.write(chunk)
                         sys.stderr.buffer.flush()
                     elif status is None:
@@ -304,12 +304,22 @@ class Attempt:
                 os.close(fd)
         return status
 
+    def _log(self, log, chunk: bytes) -> None:
+        """Add the step's output to its log. A write that fails (a full
+        disk) is kept, not raised: the step goes on to its end, in its
+        group, and ``run`` then says the attempt went unrecorded."""
+        if self.log_fault is None:
+            try:
+                log.write(chunk)
+            except OSError as exc:
+                self.log_fault = exc
+
     def run(self) -> int:
         handlers = {s: self._on_signal for s in FORWARDED_SIGNALS}
         handlers[signal.SIGALRM] = self._on_alarm
         previous = {s: signal.signal(s, handler) for s, handler in handlers.items()}
         try:
-            with open(self.log_path, "ab") as log:
+            with open(self.log_path, "ab", buffering=0) as log:
                 self.watchdog, self._tell = _watch(log.fileno(), self.orphaned) or (None, None)
                 try:
                     self.pid, output = _spawn(self.command, self.env, self._watched)
@@ -324,7 +334,11 @@ class Attempt:
                     signal.setitimer(signal.ITIMER_REAL, self.runtime)
                 status = self._tee(output, log)
                 self.returncode = os.waitstatus_to_exitcode(status)
-                return self.returncode
+            if self.log_fault is not None:   # the step ran to its end, its log could not be kept
+                from .writes import writing
+                with writing(self.log_path):
+                    raise self.log_fault
+            return self.returncode
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             for s, handler in previous.items():
