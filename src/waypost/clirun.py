@@ -9,14 +9,13 @@ import os
 import shlex
 import sys
 
-from . import clistatus, graph, layout
+from . import clistatus, graph, layout, termwidth
 from . import config as wconfig
 from .cliargs import DEFAULT_CONFIG, extra_args, load_config, reach, stage_args, with_profile_config, workflow_facts
 from .stores.mirror import snakemake_options
 
 
 def cmd_plan(args) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -49,7 +48,7 @@ def cmd_plan(args) -> int:
                   sys.stdout, indent=2)
         sys.stdout.write("\n")
         return drift_code
-    console = Console(width=args.width)
+    console = termwidth.console(args.width)
     axis = cfg.get("_axis")   # (a workflow without an axis: no column for it)
     if rows:
         jobs = sum(g["count"] for r in rows for g in r["reasons"])
