@@ -43,9 +43,10 @@ def cmd_plan(args) -> int:
     unknown_note = (f"code version unknown (recorded before per-stage code versions): {code_unknown} done "
                     f"stage(s)" if code_unknown else "")
     drift_code = 1 if args.check and drifted else 0   # --check: drift is a problem found
+    waiting = plan.reuse_held(found)
     if args.json:
-        json.dump({"next_run": rows, "drift": drifted, "drift_groups": groups, "code_unknown": code_unknown},
-                  sys.stdout, indent=2)
+        json.dump({"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": groups,
+                   "code_unknown": code_unknown}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return drift_code
     console = termwidth.console(args.width)
@@ -74,6 +75,8 @@ def cmd_plan(args) -> int:
             console.print(f"…: more than {NAMED_INSTANCES} instances; `waypost plan --all-instances` names them all")
     else:
         console.print("next run: nothing to do")
+    for why in waiting:   # (reused stages whose source is on its way elsewhere: not in this run, nor what needs them)
+        console.print(escape(f"not in this run: {why}; it and what needs it wait for it"), soft_wrap=True)
     titles = {False: "done, but made with other settings, code or inputs than now "
                      "(kept in presence mode; `waypost rerun STAGE` redoes one)",
               True: "not done, and the next series goes on with work made under other settings"}

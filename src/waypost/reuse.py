@@ -43,6 +43,20 @@ def source_problem(location: str) -> str | None:
         return str(exc)
 
 
+def being_redone(location: str) -> bool:
+    """Is a source that can't be reused now on its way: its stage directory
+    there without a manifest, but with earlier runs archived (``waypost
+    rerun`` moved the last aside) or an attempt at work? A reuse of it waits
+    (see ``StateView.reuse_plan``); one of a source not there at all is a
+    mistake to say."""
+    try:
+        tree = stores.over(location)
+        life = lifecycle.read(tree, location)
+        return layout.MANIFEST not in life.entries and bool(life.live or tree.archives(location))
+    except (OSError, manifest.ManifestError):
+        return False
+
+
 def unusable(data: dict, location: str) -> str | None:
     if data["state"] != "SUCCESS":
         return f"{location}: the source stage is {data['state']}, not SUCCESS"
