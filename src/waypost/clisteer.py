@@ -28,7 +28,7 @@ def cmd_rerun(args) -> int:
     done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
     reused = steer.reuse_sources(cfg, [directory for directory, _ in done])
     for directory, archived in done:
-        note = (f" (reused: the next run re-links or copies it from {_shown(reused[directory])}, "
+        note = (f" (reused: the next run copies it again from {_shown(reused[directory])}, "
                 "it does not recompute it)") if directory in reused else ""
         print(f"{_shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
     verb = "would be redone" if args.dry_run else "will be redone by the next run"

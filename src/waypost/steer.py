@@ -7,8 +7,8 @@ deleted — so in presence mode they are missing and only they are redone.
 the ``inputs`` the manifests record (exact, instance by instance), and
 every stage another experiment reused from them (their ``reused_from``), with
 what consumed those in turn. A rerun of a stage its experiment reuses from
-elsewhere is not a recomputation: the next run re-links or copies it from its
-source (``reuse_sources`` says from where).
+elsewhere is not a recomputation: the next run copies it again from its
+source (``reuse_sources`` says from where), once that source is done.
 
 ``adopt``: declare files placed by hand in a stage directory done, with a
 manifest that says so (``adopted``), checksums and who adopted them. What
@@ -58,8 +58,8 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
 def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
     """Of these stage dirs (pair/experiment/stage[/instance] under the root),
     those the config has their experiment take from elsewhere (its ``reuse``
-    setting), with where from: the next run re-links or copies them from
-    there instead of computing them."""
+    setting), with where from: the next run copies them from there
+    instead of computing them."""
     root = config["root"]
     base = stores.absolute(root).rstrip("/") + "/"
     found = {}
