@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from . import events, fanout, layout, lifecycle, manifest, reuse, stores
+from . import events, fanout, layout, lifecycle, manifest, stores
 from .records import made_here
 from .resolver import Resolver
 from .stores import gcs
@@ -30,7 +30,7 @@ class StateView:
         self._forced: set | None = None   # see forced_stages
         self._pending: dict = {}   # checkpoint outputs that instances wait for (see stage_outputs)
         self._own: dict[str, tuple] = {}
-        self._reuse: dict | None = None   # see reuse_plan
+        self._reuse = None   # see reuse_plan
 
     # --- files ---------------------------------------------------------------
     def present(self, path: str) -> bool:
@@ -285,81 +285,24 @@ class StateView:
     def reuse_problems(self) -> list[str]:
         """Why the reuse sources of stages still to be done can't be used:
         each must be a SUCCESS stage, or on its way (see ``reuse_plan``)."""
-        problems = self.reuse_plan()["problems"]
+        problems = self.reuse_plan().problems
         self._pending = {}   # (stages whose instances a checkpoint finds: their reuse is checked by their jobs)
         return problems
 
-    def reuse_plan(self) -> dict:
-        """For each reused job still to be done whose source is not a SUCCESS
-        now: ``after`` (its stage dir → the source job's outputs, for a source
-        that is a job of this workflow whose outputs are missing: on a local
-        root the job reads them, so one run makes the source, then takes it),
-        ``held`` ((experiment, pair, stage, instance) → why, for a source on
-        its way that this run doesn't make: it and what needs it wait, the
-        rest runs), ``problems`` (a source not there, failed, or not to be
-        trusted: the run stops before any job). Made once per planning."""
-        if self._reuse is not None:
-            return self._reuse
-        after, held, problems, waits = {}, {}, [], {}
-        for stage in self.graph.stages:
-            if not self.resolver.is_reused(stage):
-                continue
-            for _, job in self.jobs(everything=True, only=stage):
-                experiment, pair, instance = job["experiment"], job["pair"], job["instance"]
-                location = self.resolver.reuse_location(experiment, pair, stage, instance)
-                if not location or all(map(self.present, self.outputs(stage, job["wildcards"]))):
-                    continue
-                name = layout.stage_name(pair, experiment, stage, instance)
-                source = self._source_job(experiment, pair, stage, instance)
-                if source is not None:
-                    if self.mirror is None:
-                        after[self.own_files(stage)[0].format(**job["wildcards"])] = source
-                        origin = self.resolver.reuse_experiment(experiment, pair, stage)
-                        waits.setdefault((experiment, stage, origin), []).append(
-                            "/".join(x for x in (None if pair == layout.ALL_PAIRS else pair, instance) if x))
-                        events.note("reuse_waits", stage=name, source=origin)
-                    else:
-                        held[(experiment, pair, stage, instance)] = f"{name} waits for its reuse source, to be made"
-                    continue
-                problem = reuse.source_problem(location)
-                if problem and reuse.being_redone(location):
-                    held[(experiment, pair, stage, instance)] = f"{name} waits for {location}, being redone there"
-                elif problem:
-                    problems.append(f"{name}: {problem}")
-        for why in held.values():
-            events.note("reuse_held", why=why)
-        self._reuse = {"after": after, "held": held, "problems": list(dict.fromkeys(problems)), "waits": waits,
-                       "stages": {stage for _, stage, _ in waits}}
+    def reuse_plan(self):
+        """What the reused jobs still to be done wait for (``reuseplan.ReusePlan``), made once per planning."""
+        if self._reuse is None:
+            from .reuseplan import ReusePlan
+            self._reuse = ReusePlan(self)
         return self._reuse
 
-    def _source_job(self, experiment: str, pair: str, stage: str, instance: str | None) -> list[str] | None:
-        """The outputs of the job a reused job is taken from, when it is a
-        job of this workflow (``Resolver.reuse_experiment``) with outputs
-        missing: one this run makes (in presence mode; None otherwise)."""
-        source = self.resolver.reuse_experiment(experiment, pair, stage)
-        if source is None or not self.presence:
-            return None
-        if pair != layout.ALL_PAIRS and pair not in self.graph.axis_values(source):
-            return None
-        if instance is not None and instance not in self.graph.instances(stage, source, pair):
-            return None
-        values = self.graph.values(source, pair, instance)
-        return self.outputs(stage, values) if self.missing(stage, values) else None
-
     def reuse_after(self, stage: str, values: dict) -> list[str]:
-        """The source outputs a reused job waits for (``reuse_plan``'s
-        ``after``; none in a job's own process, which runs what it was given)."""
+        """The source outputs a reused job waits for (``ReusePlan.after``;
+        none in a job's own process, which runs what it was given)."""
         if self.snake.job_process or not self.resolver.reused_from(stage, values):
             return []
-        return self.reuse_plan()["after"].get(self.own_files(stage)[0].format(**values), [])
+        return self.reuse_plan().after.get(self.own_files(stage)[0].format(**values), [])
 
     def waits_for_sources(self, stage: str) -> bool:
         """Does some reused job of ``stage`` wait for its source's outputs?"""
-        return not self.snake.job_process and self.resolver.is_reused(stage) and stage in self.reuse_plan()["stages"]
-
-    def reuse_waits(self) -> list[str]:
-        """A line per experiment and stage whose reuse waits for its source
-        made in this run (``reuse_plan``'s ``after``)."""
-        return [f"{experiment}/{stage}" + (f" ({', '.join(where)})" if any(where) else "")
-                + f" is reused from {origin}, whose {stage} is to be made: this run makes it first, then takes it"
-                for (experiment, stage, origin), where in self.reuse_plan()["waits"].items()]
+        return not self.snake.job_process and self.resolver.is_reused(stage) and stage in self.reuse_plan().stages

@@ -27,7 +27,7 @@ def default_targets(view) -> list[str]:
     """``view``: the planning's ``StateView``."""
     forced = view.forced_stages()
     holds = Holds(view.root, view.mirror is not None, view.graph.stages, view.resolver.policy, view.recorded,
-                  view.resolver.reusers, view.reuse_plan()["held"])
+                  view.resolver.reusers, view.reuse_plan().held)
     jobs, skipped, done = [], set(), None   # jobs: (stage, values, outputs, missing, certain)
     for stage, job, paths in view.stage_outputs():
         missing = view.missing(stage, job["wildcards"], paths)
