@@ -33,6 +33,7 @@ def cmd_plan(args) -> int:
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
     rows = plan.next_run(plan.parse_jobs(found, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
+    waiting = plan.reuse_held(found)   # (reused stages not in this run: their source is on its way elsewhere)
     if args.instance:
         found = {name for r in rows for name in r["instances"]} | instances_on_disk(cfg, workflow_facts(args))
         wconfig.check_instance_names(cfg, args.instance, None, found)
@@ -43,7 +44,6 @@ def cmd_plan(args) -> int:
     unknown_note = (f"code version unknown (recorded before per-stage code versions): {code_unknown} done "
                     f"stage(s)" if code_unknown else "")
     drift_code = 1 if args.check and drifted else 0   # --check: drift is a problem found
-    waiting = plan.reuse_held(found)
     if args.json:
         json.dump({"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": groups,
                    "code_unknown": code_unknown}, sys.stdout, indent=2)
@@ -75,7 +75,7 @@ def cmd_plan(args) -> int:
             console.print(f"…: more than {NAMED_INSTANCES} instances; `waypost plan --all-instances` names them all")
     else:
         console.print("next run: nothing to do")
-    for why in waiting:   # (reused stages whose source is on its way elsewhere: not in this run, nor what needs them)
+    for why in waiting:
         console.print(escape(f"not in this run: {why}; it and what needs it wait for it"), soft_wrap=True)
     titles = {False: "done, but made with other settings, code or inputs than now "
                      "(kept in presence mode; `waypost rerun STAGE` redoes one)",
