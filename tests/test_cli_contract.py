@@ -138,7 +138,7 @@ def test_rerun_in_several_experiments_needs_all_or_a_filter(shared):
 
 def test_rerun_of_a_reused_stage_says_it_is_taken_again_and_downstream_crosses_reuse(shared):
     out = waypost(shared, "rerun", "train_teacher", "--experiment", "exp2", "--pair", "en-xa", "-n").stdout
-    assert ("results/en-xa/exp2/train_teacher/0: would be archived (reused: the next run re-links or copies it "
+    assert ("results/en-xa/exp2/train_teacher/0: would be archived (reused: the next run copies it again "
             "from results/en-xa/exp1/train_teacher/0, it does not recompute it)") in out
     assert "2 stage(s) would be redone, 2 of them taken again from their reuse source" in out
 

@@ -164,3 +164,47 @@ def test_archived_manifests_in_a_bucket(run_copy, bucket):
     student = cat.find(stage="train_student", pair="en-xa")[0]
     # copied in by hand from a local run: its inputs stay as that run wrote them
     assert student["inputs"][0]["manifest"] == "results/en-xa/exp1/translate_corpus/_manifest.json"
+
+
+def test_adopt_archives_the_manifest_it_replaces(run_copy):
+    """Nothing a user had is replaced without an archive (issue 38): adopt
+    over a stage waypost made (--force), over one adopted before, or over a
+    failed one, moves its manifest and logs to .attempts/<n> first, says so,
+    and status, find and the catalog show the earlier run."""
+    student = run_copy / "results/en-xb/exp1/train_student"
+    made = read_manifest(student)
+    (student / "model.json").write_text('{"trained": "on the cluster by hand"}\n')
+    proc = waypost(run_copy, "adopt", "train_student", "--experiment", "exp1", "--pair", "en-xb", check=False)
+    assert proc.returncode == 1 and "already a SUCCESS stage" in proc.stderr
+    assert not (student / ".attempts").exists()   # refused: nothing moved
+
+    out = waypost(run_copy, "adopt", "train_student", "--experiment", "exp1", "--pair", "en-xb", "--force",
+                  "--note", "the hand-trained model").stdout
+    assert f"the earlier manifest (SUCCESS, made {made['created'][:16].replace('T', ' ')}) and its logs archived " \
+           f"in {Path('results/en-xb/exp1/train_student/.attempts/1')}" in out
+    assert read_manifest(student / ".attempts/1") == made
+    assert (student / ".attempts/1/_logs/attempt-1.log").is_file()
+    assert read_manifest(student)["adopted"] and (student / "model.json").read_text().startswith('{"trained"')
+
+    # adopted again (the model replaced once more): the adopted manifest is archived in turn
+    (student / "model.json").write_text('{"trained": "again"}\n')
+    out = waypost(run_copy, "adopt", "train_student", "--experiment", "exp1", "--pair", "en-xb").stdout
+    assert "the earlier manifest (SUCCESS, adopted, made " in out and ".attempts/2" in out
+    assert read_manifest(student / ".attempts/2")["note"] == "the hand-trained model"
+
+    shown = waypost(run_copy, "status", "--attempts", "train_student", "--experiment", "exp1", "--pair", "en-xb",
+                    "--all-attempts").stdout
+    assert f"archived .attempts/1: SUCCESS, 1 attempt, made {made['created'][:16].replace('T', ' ')}" in shown
+    assert "archived .attempts/2: SUCCESS, 0 attempts" in shown
+    rows = json.loads(waypost(run_copy, "find", "--stage", "train_student", "--pair", "en-xb", "--experiment",
+                              "exp1", "--json").stdout)
+    assert sorted((r["archive"], r["adopted"]) for r in rows if r["archive"]) == [(".attempts/1", False),
+                                                                                  (".attempts/2", True)]
+
+    # over a stage that failed: no --force needed, and its record is kept all the same
+    export = run_copy / "results/en-xb/exp1/export"
+    failed = {**read_manifest(export), "state": "FAILED"}
+    (export / "_manifest.json").write_text(json.dumps(failed))
+    out = waypost(run_copy, "adopt", "export", "--experiment", "exp1", "--pair", "en-xb").stdout
+    assert "the earlier manifest (FAILED, made " in out and ".attempts/1" in out
+    assert read_manifest(export / ".attempts/1") == failed

@@ -181,3 +181,70 @@ def test_rerun_refuses_while_an_attempt_runs(run_copy):
         assert (target / "model.json").exists() and not (target / ".attempts").exists()
     finally:
         sleeper.kill()
+
+
+def test_a_reuse_whose_source_is_redone_waits_for_it_and_blocks_nothing(run_copy):
+    """Issue 38: `rerun SOURCE --downstream` on a stage another experiment
+    reuses made every later run refuse (`reuse sources … can't be used`).
+    Now the reusing job waits for its source: one run redoes the source,
+    then takes it; `plan` says so, and the rest of the run goes on."""
+    with_experiment(run_copy, "distilled", reuse={s: "exp1" for s in ("fetch_corpus", "clean_corpus", "train_vocab",
+                                                                        "train_backward")})
+    snakemake(run_copy)
+    out = waypost(run_copy, "rerun", "clean_corpus", "--experiment", "exp1", "--pair", "en-xb", "--downstream").stdout
+    assert "results/en-xb/distilled/clean_corpus: archived in .attempts/1 (reused" in out
+    assert not (stage(run_copy, "en-xb", "clean_corpus", "exp1") / "_manifest.json").exists()
+
+    plan = json.loads(waypost(run_copy, "plan", "--profile", str(LOCAL_PROFILE), "--json").stdout)
+    why = {(r["experiment"], r["pair"], r["stage"]): r["why"] for r in plan["next_run"]}
+    assert why[("exp1", "en-xb", "clean_corpus")] == "outputs missing"
+    assert why[("distilled", "en-xb", "clean_corpus")] == "reuse from exp1, once its clean_corpus there is made " \
+                                                         "(in this run)"
+    assert why[("distilled", "en-xb", "train_vocab")] == "reuse from exp1, once its train_vocab there is made " \
+                                                       "(in this run)"
+    assert ("distilled", "en-xa", "clean_corpus") not in why   # en-xa's reuse is done: untouched
+
+    proc = snakemake(run_copy)
+    err = proc.stdout + proc.stderr
+    assert ("waypost: distilled/clean_corpus (en-xb) is reused from exp1, whose clean_corpus is to be made: "
+            "this run makes it first, then takes it") in err
+    source = read_manifest(stage(run_copy, "en-xb", "clean_corpus", "exp1"))
+    taken = read_manifest(stage(run_copy, "en-xb", "clean_corpus", "distilled"))
+    assert taken["reused_from"] == str(stage(run_copy, "en-xb", "clean_corpus", "exp1"))
+    assert taken["outputs"] == source["outputs"] and taken["created"] > source["created"]
+    for name in ("train_student", "export"):   # what was made from them, redone in the same run
+        assert read_manifest(stage(run_copy, "en-xb", name, "distilled"))["state"] == "SUCCESS"
+    assert planned(run_copy) == {}
+
+
+def test_a_reuse_from_another_root_being_redone_there_holds_only_what_needs_it(run_copy, tmp_path):
+    """A source elsewhere (another team's root) that a rerun archived there:
+    this run can't make it, so the reused stage and what needs it wait,
+    said in one line (and by `plan`); the rest of the run goes on."""
+    theirs = run_copy / "results"
+    config = copy.deepcopy(SMALL_CONFIG)
+    config["experiments"] = {"mine": {"pairs": list(PAIRS), "teachers": 2, "reuse": {
+        "clean_corpus": {p: str(theirs / p / "exp1" / "clean_corpus") for p in PAIRS}}}}
+    write_config(tmp_path, config)
+    waypost(run_copy, "rerun", "clean_corpus", "--experiment", "exp1", "--pair", "en-xb")   # not run again there
+
+    plan = json.loads(waypost(tmp_path, "plan", "--profile", str(LOCAL_PROFILE), "--json", "--", "--until",
+                              "train_vocab").stdout)
+    waiting = f"mine/en-xb/clean_corpus waits for {theirs}/en-xb/exp1/clean_corpus, being redone there"
+    assert plan["waiting"] == [waiting]
+    # (en-xb's fetch_corpus: needed up to train_vocab only by what waits)
+    assert {(r["pair"], r["stage"]) for r in plan["next_run"]} == {
+        ("en-xa", "fetch_corpus"), ("en-xa", "clean_corpus"), ("en-xa", "train_vocab")}
+
+    proc = snakemake(tmp_path, "--until", "train_vocab")
+    held = next(line for line in proc.stderr.splitlines() if line.startswith("waypost: on hold"))
+    assert held.startswith("waypost: on hold, not scheduled, nor what needs them (clean_corpus, ") \
+        and held.endswith(f"): {waiting}"), held
+    assert read_manifest(stage(tmp_path, "en-xa", "train_vocab", "mine"))["state"] == "SUCCESS"
+    assert not stage(tmp_path, "en-xb", "clean_corpus", "mine").exists()
+    assert not stage(tmp_path, "en-xb", "train_vocab", "mine").exists()
+    # a source not there at all is a mistake, said before any job (as before)
+    config["experiments"]["mine"]["reuse"]["clean_corpus"]["en-xb"] = str(theirs / "en-xb" / "exp9" / "clean_corpus")
+    write_config(tmp_path, config)
+    proc = snakemake(tmp_path, "--until", "train_vocab", check=False)
+    assert proc.returncode != 0 and "can't be used (nothing was run)" in proc.stdout + proc.stderr

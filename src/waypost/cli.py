@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lineage", metavar="STAGE_DIR", help="the manifests this stage (or instance, or archive) "
                    "directory was made from, back to the first stage, across roots and reuse")
     p.add_argument("--limit", type=int)
-    p.add_argument("--width", type=int, help="table width (default: the terminal's)")
+    p.add_argument("--width", type=int, help="table width (default: the terminal's; piped: as wide as the table)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--html", metavar="FILE", help="write what was found as one self-contained HTML page (filters, "
                    "lineage, reuse pointers; opens from a file or a bucket)")
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "shell patterns work: --instance 'nu0.01-*')")
     p.add_argument("--all-instances", action="store_true", help="name every instance of the next run (by "
                    "default a row of a stage and reason names its instances when there are at most 10)")
-    p.add_argument("--width", type=int, help="table width (default: the terminal's)")
+    p.add_argument("--width", type=int, help="table width (default: the terminal's; piped: as wide as the table)")
     p.add_argument("--json", action="store_true")
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="more Snakemake arguments, after --")
     p.set_defaults(func=cmd_plan)

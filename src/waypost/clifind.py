@@ -10,14 +10,13 @@ import shlex
 import sys
 from datetime import UTC
 
-from . import clistatus, graph, stores
+from . import clistatus, graph, stores, termwidth
 from . import config as wconfig
 from .cliargs import load_config, reach
 
 
 def cmd_find(args) -> int:
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -84,7 +83,7 @@ def cmd_find(args) -> int:
                       clistatus.when(row["source_created"] or row["created"]) + (" (reused)" if row["source_created"] else ""),
                       str(row["attempts"]),
                       (row["config_hash"] or "–")[:8], escape(differs), escape(location))
-    Console(width=args.width).print(table)
+    termwidth.console(args.width).print(table)
     return 1 if unread else 0
 
 

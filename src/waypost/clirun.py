@@ -9,14 +9,13 @@ import os
 import shlex
 import sys
 
-from . import clistatus, graph, layout
+from . import clistatus, graph, layout, termwidth
 from . import config as wconfig
 from .cliargs import DEFAULT_CONFIG, extra_args, load_config, reach, stage_args, with_profile_config, workflow_facts
 from .stores.mirror import snakemake_options
 
 
 def cmd_plan(args) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -34,6 +33,7 @@ def cmd_plan(args) -> int:
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
     rows = plan.next_run(plan.parse_jobs(found, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
+    waiting = plan.reuse_held(found)   # (reused stages not in this run: their source is on its way elsewhere)
     if args.instance:
         found = {name for r in rows for name in r["instances"]} | instances_on_disk(cfg, workflow_facts(args))
         wconfig.check_instance_names(cfg, args.instance, None, found)
@@ -45,11 +45,11 @@ def cmd_plan(args) -> int:
                     f"stage(s)" if code_unknown else "")
     drift_code = 1 if args.check and drifted else 0   # --check: drift is a problem found
     if args.json:
-        json.dump({"next_run": rows, "drift": drifted, "drift_groups": groups, "code_unknown": code_unknown},
-                  sys.stdout, indent=2)
+        json.dump({"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": groups,
+                   "code_unknown": code_unknown}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return drift_code
-    console = Console(width=args.width)
+    console = termwidth.console(args.width)
     axis = cfg.get("_axis")   # (a workflow without an axis: no column for it)
     if rows:
         jobs = sum(g["count"] for r in rows for g in r["reasons"])
@@ -75,6 +75,8 @@ def cmd_plan(args) -> int:
             console.print(f"…: more than {NAMED_INSTANCES} instances; `waypost plan --all-instances` names them all")
     else:
         console.print("next run: nothing to do")
+    for why in waiting:
+        console.print(escape(f"not in this run: {why}; it and what needs it wait for it"), soft_wrap=True)
     titles = {False: "done, but made with other settings, code or inputs than now "
                      "(kept in presence mode; `waypost rerun STAGE` redoes one)",
               True: "not done, and the next series goes on with work made under other settings"}

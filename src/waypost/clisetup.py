@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from . import __version__, layout
+from . import __version__, layout, termwidth
 from . import config as wconfig
 from .cliargs import load_config, profile_config
 
@@ -111,7 +111,6 @@ def _profile_pool(profile: str) -> str | None:
 
 def cmd_workers(args) -> int:
     """The resolved pool table: class → partition, GPUs, CPUs, memory, runtime, env."""
-    from rich.console import Console
     from rich.table import Table
 
     from . import workers
@@ -144,7 +143,7 @@ def cmd_workers(args) -> int:
         if "other" in columns:
             cells.append(extras[name])
         table.add_row(*cells, " ".join(f"{k}={v}" for k, v in r["env"].items()))
-    Console().print(table)
+    termwidth.console().print(table)
     return 0
 
 

@@ -132,14 +132,14 @@ def render_status(grid: dict) -> None:
     """One table per experiment: a row per stage, a column per pair; a legend.
     An experiment with more pairs than the terminal has room for shows, per
     stage, how many pairs are in each state and names those not done."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
-    from . import status
+    from . import status, termwidth
 
-    console = Console()
+    console = termwidth.console()
+    room = termwidth.room(console)
     summarized = False
     axis = grid.get("axis")
     word, words = (axis["word"], axis["key"]) if axis else ("axis value", "axis values")
@@ -151,9 +151,9 @@ def render_status(grid: dict) -> None:
                         for pair, cells in labels.items()) + 3 + max(map(len, stages), default=0)
         title = f"experiment {experiment}  (root {grid['root']})"   # (one line: the table is at least as wide)
         table = Table(title=f"experiment [bold]{escape(experiment)}[/]  (root {escape(grid['root'])})",
-                      title_justify="left", min_width=min(len(title), console.width))
+                      title_justify="left", min_width=min(len(title), room))
         table.add_column("stage", style="bold")
-        if width <= console.width:
+        if width <= room:
             for pair in columns:
                 table.add_column(pair_heading(pair, axis))
             for stage in stages:
@@ -211,11 +211,12 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
     """The attempt history of some stages: a row per attempt (action, state,
     exit, checks, duration and runtime limit in seconds, the decision taken
     after it), then why each series began and each decision was taken."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    from . import termwidth
+
+    console = termwidth.console()
     for stage in stages:
         for exp, p, instance, cell in _stage_cells(grid, stage):
             heading = pair_heading(p, grid.get("axis")) if grid.get("axis") or p != layout.ALL_PAIRS else None
@@ -378,11 +379,10 @@ def render_attempt_summary(grid: dict, stage: str, cells: list[tuple]) -> None:
 
 def render_sizes(cfg: dict, args) -> int:
     """``status --sizes``: the archives of each stage dir, how many and how big."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from . import prune
+    from . import prune, termwidth
 
     rows = prune.sizes(cfg, args.experiment, args.pair)
     total = sum(r["bytes"] for r in rows)
@@ -390,7 +390,7 @@ def render_sizes(cfg: dict, args) -> int:
         sys.stdout.write(json.dumps({"root": cfg["root"], "stages": rows, "archives": sum(r["archives"] for r in rows),
                                      "bytes": total}, indent=2 if sys.stdout.isatty() else None) + "\n")
         return 0
-    console = Console()
+    console = termwidth.console()
     if not rows:
         console.print(f"no archived workspaces (.attempts/) under {escape(cfg['root'])}")
         return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from . import config as wconfig
-from . import stores
+from . import layout, stores
 from .cliargs import load_config, reach
 
 
@@ -28,7 +28,7 @@ def cmd_rerun(args) -> int:
     done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
     reused = steer.reuse_sources(cfg, [directory for directory, _ in done])
     for directory, archived in done:
-        note = (f" (reused: the next run re-links or copies it from {_shown(reused[directory])}, "
+        note = (f" (reused: the next run copies it again from {_shown(reused[directory])}, "
                 "it does not recompute it)") if directory in reused else ""
         print(f"{_shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
     verb = "would be redone" if args.dry_run else "will be redone by the next run"
@@ -59,10 +59,27 @@ def cmd_adopt(args) -> int:
     cfg = load_config(args)
     wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
     reach(cfg["root"])
-    record = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
+    record, replaced = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
     print(f"adopted {len(record['outputs'])} file(s) as {args.experiment}/{args.pair}/{args.stage}"
           f"{'/' + args.instance if args.instance else ''}: " + ", ".join(o["path"] for o in record["outputs"]))
+    if replaced:
+        print(_set_aside(replaced))
     return 0
+
+
+def _set_aside(replaced: dict) -> str:
+    """What adopt archived: ``the earlier manifest (SUCCESS, made …) and
+    its logs archived in DIR/.attempts/N``."""
+    from . import clistatus
+
+    earlier, rest = replaced["manifest"], [e for e in replaced["entries"] if e != layout.MANIFEST]
+    if earlier and layout.MANIFEST in replaced["entries"]:
+        what = (f"the earlier manifest ({earlier['state']}{', adopted' if earlier.get('adopted') else ''}, "
+                f"made {clistatus.when(earlier.get('created'))})")
+        what += " and its logs" if rest == [layout.LOGS] else f" with {', '.join(rest)}" if rest else ""
+    else:
+        what = "what was there before (" + ", ".join(replaced["entries"]) + ")"
+    return f"{what} archived in {replaced['archive']}"
 
 
 def cmd_prune(args) -> int:

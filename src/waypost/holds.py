@@ -1,6 +1,8 @@
 """What a planning does not schedule: stages on hold in the root's registry
-(``layout.HELD``: given up, or waiting out their series' backoff), and what
-needs their success."""
+(``layout.HELD``: given up, or waiting out their series' backoff), reused
+stages waiting for a source this run doesn't make (``StateView.reuse_plan``),
+and what needs their success, in their experiment and in those that reuse
+them."""
 
 from __future__ import annotations
 
@@ -28,18 +30,28 @@ class Holds:
     """The (experiment, pair, stage, instance) not to schedule (instance
     None: none of the stage's), and a line saying why for each entry.
 
-    ``policy(experiment, pair, stage, instance)`` and ``recorded(stage_dir)``
-    (a manifest, or None) come from the planning."""
+    ``policy(experiment, pair, stage, instance)``, ``recorded(stage_dir)``
+    (a manifest, or None), ``reusers(experiment, pair, stage)`` (the
+    experiments taking it by name) and ``waiting`` ((experiment, pair,
+    stage, instance) → why: reused stages whose source is on its way) come
+    from the planning."""
 
-    def __init__(self, root: str, on_bucket: bool, stages: dict, policy, recorded):
+    def __init__(self, root: str, on_bucket: bool, stages: dict, policy, recorded, reusers=None,
+                 waiting: dict | None = None):
         self.held: set[tuple] = set()
         self.said: list[str] = []
         self._stages, self._policy = stages, policy
+        self._reusers = reusers or (lambda experiment, pair, stage: [])
+        for key, why in (waiting or {}).items():
+            self.said.append(why)
+            self._hold(*key, None)
+        self.registered = False   # something held by the registry (what `waypost retry` takes off)
         now = time.time()
         for name, until in sorted(registry_entries(root, on_bucket).items()):
             parts = name.split("~")
             if len(parts) < 3 or (until and until <= now):
                 continue
+            self.registered = True
             pair, experiment, stage = parts[:3]
             instance = parts[3] if len(parts) > 3 else None
             self.said.append(f"{layout.stage_name(*parts)} " + ("given up" if not until else
@@ -61,6 +73,8 @@ class Holds:
         if key in self.held:
             return
         self.held.add(key)
+        for other in self._reusers(experiment, pair, stage):   # its copies wait with it
+            self._hold(other, pair, stage, instance, None)
         for child, spec in self._stages.items():
             if stage not in spec.parents:
                 continue

@@ -38,6 +38,7 @@ def parse_jobs(found: list[dict], axis_word: str = "pair") -> list[dict]:
     workflow's axis wildcard under the engine's name, ``pair``), and the
     planner's word when a stage's set of inputs changed."""
     changed = {e.get("stage"): e.get("change") for e in found if e["event"] == "set_changed"}
+    waits = {e.get("stage") for e in found if e["event"] == "reuse_waits"}
     jobs = []
     for event in events.jobs(found):
         wildcards = dict(event["wildcards"])
@@ -48,6 +49,8 @@ def parse_jobs(found: list[dict], axis_word: str = "pair") -> list[dict]:
                                  job["rule"], wildcards.get("instance"))
         if name in changed:
             job["set_changed"] = changed[name]
+        if name in waits:
+            job["reuse_waits"] = True
         jobs.append(job)
     return jobs
 
@@ -58,6 +61,8 @@ def why(job: dict, config: dict) -> str:
     reason = job["reason"]
     if w.get("experiment") in config["experiments"]:
         source = wconfig.reuse_source(config, w["experiment"], w.get("pair", layout.ALL_PAIRS), job["rule"])
+        if source and job.get("reuse_waits"):
+            return f"reuse from {source}, once its {job['rule']} there is made (in this run)"
         if source:
             return f"reuse from {source}"
     if job.get("set_changed"):
@@ -80,6 +85,12 @@ def why(job: dict, config: dict) -> str:
     if reason.startswith("Updated input files"):
         return "inputs are newer (mtime mode)"
     return reason or "?"
+
+
+def reuse_held(found: list[dict]) -> list[str]:
+    """The reused stages a dry run did not schedule, each waiting for a
+    source this run doesn't make (``StateView.reuse_plan``), with why."""
+    return list(dict.fromkeys(e["why"] for e in found if e["event"] == "reuse_held"))
 
 
 # A reason's details in parentheses (an attempt's host and pid): reasons

@@ -192,6 +192,21 @@ class Resolver:
             location = wconfig.source_of_instance(source, instance)
         return stores.absolute(location)
 
+    def reuse_experiment(self, experiment: str, pair: str, stage: str) -> str | None:
+        """The experiment of this config, under the same root, that an
+        experiment takes this stage from (its ``reuse`` names it), or None:
+        computed here, or taken from a directory or another root."""
+        if stage not in self._reusing[experiment]:
+            return None
+        source = wconfig.reuse_source(self.config, experiment, pair, stage)
+        return source if source in self.config["experiments"] else None
+
+    def reusers(self, experiment: str, pair: str, stage: str) -> list[str]:
+        """The experiments that take this stage of ``experiment`` (at this
+        pair) by its name (``reuse_experiment``)."""
+        return [other for other in self._reusing if stage in self._reusing[other]
+                and self.reuse_experiment(other, pair, stage) == experiment]
+
     def is_reused(self, stage: str) -> bool:
         """Does some experiment take this stage from elsewhere?"""
         return stage in self._reused

@@ -2,15 +2,26 @@
 of computed.
 
 The job of a reused stage runs the step runner with ``reuse_from: SOURCE``
-in its step spec: instead of the step, the runner brings the source stage's outputs
-(the files its manifest lists) into the stage directory — a hard link on the
-same local filesystem, else a copy (a server-side copy between gs://
-locations) —, checks each against the source manifest's size and sha256, and
-writes a manifest of its own with ``reused_from``. Files arrive under a
-temporary name and are renamed into place only once checked, so a killed
-copy never leaves an output that looks done. Into a gs:// stage dir, the
-files are copied in the bucket (server-side from another gs:// location: no
-download; see ``mirror.RemoteStage.copy_in``).
+in its step spec: instead of the step, the runner brings the source stage's
+outputs (the files its manifest lists) into the stage directory as copies,
+never links (a hard link would let a step that edits its output in place
+change the source): on disk a reflink where the filesystem makes one
+(``stores.local.copy_file``: Btrfs, XFS, ...; the attempt's ``how`` says
+``reflinked``), else a full copy (``copied``); from a bucket, a download;
+into a bucket, an upload, or a server-side copy from another gs://
+location (no bytes through the node: ``copied in the bucket``). Each is
+checked against the source manifest's size and sha256 (or listed crc32c),
+and the runner writes a manifest of its own with ``reused_from``. Files
+arrive under a temporary name and are renamed into place only once checked,
+so a killed copy never leaves an output that looks done.
+
+The cost is storage: a reused stage holds its own full copy of each output
+(a reflink shares the blocks until either file is rewritten), and in a bucket
+a server-side copy is a new object, stored and billed at its full size.
+
+A reuse of a stage of another experiment of the same config waits for it
+when that stage is to be made (``StateView.reuse_plan``): the run makes it
+first, then takes it.
 """
 
 from __future__ import annotations
@@ -41,6 +52,20 @@ def source_problem(location: str) -> str | None:
         return unusable(read_source(location), location)
     except manifest.ManifestError as exc:
         return str(exc)
+
+
+def being_redone(location: str) -> bool:
+    """Is a source that can't be reused now on its way: its stage directory
+    there without a manifest, but with earlier runs archived (``waypost
+    rerun`` moved the last aside) or an attempt at work? A reuse of it waits
+    (see ``StateView.reuse_plan``); one of a source not there at all is a
+    mistake to say."""
+    try:
+        tree = stores.over(location)
+        life = lifecycle.read(tree, location)
+        return layout.MANIFEST not in life.entries and bool(life.live or tree.archives(location))
+    except (OSError, manifest.ManifestError):
+        return False
 
 
 def unusable(data: dict, location: str) -> str | None:

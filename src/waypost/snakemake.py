@@ -293,6 +293,8 @@ class Pipeline:
         if problems:
             raise WorkflowError(f"reuse sources in {self.configfile} can't be used (nothing was run):\n  "
                                 + "\n  ".join(problems))
+        for line in self.state.reuse_plan().lines():
+            print(f"waypost: {line}", file=sys.stderr)
         self._record_graph()
 
     def _record_graph(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from . import events, fanout, layout, lifecycle, manifest, reuse, stores
+from . import events, fanout, layout, lifecycle, manifest, stores
 from .records import made_here
 from .resolver import Resolver
 from .stores import gcs
@@ -30,6 +30,7 @@ class StateView:
         self._forced: set | None = None   # see forced_stages
         self._pending: dict = {}   # checkpoint outputs that instances wait for (see stage_outputs)
         self._own: dict[str, tuple] = {}
+        self._reuse = None   # see reuse_plan
 
     # --- files ---------------------------------------------------------------
     def present(self, path: str) -> bool:
@@ -283,17 +284,25 @@ class StateView:
 
     def reuse_problems(self) -> list[str]:
         """Why the reuse sources of stages still to be done can't be used:
-        each must be a SUCCESS stage."""
-        problems = []
-        for stage in self.graph.stages:
-            if not self.resolver.is_reused(stage):
-                continue
-            for _, job in self.jobs(everything=True, only=stage):
-                experiment, pair, instance = job["experiment"], job["pair"], job["instance"]
-                location = self.resolver.reuse_location(experiment, pair, stage, instance)
-                if location and not all(map(self.present, self.outputs(stage, job["wildcards"]))):
-                    problem = reuse.source_problem(location)
-                    if problem:
-                        problems.append(f"{layout.stage_name(pair, experiment, stage, instance)}: {problem}")
+        each must be a SUCCESS stage, or on its way (see ``reuse_plan``)."""
+        problems = self.reuse_plan().problems
         self._pending = {}   # (stages whose instances a checkpoint finds: their reuse is checked by their jobs)
-        return list(dict.fromkeys(problems))
+        return problems
+
+    def reuse_plan(self):
+        """What the reused jobs still to be done wait for (``reuseplan.ReusePlan``), made once per planning."""
+        if self._reuse is None:
+            from .reuseplan import ReusePlan
+            self._reuse = ReusePlan(self)
+        return self._reuse
+
+    def reuse_after(self, stage: str, values: dict) -> list[str]:
+        """The source outputs a reused job waits for (``ReusePlan.after``;
+        none in a job's own process, which runs what it was given)."""
+        if self.snake.job_process or not self.resolver.reused_from(stage, values):
+            return []
+        return self.reuse_plan().after.get(self.own_files(stage)[0].format(**values), [])
+
+    def waits_for_sources(self, stage: str) -> bool:
+        """Does some reused job of ``stage`` wait for its source's outputs?"""
+        return not self.snake.job_process and self.resolver.is_reused(stage) and stage in self.reuse_plan().stages

@@ -7,11 +7,13 @@ deleted — so in presence mode they are missing and only they are redone.
 the ``inputs`` the manifests record (exact, instance by instance), and
 every stage another experiment reused from them (their ``reused_from``), with
 what consumed those in turn. A rerun of a stage its experiment reuses from
-elsewhere is not a recomputation: the next run re-links or copies it from its
-source (``reuse_sources`` says from where).
+elsewhere is not a recomputation: the next run copies it again from its
+source (``reuse_sources`` says from where), once that source is done.
 
 ``adopt``: declare files placed by hand in a stage directory done, with a
-manifest that says so (``adopted``), checksums and who adopted them.
+manifest that says so (``adopted``), checksums and who adopted them. What
+the directory held beside those files (an earlier manifest, adopted or not,
+and its logs) is archived first, into ``.attempts/<n>/`` as a rerun's.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
 def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
     """Of these stage dirs (pair/experiment/stage[/instance] under the root),
     those the config has their experiment take from elsewhere (its ``reuse``
-    setting), with where from: the next run re-links or copies them from
-    there instead of computing them."""
+    setting), with where from: the next run copies them from there
+    instead of computing them."""
     root = config["root"]
     base = stores.absolute(root).rstrip("/") + "/"
     found = {}
@@ -187,13 +189,32 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
         raise SteerError(f"{stage_dir}: already a SUCCESS stage with its own manifest (use --force to adopt "
                          "what is there now instead)")
     outputs = tree.describe(stage_dir, files)
+    replaced = _set_aside_records(tree, stage_dir, files, previous)
     record = records.manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, state="SUCCESS",
                               created=manifest.now_iso(), attempts=[], outputs=outputs, inputs=[], settings={},
                               config_hash="", code_version="", adopted=True,
                               adopted_by=f"{getpass.getuser()}@{socket.gethostname()}", note=note or None)
     tree.write_manifest(stage_dir, record)
-    tree.remove(layout.join(stage_dir, layout.UNFINISHED))  # adopted files are done: the next run must not redo them
-    return record
+    return record, replaced
+
+
+def _set_aside_records(tree, stage_dir: str, files: list[str], previous: dict | None) -> dict | None:
+    """Before adopt writes its manifest: archive what the stage dir holds
+    beside the files it adopts (the earlier manifest, its logs, an
+    ``_unfinished`` mark: an adopted stage is done), the way a rerun
+    archives a workspace, so the earlier run stays findable. Returns the
+    archive (``archive``), what went there (``entries``) and the earlier
+    manifest (``manifest``, None without a readable one); None when there
+    was nothing."""
+    adopted = {f.split("/")[0] for f in files}
+    moved = sorted(e for e in tree.entries(stage_dir) if e not in adopted and e != layout.ATTEMPTS)
+    try:
+        archived = tree.archive(stage_dir, keep=tuple(adopted))
+    except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
+        raise SteerError(f"{exc}; nothing adopted") from None
+    if not archived:
+        return None
+    return {"archive": layout.join(stage_dir, archived), "entries": moved, "manifest": previous}
 
 
 def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,

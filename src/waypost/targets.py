@@ -26,7 +26,8 @@ from .holds import Holds
 def default_targets(view) -> list[str]:
     """``view``: the planning's ``StateView``."""
     forced = view.forced_stages()
-    holds = Holds(view.root, view.mirror is not None, view.graph.stages, view.resolver.policy, view.recorded)
+    holds = Holds(view.root, view.mirror is not None, view.graph.stages, view.resolver.policy, view.recorded,
+                  view.resolver.reusers, view.reuse_plan().held)
     jobs, skipped, done = [], set(), None   # jobs: (stage, values, outputs, missing, certain)
     for stage, job, paths in view.stage_outputs():
         missing = view.missing(stage, job["wildcards"], paths)
@@ -54,7 +55,7 @@ def default_targets(view) -> list[str]:
     if skipped:
         print(f"waypost: on hold, not scheduled, nor what needs them ({', '.join(sorted(skipped))}): "
               + "; ".join(holds.said[:6]) + (" ..." if len(holds.said) > 6 else "")
-              + " (`waypost retry STAGE` to try again now)", file=sys.stderr)
+              + (" (`waypost retry STAGE` to try again now)" if holds.registered else ""), file=sys.stderr)
     return wanted
 
 

@@ -379,7 +379,7 @@ def wire_inputs(snake: Snake, name: str, state) -> None:
     if items:
         function = snake.job_process or not state.inputs_as_written(name)
     else:
-        function = not snake.job_process and state.to_force(name)
+        function = not snake.job_process and (state.to_force(name) or state.waits_for_sources(name))
     if not (items or function):
         return
     rule._input = InputFiles()
@@ -398,6 +398,10 @@ def wire_inputs(snake: Snake, name: str, state) -> None:
             snake.input_patterns[name] = entries
 
 
+# The input of a reused job that waits for its source's outputs (StateView.reuse_plan).
+REUSE_SOURCE = "_waypost_reuse_source"
+
+
 def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
     """The one input function of a stage rule: none for a job that is done
     or reused (``StateView.needs_inputs``), else its rule's inputs. One
@@ -405,6 +409,9 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
     of every job, so fewer callables plan faster."""
     def inputs(wildcards):
         values = dict(wildcards.items())
+        source = state.reuse_after(stage, values)
+        if source:   # a reuse waiting for its source, which this run makes first
+            return {**{name: [] for name in names}, REUSE_SOURCE: source}
         if not state.needs_inputs(stage, values, bool(names)):
             return {name: [] for name in names}
         return snake.resolve(stage, wildcards)
