@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from . import stepgroup
+from . import stepgroup, writes
 from .lifecycle import Life
 
 
@@ -33,9 +33,10 @@ def end(life: Life, local_dir: str | None) -> str | None:
             "attempt beside it")
     log = attempt.get("log")
     if local_dir and log and os.path.isfile(os.path.join(local_dir, log)):
-        try:
-            with open(os.path.join(local_dir, log), "a") as f:
-                f.write(f"waypost: {line}\n")
+        path = os.path.join(local_dir, log)
+        try:   # written whole: the log may be on a bucket mount (see writes)
+            with open(path, "rb") as f:
+                writes.whole(path, f.read() + f"waypost: {line}\n".encode())
         except OSError:
             pass   # the line is said by the caller all the same
     return line

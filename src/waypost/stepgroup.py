@@ -17,8 +17,10 @@ import os
 import signal
 import time
 
-# How often ``end`` looks whether the group is gone.
+# How often ``end`` looks whether the group is gone, and how long it waits
+# for the processes of a group it sent SIGKILL.
 POLL_S = 0.1
+KILLED_WAIT_S = 30.0
 
 
 def _stat(pid: int) -> tuple[bytes, int, int] | None:
@@ -68,8 +70,8 @@ def members(group: dict | None) -> list[int]:
 def end(group: dict, grace: float | None = None) -> str:
     """End what lives of ``group``: SIGTERM, then SIGKILL to what is left
     after ``grace`` seconds (the recorded ``kill_grace`` by default), and
-    wait until none of it is left. Says how it ended: "SIGTERM", "SIGKILL
-    after N s", or "gone already"."""
+    wait until none of it is left (at most ``KILLED_WAIT_S`` after SIGKILL).
+    Says how it ended: "SIGTERM", "SIGKILL after N s", or "gone already"."""
     if grace is None:
         grace = float(group.get("kill_grace") or 0)
     if not members(group):
@@ -84,12 +86,17 @@ def end(group: dict, grace: float | None = None) -> str:
         except PermissionError:
             return f"{how} not allowed (another user's processes)"
         while members(group):
-            if signum == signal.SIGTERM and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
         else:
             return how
+        if signum == signal.SIGKILL:
+            # Killed, but held in the kernel (a dead network mount): it runs
+            # no code of its own again, so it is not waited for forever.
+            return f"{how}; {len(members(group))} still held in the kernel after {KILLED_WAIT_S:g} s"
         how, signum = f"SIGKILL after {grace:g} s", signal.SIGKILL
+        deadline = time.monotonic() + KILLED_WAIT_S
 
 
 def describe(group: dict, pids: list[int]) -> str:
