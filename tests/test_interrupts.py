@@ -47,9 +47,11 @@ def children(pid: int) -> list[int]:
     return [int(x) for x in out.split() if x not in watchdogs.split()]
 
 
-def finish_quickly(workdir: Path) -> None:
+def finish_quickly(workdir: Path, **policy) -> None:
     config = json.loads(json.dumps(LONG))
     config["stages"]["train_backward"]["epochs"] = 2
+    if policy:
+        config["stages"]["train_backward"]["policy"] = policy
     write_config(workdir, config)
 
 
@@ -81,7 +83,11 @@ def test_sigkill_of_the_step_is_recorded_and_rerun(tmp_path):
 
 
 def test_sigkill_of_snakemake_itself_leaves_nothing_that_looks_done(tmp_path):
-    write_config(tmp_path, LONG)
+    # The series a vanished runner left ends, and the next starts afresh
+    # (runner_gone: cancel; going on in place, the default: test_driver_crash).
+    config = json.loads(json.dumps(LONG))
+    config["stages"]["train_backward"]["policy"] = {"runner_gone": "cancel"}
+    write_config(tmp_path, config)
     stage = tmp_path / "results/en-xa/exp1/train_backward"
     run = start_run(tmp_path)
     try:
@@ -102,7 +108,7 @@ def test_sigkill_of_snakemake_itself_leaves_nothing_that_looks_done(tmp_path):
     cell = json.loads(waypost(tmp_path, "status", "--json").stdout)["experiments"]["exp1"]["en-xa"]
     assert cell["train_backward"]["state"] == "interrupted"
 
-    finish_quickly(tmp_path)
+    finish_quickly(tmp_path, runner_gone="cancel")
     # Snakemake's own lock outlives a SIGKILL (`waypost cron` clears it when
     # its owner is dead); by hand it is `--unlock`. Its incomplete markers are
     # handled by the profile's rerun-incomplete.

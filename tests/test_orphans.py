@@ -71,7 +71,10 @@ rule all:
 
 
 def study(workdir: Path, shape: str, grace: float = 2) -> Path:
-    """A one-stage study whose step runs the ticker in ``shape``; its stage dir."""
+    """A one-stage study whose step runs the ticker in ``shape``; its stage dir.
+    Its policy ends a series whose runner vanished (``runner_gone: cancel``):
+    the next attempt starts in a new workspace, so what each attempt wrote
+    stays apart (the default, going on in place: test_driver_crash)."""
     (workdir / "ticker.py").write_text(TICKER)
     sim = f"{sys.executable} {workdir / 'ticker.py'} {workdir / 'ledger.txt'} {{output.result}}"
     (workdir / "workflow").mkdir()
@@ -79,7 +82,7 @@ def study(workdir: Path, shape: str, grace: float = 2) -> Path:
         SNAKEFILE.format(command=SHAPES[shape].format(sim=sim, py=sys.executable)))
     (workdir / "config.yaml").write_text(
         "root: results\nexperiments:\n  trial: {}\n"
-        f"stages:\n  sweep:\n    policy: {{kill_grace: {grace}}}\n")
+        f"stages:\n  sweep:\n    policy: {{kill_grace: {grace}, runner_gone: cancel}}\n")
     return workdir / "results" / "_all" / "trial" / "sweep"
 
 

@@ -133,7 +133,7 @@ def oom_kills() -> int | None:
     return None
 
 
-def _spawn(command: list[str], env: dict, started=None) -> tuple[int, int]:
+def _spawn(command: list[str], env: dict, started=None, cwd: str | None = None) -> tuple[int, int]:
     """Start ``command`` (no shell) in a session of its own, with stdout and
     stderr on one pipe: (pid, the pipe's read end). ``started(pid)`` is
     called before the command runs (its process exists, waiting at a gate:
@@ -162,6 +162,8 @@ def _spawn(command: list[str], env: dict, started=None) -> tuple[int, int]:
                 os._exit(128 + signal.SIGKILL)
             os.dup2(write_end, 1)
             os.dup2(write_end, 2)
+            if cwd is not None:
+                os.chdir(cwd)
             os.execvpe(command[0], command, env)
         except BaseException as exc:
             try:
@@ -201,7 +203,7 @@ class Attempt:
     between SIGTERM and SIGKILL."""
 
     def __init__(self, command: list[str], env: dict, log_path: str, runtime: float | None, grace: float,
-                 heartbeat=None, started=None, orphaned=None):
+                 heartbeat=None, started=None, orphaned=None, cwd: str | None = None):
         self.heartbeat = heartbeat      # called every HEARTBEAT_S while the step runs
         self.started = started          # called with the step's group (stepgroup.record) before it runs
         self.orphaned = orphaned        # called by the watchdog once it ended the step of a runner gone
@@ -209,6 +211,7 @@ class Attempt:
         self.watchdog: int | None = None
         self._tell: int | None = None   # the pipe to the watchdog, until it is told the group
         self.command = command
+        self.cwd = cwd                  # where the step runs (None: the runner's own directory)
         self.env = env
         self.log_path = log_path
         self.runtime = runtime
@@ -322,7 +325,7 @@ class Attempt:
             with open(self.log_path, "ab", buffering=0) as log:
                 self.watchdog, self._tell = _watch(log.fileno(), self.orphaned) or (None, None)
                 try:
-                    self.pid, output = _spawn(self.command, self.env, self._watched)
+                    self.pid, output = _spawn(self.command, self.env, self._watched, self.cwd)
                 except OSError as exc:
                     message = f"waypost: cannot start {self.command[0]!r}: {exc}\n".encode()
                     log.write(message)

@@ -151,8 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--dry-run", action="store_true", help="say what would be archived")
     p.set_defaults(func=cmd_rerun)
 
-    p = with_config(sub.add_parser("retry", help="try stages that were given up (max_series) or are waiting out "
-                                   "a series_backoff again at the next run, in place"))
+    retry_help = ("give stages that were given up (max_series, a give_up cue) or are waiting out a "
+                  "series_backoff a new count of series: the next run tries them again, beginning as the "
+                  "policy's cues say (a fresh start in a new workspace, the old one archived, unless a cue "
+                  "restarts or reruns)")
+    p = with_config(sub.add_parser("retry", help=retry_help, description=retry_help))
     p.add_argument("stage")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
     p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable)")

@@ -35,7 +35,9 @@ def cmd_plan(args) -> int:
     rows = plan.next_run(plan.parse_jobs(found, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
     waiting = plan.reuse_held(found)   # (reused stages not in this run: their source is on its way elsewhere)
     if args.instance:
-        found = {name for r in rows for name in r["instances"]} | instances_on_disk(cfg, workflow_facts(args))
+        found = instances_on_disk(cfg, workflow_facts(args))   # stage → its instances
+        for r in rows:
+            found.setdefault(r["stage"], set()).update(r["instances"])
         wconfig.check_instance_names(cfg, args.instance, None, found)
         rows = plan.only_instances(rows, lambda names: wconfig.match_instances(args.instance, names))
 
@@ -77,14 +79,16 @@ def cmd_plan(args) -> int:
         console.print("next run: nothing to do")
     for why in waiting:
         console.print(escape(f"not in this run: {why}; it and what needs it wait for it"), soft_wrap=True)
-    titles = {False: "done, but made with other settings, code or inputs than now "
-                     "(kept in presence mode; `waypost rerun STAGE` redoes one)",
-              True: "not done, and the next series goes on with work made under other settings"}
-    for unfinished in (False, True):
-        shown = [g for g in groups if g["unfinished"] == unfinished]
+    titles = {"done": "done, but made with other settings, code or inputs than now "
+                      "(kept in presence mode; `waypost rerun STAGE` redoes one)",
+              "unfinished": "not done, and the next series goes on with work made under other settings",
+              "given_up": "given up, and its settings changed since (no run tries it again until `waypost retry`)"}
+    for kind, title in titles.items():
+        shown = [g for g in groups if ("given_up" if g.get("given_up") else
+                                       "unfinished" if g["unfinished"] else "done") == kind]
         if not shown:
             continue
-        table = Table(title=titles[unfinished], title_justify="left")
+        table = Table(title=title, title_justify="left")
         for column in ("experiment", *([axis["word"]] if axis else []), "stage", "made", "what differs"):
             table.add_column(column, overflow="fold")
         for g in shown:   # cells of a stage with the same differences: one row, with their count
@@ -104,19 +108,21 @@ def cmd_plan(args) -> int:
     return drift_code
 
 
-def instances_on_disk(cfg: dict, facts: dict) -> set[str]:
+def instances_on_disk(cfg: dict, facts: dict) -> dict[str, set[str]]:
     """The names of the instance directories of the workflow's stages with
-    instances, in every experiment (one listing of each stage directory)."""
+    instances, in every experiment, stage by stage (one listing of each
+    stage directory)."""
     from . import stores
 
     tree = stores.store_for(cfg["root"], snapshot=True)
-    found = set()
+    found: dict[str, set[str]] = {}
     for experiment, spec in cfg["experiments"].items():
         for pair in [*spec["pairs"], layout.ALL_PAIRS]:
             for stage in facts.get("instanced") or []:
                 stage_dir = layout.stage_dir(cfg["root"], pair, experiment, stage)
                 if tree.isdir(stage_dir):
-                    found.update(name for name, _ in tree.state_dirs(stage_dir) if name is not None)
+                    found.setdefault(stage, set()).update(name for name, _ in tree.state_dirs(stage_dir)
+                                                          if name is not None)
     return found
 
 

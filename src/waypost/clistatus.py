@@ -72,8 +72,11 @@ def only_instances(cfg: dict, grid: dict, patterns: list[str], experiment: str |
     point of the grid, is the usual error."""
     from . import status
 
-    found = {name for columns in grid["experiments"].values() for cells in columns.values()
-             for cell in cells.values() for name in cell.get("instances") or {}}
+    found: dict[str, set] = {}   # stage → its instances
+    for columns in grid["experiments"].values():
+        for cells in columns.values():
+            for stage, cell in cells.items():
+                found.setdefault(stage, set()).update(cell.get("instances") or {})
     wconfig.check_instance_names(cfg, patterns, experiment, found)
     for columns in grid["experiments"].values():
         for cells in columns.values():

@@ -535,8 +535,13 @@ def check_instance_names(config: dict, names: list[str] | None, experiments=None
     """The one check of the instance names a command was given: each that
     is not a shell pattern must be a grid point of the given experiments
     (all, when none are given) or be in ``found`` (instance directories
-    there are). ConfigError naming the first that is neither."""
+    there are: names, or stage → its names, and then the error lists each
+    stage's own). ConfigError naming the first that is neither."""
     chosen = _names(experiments) or list(config["experiments"])
+    per_stage = {stage: sorted(set(found[stage])) for stage in found if found[stage]} \
+        if isinstance(found, dict) else {}
+    if per_stage:
+        found = set().union(*per_stage.values())
     for name in names or []:
         if not INSTANCE_PATTERN.fullmatch(name) or ".." in name:
             raise ConfigError(f"instance {name!r} is neither a valid name ({NAME_RULE}) nor a shell pattern")
@@ -548,8 +553,10 @@ def check_instance_names(config: dict, names: list[str] | None, experiments=None
         known.update(dict.fromkeys(sorted(set(found) - set(known))))
         if name not in known:
             where = f"experiment {chosen[0]}" if len(chosen) == 1 else f"experiments {', '.join(chosen)}"
+            listed = "; ".join(_some(found, f"{stage}'s instances") for stage, found in per_stage.items()) \
+                if per_stage else _some(known, "instances")
             raise ConfigError(f"unknown instance {name!r}: not an instance of {where} "
-                              f"({_some(known, 'instances')}; or a shell pattern, quoted)")
+                              f"({listed}; or a shell pattern, quoted)")
 
 
 def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, axis: Axis | None = None,

@@ -195,6 +195,16 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
                         data = tree.manifest(directory)
                     except manifest.ManifestError:
                         continue
+                    if data and data.get("given_up"):
+                        # No run starts it again: a change that could make it
+                        # succeed waits for a person to say so.
+                        differs = settings_diff(data.get("settings") or {}, current)
+                        if differs:
+                            rows.append({"experiment": experiment, "pair": pair, "stage": stage,
+                                         "instance": instance, "created": data.get("created"), "reused_from": None,
+                                         "what": ["given up; its settings changed since: " + ", ".join(differs)
+                                                  + ": `waypost retry`"], "given_up": True})
+                        continue
                     if data and data["state"] != "SUCCESS":
                         resumed = _resumes_under_other_settings(config, data, instance, current)
                         if resumed:
@@ -270,6 +280,7 @@ def collapse(rows: list[dict], config: dict) -> list[dict]:
     for row in rows:
         group = groups.setdefault((row["stage"], tuple(row["what"])), {
             "stage": row["stage"], "what": row["what"], "unfinished": bool(row.get("unfinished")),
+            "given_up": bool(row.get("given_up")),
             "count": 0, "experiments": [], "pairs": [],
             "instances": [], "made": [], "reused_from": [], "cells": []})
         group["count"] += 1

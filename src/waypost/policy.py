@@ -25,7 +25,16 @@ and pair) holds:
 - ``depends``: which parent states this stage accepts (``all_success``,
   ``all_done`` or a condition over ``parent.STATE``), checked per parent;
 - ``runtime`` (minutes, per attempt; grows by ``runtime_growth``) and
-  ``kill_grace`` (seconds between SIGTERM and SIGKILL on timeout).
+  ``kill_grace`` (seconds between SIGTERM and SIGKILL on timeout);
+- ``runner_gone``: what an attempt whose runner vanished without recording
+  its end (its driver killed, its machine restarted) does to its series:
+  ``resume`` (the same series goes on in place, that attempt not counted:
+  ``series.Series._resume_in_place``) or ``cancel`` (it ends the series as
+  CANCELLED, as a cancel does; the next run begins a series by the cues);
+- ``workdir``: where the step runs: ``workflow`` (Snakemake's working
+  directory, as every Snakemake job) or ``stage`` (its stage directory, a
+  workspace of its own per point as in Maestro and Merlin; the job's files
+  are then given to its command as absolute paths: ``wiring``).
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ from . import conditions
 
 ACTIONS = ("restart", "rerun", "fail", "give_up")
 RERUN_MODES = ("dirty", "clean", "new")
+RUNNER_GONE_MODES = ("resume", "cancel")
+WORKDIRS = ("workflow", "stage")
 DEPENDS_PRESETS = {
     "all_success": "parent.SUCCESS",
     "all_done": "parent.*",
@@ -55,6 +66,8 @@ DEFAULTS = {
     "memory_growth": 1.0,
     "kill_grace": 10,
     "check_timeout": 60,
+    "runner_gone": "resume",
+    "workdir": "workflow",
 }
 
 
@@ -69,7 +82,8 @@ Cue = namedtuple("Cue", "action when node")
 
 class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff", "series_backoff_growth",
                                    "restart", "rerun", "checks", "cues", "depends", "depends_node",
-                                   "runtime", "runtime_growth", "memory_growth", "kill_grace", "check_timeout"])):
+                                   "runtime", "runtime_growth", "memory_growth", "kill_grace", "check_timeout", "runner_gone",
+                                   "workdir"])):
     """A validated policy (build it with ``from_config``); ``DEFAULTS`` has
     each key's default."""
     __slots__ = ()
@@ -106,6 +120,10 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
                 raise PolicyError(f"cues[{i}].when: {cue['when']!r}: {exc}") from None
         if data["rerun"] not in RERUN_MODES:
             raise PolicyError(f"rerun: {data['rerun']!r} is not one of: {', '.join(RERUN_MODES)}")
+        if data["runner_gone"] not in RUNNER_GONE_MODES:
+            raise PolicyError(f"runner_gone: {data['runner_gone']!r} is not one of: {', '.join(RUNNER_GONE_MODES)}")
+        if data["workdir"] not in WORKDIRS:
+            raise PolicyError(f"workdir: {data['workdir']!r} is not one of: {', '.join(WORKDIRS)}")
         depends_text = DEPENDS_PRESETS.get(data["depends"], data["depends"])
         try:
             depends_node = conditions.validate(depends_text, {"parent"}, counters=False)
@@ -119,7 +137,8 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
                    runtime=None if data["runtime"] is None else float(data["runtime"]),
                    runtime_growth=float(data["runtime_growth"]),
                    memory_growth=float(data["memory_growth"]),
-                   kill_grace=float(data["kill_grace"]), check_timeout=float(data["check_timeout"]))
+                   kill_grace=float(data["kill_grace"]), check_timeout=float(data["check_timeout"]),
+                   runner_gone=data["runner_gone"], workdir=data["workdir"])
 
     def goes_on_in_workspace(self, action: str) -> bool:
         """Does an attempt that begins with ``action`` go on with the work
@@ -149,11 +168,14 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
 
 def counters(series: list[dict]) -> dict[str, int]:
     """The counters cues see: attempts of this series (all, restarts,
-    reruns) and the series' number."""
+    reruns) and the series' number. An attempt whose runner vanished and
+    after which the series went on in place (``interrupted_by``) is not
+    counted: it was not the step's."""
+    counted = [a for a in series if not a.get("interrupted_by")]
     return {
-        "attempt": len(series),
-        "attempt.restart": sum(1 for a in series if a.get("action") == "restart"),
-        "attempt.rerun": sum(1 for a in series if a.get("action") == "rerun"),
+        "attempt": len(counted),
+        "attempt.restart": sum(1 for a in counted if a.get("action") == "restart"),
+        "attempt.rerun": sum(1 for a in counted if a.get("action") == "rerun"),
         "series": series[-1].get("series", 1) if series else 1,
     }
 

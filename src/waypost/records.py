@@ -58,6 +58,7 @@ class Attempt(TypedDict, total=False):
     settings: dict
     config_hash: str
     resumes: dict
+    interrupted_by: str
 
 
 class StepGroup(TypedDict):

@@ -4,6 +4,7 @@ last runner left in the stage directory)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -63,14 +64,21 @@ class Series:
             self.history = running.get("attempts", [])
             self.base = running.get("series_base", self.base)
             left_open = [a for a in self.history if a.get("state") is None]
+            vanished = False
             for attempt in left_open:   # the last is the one whose step may have been found at work
-                close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
+                vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
             last = self.history[-1] if self.history else {}
             if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
                 # Its step had succeeded; the job ended while its manifest was
                 # being written: the series is finished, not run again.
                 self._go_on_with(running.get("series", 1))
                 return "record"
+            if vanished and self._resume_in_place(policy, life.has_files(), running.get("series", 1)):
+                if directory.remote and not retried:
+                    directory.remote.pull_workspace()   # checkpoints and all
+                print(f"waypost: {directory.name}: series {self.number} goes on with {self.first[0]}: "
+                      f"{self.first[1]}", file=sys.stderr)
+                return None
             if retried:   # the same series goes on
                 self._go_on_with(running.get("series", 1))
                 return None
@@ -112,14 +120,58 @@ class Series:
         return None
 
 
-def close_interrupted(attempt: dict, leftover: str | None = None) -> None:
+    def _resume_in_place(self, policy: wpolicy.Policy, has_work: bool, number: int) -> bool:
+        """The last attempt's runner vanished (``close_interrupted``): does
+        the same series go on in place (``runner_gone: resume``, and at
+        most ``RUNNER_GONE_LIMIT`` such attempts in a row)? If so,
+        ``self.first`` says with what: ``restart`` (the policy's restart
+        command) when the workspace holds work of the step, else ``cmd``.
+        The vanished attempt is marked ``interrupted_by``, its decision
+        says why, and it counts for nothing (``policy.counters``)."""
+        attempts = [a for a in self.history if a.get("series", 1) == number]
+        before = sum(1 for _ in itertools.takewhile(runner_gone, reversed(attempts[:-1])))
+        if policy.runner_gone != "resume" or not attempts or before >= RUNNER_GONE_LIMIT:
+            return False
+        self._go_on_with(number)
+        vanished = attempts[-1]
+        action = "restart" if has_work else "cmd"
+        why = (f"attempt {vanished['number']}'s runner was gone (its driver killed, its machine restarted): "
+               f"not the step's failure; series {number} goes on in place "
+               + ("with the work it left" if has_work else "(nothing left to resume)"))
+        vanished["interrupted_by"] = RUNNER_GONE
+        vanished["decision"] = {"action": action, "reason": why}
+        self.first = (action, why)
+        return True
+
+
+# Attempts in a row whose runner vanished that a series goes on after
+# (``runner_gone: resume``); the next one ends the series CANCELLED, as a
+# cancel does: a step that kills its own runner can't loop forever.
+RUNNER_GONE_LIMIT = 3
+RUNNER_GONE = "runner gone"
+
+
+def runner_gone(attempt: dict) -> bool:
+    """Was this attempt's runner gone, and its series went on after it in
+    place (not counted: ``policy.counters``)?"""
+    return attempt.get("interrupted_by") == RUNNER_GONE
+
+
+def close_interrupted(attempt: dict, leftover: str | None = None) -> bool:
     """Fill in how an attempt whose runner died ended: Slurm's word when
     it ran in a Slurm job, else CANCELLED (stopped from outside).
-    ``leftover``: what was done of its step, found at work without it."""
+    ``leftover``: what was done of its step, found at work without it.
+
+    True when, with no word from Slurm nor from its runner (which records
+    a signal it was sent), the runner vanished: its driver was killed, its
+    machine restarted, something SIGKILLed it. That was not the step's
+    failure (see ``Series._resume_in_place``)."""
     state, detail = None, None
     if attempt.get("slurm_job_id"):
         state, detail = slurm.final_state(attempt["slurm_job_id"])
+    vanished = state is None and not attempt.get("error")
     attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
                    error=(attempt.get("error") or "the runner was killed during this attempt")
                          + (f" (Slurm: {detail})" if detail else "")
                          + (f"; {leftover}" if leftover else ""))
+    return vanished

@@ -89,10 +89,12 @@ class StageAttempt:
         # before it runs: with its process group, for whoever comes next. A
         # watchdog that ends the step once its runner is gone writes the log
         # whole then (``log.close``), on a root that can't append.
-        attempt = Attempt([spec.executable, directory.path(script_rel)], env, log.growing, runtime,
+        in_stage = policy.workdir == "stage"   # (the script by a path that holds from there)
+        attempt = Attempt([spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage
+                           else directory.path(script_rel)], env, log.growing, runtime,
                           policy.kill_grace, heartbeat,
                           started=lambda group: directory.save_running(series, group=group),
-                          orphaned=lambda: log.close(quiet=True))
+                          orphaned=lambda: log.close(quiet=True), cwd=directory.dir if in_stage else None)
         if directory.remote:
             with directory.remote.syncing(directory.outputs):
                 returncode = attempt.run()
@@ -137,7 +139,9 @@ class StageAttempt:
         """The step's environment: the runner's, and what waypost tells it."""
         env = dict(os.environ)
         env.update({
-            "WAYPOST_STAGE_DIR": self.directory.dir,
+            # (absolute for a step run in it: a path that holds from there)
+            "WAYPOST_STAGE_DIR": os.path.abspath(self.directory.dir) if self.policy.workdir == "stage"
+            else self.directory.dir,
             "WAYPOST_EXPERIMENT": self.spec.experiment,
             "WAYPOST_PAIR": self.spec.pair,
             "WAYPOST_STAGE": self.spec.stage,

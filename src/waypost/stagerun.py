@@ -196,6 +196,8 @@ class StageRun:
                 return self.finish("SKIPPED", reason="parents not accepted by depends "
                                    f"({self.policy.depends}): " + "; ".join(blocked))
             action = self.series.first[0]
+        elif series[-1].get("interrupted_by"):   # its runner vanished: the series goes on in place
+            action = series[-1]["decision"]["action"]
         else:
             action, reason = wpolicy.decide(self.policy, series)
             series[-1]["decision"] = {"action": action, "reason": reason}

@@ -92,7 +92,7 @@ def _stage_dirs(tree, config: dict, stage: str, experiments: list[str], pairs: l
     ``instances`` (names or shell patterns), of the instances they match.
     A name that is neither an instance there nor a point of the grid is a
     ConfigError."""
-    found, seen = [], set()
+    found, seen = [], {stage: set()}
     for experiment in experiments:
         for pair in [*config["experiments"][experiment]["pairs"], layout.ALL_PAIRS]:
             if pairs and pair not in pairs:
@@ -103,7 +103,7 @@ def _stage_dirs(tree, config: dict, stage: str, experiments: list[str], pairs: l
             dirs = tree.state_dirs(stage_dir)
             if instances:
                 named = {name: d for name, d in dirs if name is not None}
-                seen.update(named)
+                seen[stage].update(named)
                 found += [named[name] for name in match_instances(instances, named)]
             else:
                 found += [d for _, d in dirs]

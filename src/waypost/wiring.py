@@ -352,7 +352,8 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     # failure's error block, ``--printshellcmds``, its metadata, reports).
     step = (f"{_runner_head(runner_line)}\n{{params.{step_param}}}\n"
             f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
-    rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror)   # (braces as formatted)
+    rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror,   # (braces as formatted)
+                                    step_param)
     if mirror:
         _map_param_functions(rule, mirror)
     rule.set_params(**{step_param: step_function})
@@ -540,13 +541,34 @@ def _with_local_files(function, names: set[str], mirror: str):
 def job_command(job, mirror: str | None) -> str:
     """A stage job's step (``wire``'s runner line with the spec and the
     rule's command), formatted as Snakemake formats ``job.shellcmd``, but
-    with the local copies of its files on a bucket root: the command a job
-    the executor submits runs."""
-    step = job.rule.run_func.step
-    if not mirror:
-        return job.format_wildcards(step)
+    with the local copies of its files on a bucket root, and absolute paths
+    for a step run in its stage directory: the command a job the executor
+    submits runs."""
+    run = job.rule.run_func
+    in_stage = runs_in_stage_dir(getattr(job.params, run.step_param, None))
+    if not mirror and not in_stage:
+        return job.format_wildcards(run.step)
     names = {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
-    return job.format_wildcards(step, **names)
+    if in_stage:
+        names = {name: absolute(files) for name, files in names.items()}
+    return job.format_wildcards(run.step, **names)
+
+
+def runs_in_stage_dir(spec_line) -> bool:
+    """Does the job whose step spec is ``spec_line`` run its step in its
+    stage directory (its policy's ``workdir: stage``)?"""
+    if not isinstance(spec_line, str) or '"workdir"' not in spec_line:
+        return False
+    import json
+    return (json.loads(spec_line).get("policy") or {}).get("workdir") == "stage"
+
+
+def absolute(files):
+    """A job's files (as ``local_files`` gives them) as absolute paths: Snakemake
+    formats them relative to the workflow's working directory, and a step
+    run in its stage directory (``workdir: stage``) works from there."""
+    from snakemake.iocontainers import Namedlist
+    return Namedlist(toclone=files, custom_map=os.path.abspath)
 
 
 def _runner_head(runner_line: str) -> str:
@@ -568,7 +590,7 @@ def as_written(ran: str, runner: str) -> str:
     return (ran[:start] + command + after[1:]).strip()
 
 
-def _shell_run_func(original, step: str, runner: str, mirror: str | None):
+def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_param: str):
     """A rule's run function that runs ``step`` (kept as its ``step``)
     instead of the shell command it was written with (Snakemake compiles a
     ``shell:`` into a function calling ``shell(...)``, which fills the
@@ -576,7 +598,7 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None):
     takes the same, the marker of a rule's function included, so ``shell``
     takes the job's threads, resources and environment from them as for any
     rule). On a bucket root its files are their local copies first
-    (``local_files``).
+    (``local_files``); for a step run in its stage directory, absolute paths.
 
     A failure reads as in plain Snakemake: the ``CalledProcessError`` names
     the rule's command as it ran (``as_written``), not the runner, and the
@@ -587,6 +609,8 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None):
     if mirror:
         lines.append("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
                      "local_files(log, mirror)")
+    lines += ["    if runs_in_stage_dir(getattr(params, step_param, None)):",
+              "        input, output, log = absolute(input), absolute(output), absolute(log)"]
     call = "        shell(step, bench_record=bench_record, bench_iteration=bench_iteration)"
     lines += ["    try:", call, "    except CalledProcessError as failed:",
               "        failed.cmd = as_written(failed.cmd, runner)", "        raise"]
@@ -598,9 +622,11 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None):
 
     from snakemake.shell import shell
     namespace = {"shell": shell, "step": step, "runner": runner, "as_written": as_written,
-                 "CalledProcessError": CalledProcessError, "local_files": local_files, "mirror": mirror}
+                 "CalledProcessError": CalledProcessError, "local_files": local_files, "mirror": mirror,
+                 "runs_in_stage_dir": runs_in_stage_dir, "absolute": absolute, "step_param": step_param}
     exec(compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec"), namespace)
     namespace["run"].step = step
+    namespace["run"].step_param = step_param
     return namespace["run"]
 
 
