@@ -223,26 +223,28 @@ def test_cron_and_plan_carry_the_profiles_config_with_their_own(tmp_path):
     assert command[at + 1:at + 3] == ["pool=cloud", "rerun_policy=presence"], command
 
 
-# The reference pipeline's instances: train_teacher's 0 and 1; evaluate's backward, student, teacher-0, teacher-1.
-ALL_INSTANCES = "0, 1, backward, student, teacher-0, teacher-1"
+# The reference pipeline's instances, each stage's own (not one list of them all).
+ALL_INSTANCES = "train_teacher's instances: 0, 1; evaluate's instances: backward, student, teacher-0, teacher-1"
 UNKNOWN_INSTANCES = {
     ("status", "--instance", "0", "--instance", "teacher-9"):
-        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 (instances: {ALL_INSTANCES}; "
+        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 ({ALL_INSTANCES}; "
         "or a shell pattern, quoted)",
     ("status", "--experiment", "exp1", "--instance", "teacher-9"):
-        f"unknown instance 'teacher-9': not an instance of experiment exp1 (instances: {ALL_INSTANCES}; "
+        f"unknown instance 'teacher-9': not an instance of experiment exp1 ({ALL_INSTANCES}; "
         "or a shell pattern, quoted)",
     ("find", "--instance", "teacher-*", "--instance", "teacher-9"):
-        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 (instances: {ALL_INSTANCES}; "
+        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 ({ALL_INSTANCES}; "
         "or a shell pattern, quoted)",
     ("plan", "--profile", str(LOCAL_PROFILE), "--instance", "teacher-9"):
-        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 (instances: {ALL_INSTANCES}; "
+        f"unknown instance 'teacher-9': not an instance of experiments exp1, exp2 ({ALL_INSTANCES}; "
         "or a shell pattern, quoted)",
     ("rerun", "train_teacher", "--all", "--instance", "0", "--instance", "2", "-n"):
-        "unknown instance '2': not an instance of experiments exp1, exp2 (instances: 0, 1; or a shell pattern, "
+        "unknown instance '2': not an instance of experiments exp1, exp2 (train_teacher's instances: 0, 1; or a "
+        "shell pattern, "
         "quoted)",
     ("retry", "train_teacher", "--experiment", "exp1", "--instance", "2", "-n"):
-        "unknown instance '2': not an instance of experiment exp1 (instances: 0, 1; or a shell pattern, quoted)",
+        "unknown instance '2': not an instance of experiment exp1 (train_teacher's instances: 0, 1; or a shell "
+        "pattern, quoted)",
     ("rerun", "train_teacher", "--all", "--instance", "../0", "-n"):
         "instance '../0' is neither a valid name (letters, digits, '.', '_' or '-', starting with a letter or digit) "
         "nor a shell pattern",

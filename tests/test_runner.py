@@ -137,11 +137,13 @@ def test_a_retry_within_the_run_goes_on_with_the_series(tmp_path):
 
 
 def test_a_new_run_starts_a_new_series_and_archives_the_old_one(tmp_path):
+    # (a series a vanished runner left ends: runner_gone: cancel; the default
+    # goes on in place, see test_driver_crash.py)
     stage = tmp_path / "p/e/s"
     killed_mid_attempt(stage, "run-1")
     out = stage / "out.txt"
     proc = run_step(stage, sh(f"test ! -e {stage}/partial && echo fresh > {out}"), outputs=[out],
-                    env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
+                    policy=json.dumps({"runner_gone": "cancel"}), env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
     assert proc.returncode == 0, proc.stderr
     data = manifest.read(str(stage))
     assert [(a["series"], a["run"]) for a in data["attempts"]] == [(1, "run-1"), (2, "run-2")]

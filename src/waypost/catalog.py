@@ -265,9 +265,13 @@ class Catalog:
             sql += f" LIMIT {int(limit)}"
         return [_item(row) for row in self.db.execute(sql, args)]
 
-    def instances(self) -> set[str]:
-        """Every instance name the catalog holds."""
-        return {row[0] for row in self.db.execute("SELECT DISTINCT instance FROM manifests WHERE instance IS NOT NULL")}
+    def instances(self) -> dict[str, set[str]]:
+        """Every instance name the catalog holds, stage by stage."""
+        found: dict[str, set[str]] = {}
+        for stage, instance in self.db.execute(
+                "SELECT DISTINCT stage, instance FROM manifests WHERE instance IS NOT NULL"):
+            found.setdefault(stage, set()).add(instance)
+        return found
 
     def get(self, location: str) -> dict | None:
         """The row of one location (a stage, instance or archive directory)."""

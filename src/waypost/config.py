@@ -538,8 +538,9 @@ def check_instance_names(config: dict, names: list[str] | None, experiments=None
     there are: names, or stage → its names, and then the error lists each
     stage's own). ConfigError naming the first that is neither."""
     chosen = _names(experiments) or list(config["experiments"])
-    per_stage = {stage: sorted(set(found[stage])) for stage in found if found[stage]} \
-        if isinstance(found, dict) else {}
+    order = {stage: i for i, stage in enumerate(config.get("stages") or {})}   # (the config's order)
+    per_stage = {stage: sorted(set(found[stage])) for stage in sorted(found, key=lambda s: order.get(s, len(order)))
+                 if found[stage]} if isinstance(found, dict) else {}
     if per_stage:
         found = set().union(*per_stage.values())
     for name in names or []:
