@@ -363,3 +363,61 @@ def test_deep_nesting_is_a_condition_error_not_a_crash():
     text = "not(" * 1000 + "cmd.FAILED" + ")" * 1000
     with pytest.raises(ConditionError, match="nest deeper"):
         parse(text)
+
+
+# --- exit statuses: cmd.exit, CHECK.exit ----------------------------------------------------------
+
+@pytest.mark.parametrize("text, tree", [
+    ("cmd.exit == 100", Compare("cmd.exit", "==", 100)),
+    ("converged.exit != 0", Compare("converged.exit", "!=", 0)),
+    ("cmd.exit>=64", Compare("cmd.exit", ">=", 64)),
+    ("any(cmd.exit == 100, cmd.exit == 104)",
+     Call("any", (Compare("cmd.exit", "==", 100), Compare("cmd.exit", "==", 104)))),
+    ("not(cmd.exit == 0)", Call("not", (Compare("cmd.exit", "==", 0),))),
+    ("all(cmd.FAILED, probe.exit == 3, attempt < 4)",
+     Call("all", (State("cmd", "FAILED"), Compare("probe.exit", "==", 3), Compare("attempt", "<", 4)))),
+])
+def test_exit_statuses_parse_as_comparisons(text, tree):
+    assert parse(text) == tree
+
+
+@pytest.mark.parametrize("text, message", [
+    ("cmd.exit == abc", "expected a whole number after cmd.exit =="),
+    ("cmd.exit == 1.5", "unexpected '.5'"),
+    ("cmd.exit", "cmd.exit is a number: compare it with a whole number (cmd.exit == 0)"),
+    ("any(cmd.exit, cmd.FAILED)", "cmd.exit is a number"),
+    ("cmd.exit_code == 3", "unknown counter 'cmd.exit_code'"),
+    ("cmd.exit_code == 3", "or NAME.exit, the exit status of cmd or of a check"),
+])
+def test_exit_status_errors_are_clear(text, message):
+    with pytest.raises(ConditionError) as err:
+        parse(text)
+    assert message in str(err.value)
+
+
+def test_validate_checks_the_name_of_an_exit_status():
+    assert validate("any(cmd.exit == 1, probe.exit == 2)", {"cmd", "probe"}) == parse(
+        "any(cmd.exit == 1, probe.exit == 2)")
+    with pytest.raises(ConditionError, match=re.escape(
+            "unknown name 'nosuchcheck' in nosuchcheck.exit (expected one of: cmd, probe)")):
+        validate("any(cmd.exit == 1, nosuchcheck.exit == 2)", {"cmd", "probe"})
+    with pytest.raises(ConditionError, match=re.escape("exit statuses (parent.exit) can't be used here")):
+        validate("parent.exit == 0", {"parent"}, counters=False)
+
+
+@pytest.mark.parametrize("text, counts, expected", [
+    ("cmd.exit == 100", {"cmd.exit": 100}, True),
+    ("cmd.exit == 100", {"cmd.exit": 101}, False),
+    ("any(cmd.exit == 100, cmd.exit == 104)", {"cmd.exit": 104}, True),
+    ("all(cmd.exit != 0, probe.exit == 3)", {"cmd.exit": 2, "probe.exit": 3}, True),
+    ("all(cmd.exit != 0, probe.exit == 3)", {"cmd.exit": 2, "probe.exit": 0}, False),
+    ("cmd.exit < 0", {"cmd.exit": 0}, False),
+    # No exit status (a signal ended the step, a check timed out): every comparison is false.
+    ("cmd.exit == 0", {"cmd.exit": None}, False),
+    ("cmd.exit != 0", {"cmd.exit": None}, False),
+    ("cmd.exit >= 0", {}, False),                       # (not 0 as a missing counter is)
+    ("not(cmd.exit == 0)", {"cmd.exit": None}, True),
+    ("probe.exit != 1", {"cmd.exit": 1}, False),
+])
+def test_evaluate_exit_statuses(text, counts, expected):
+    assert evaluate(parse(text), {}, counts) is expected

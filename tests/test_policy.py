@@ -9,7 +9,7 @@ import yaml
 from conftest import REPO
 
 from waypost.conditions import STATES, Compare, State, parse
-from waypost.policy import DEFAULTS, Cue, Policy, PolicyError, counters, decide
+from waypost.policy import DEFAULTS, Cue, Policy, PolicyError, begin_series, counters, decide, decision, describe_start
 
 # The training policy of the reference pipeline (config/config.yaml, `&training`).
 TRAINING = {
@@ -285,3 +285,77 @@ def test_checks_none_in_an_attempt_is_no_checks():
 def test_malformed_policies_are_policy_errors(raw, message):
     with pytest.raises(PolicyError, match=message):
         Policy.from_config(raw)
+
+
+# --- exit statuses, a cue's workspace and delay -------------------------------------------
+
+PROTOCOL = {"max_attempts": 5, "rerun": "dirty", "attempt_delay": 2, "checks": {"probe": "true"}, "cues": [
+    {"action": "restart", "when": "all(cmd.exit == 100, probe.exit == 0)"},
+    {"action": "rerun", "when": "cmd.exit == 101", "rerun": "clean", "delay": 30},
+    {"action": "rerun", "when": "cmd.exit == 104"},
+    {"action": "fail", "when": "cmd.exit == 102"},
+    {"action": "give_up", "when": "not(cmd.exit == 0)"},
+]}
+
+
+def ended(code: int | None, signal: int | None = None, probe: int | None = 0, action: str = "cmd") -> dict:
+    return {"action": action, "state": "SUCCESS" if code == 0 else "FAILED", "exit_code": code, "signal": signal,
+            "checks": {"probe": "SUCCESS" if probe == 0 else "FAILED"}, "check_exit_codes": {"probe": probe}}
+
+
+@pytest.mark.parametrize("series, made", [
+    ([ended(100)], {"action": "restart", "reason": "cue 1 (restart when all(cmd.exit == 100, probe.exit == 0))",
+                    "delay_s": 2}),
+    ([ended(100, probe=None)], {"action": "give_up", "reason": "cue 5 (give_up when not(cmd.exit == 0))"}),
+    ([ended(101)], {"action": "rerun", "reason": "cue 2 (rerun when cmd.exit == 101)", "rerun": "clean",
+                    "delay_s": 30}),
+    ([ended(104)], {"action": "rerun", "reason": "cue 3 (rerun when cmd.exit == 104)", "rerun": "dirty",
+                    "delay_s": 2}),
+    ([ended(102)], {"action": "fail", "reason": "cue 4 (fail when cmd.exit == 102)"}),
+    # A step a signal ended has no exit status: 137 with signal 9 is not `cmd.exit == 137`.
+    ([ended(137, signal=9)], {"action": "give_up", "reason": "cue 5 (give_up when not(cmd.exit == 0))"}),
+    ([ended(0)], {"action": "done", "reason": "succeeded"}),
+    ([ended(101)] * 5, {"action": "fail", "reason": "cue 2 (rerun when cmd.exit == 101), but max_attempts (5) reached"}),
+])
+def test_decisions_by_exit_status_with_their_workspace_and_delay(series, made):
+    assert decision(Policy.from_config(PROTOCOL), series) == made
+
+
+def test_no_delay_is_no_delay_s():
+    policy = Policy.from_config({**PROTOCOL, "attempt_delay": 0})
+    assert "delay_s" not in decision(policy, [ended(104)])
+    assert decision(policy, [ended(101)])["delay_s"] == 30
+
+
+def test_a_series_begins_with_the_workspace_of_the_cue_that_resumes_it():
+    policy = Policy.from_config(PROTOCOL)
+    start = begin_series(policy, [ended(101)])
+    assert (start.action, start.rerun) == ("rerun", "clean")
+    assert describe_start(policy, start.action, start.rerun).startswith("rerun in a clean workspace")
+    assert begin_series(policy, [ended(104)]).rerun == "dirty"
+    assert begin_series(policy, [ended(100)]).rerun is None
+    assert not policy.goes_on_in_workspace("rerun", "clean") and policy.goes_on_in_workspace("rerun")
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"attempt_delay": -1}, "attempt_delay: -1 (expected seconds: a number, at least 0)"),
+    ({"attempt_delay": "soon"}, "attempt_delay: 'soon' (expected seconds"),
+    ({"attempt_delay": True}, "attempt_delay: True"),
+    ({"cues": [{"action": "restart", "when": "cmd.FAILED", "delay": -5}]}, "cues[0].delay: -5 (expected seconds"),
+    ({"cues": [{"action": "restart", "when": "cmd.FAILED", "delay": "30s"}]}, "cues[0].delay: '30s'"),
+    ({"cues": [{"action": "fail", "when": "cmd.FAILED", "delay": 5}]},
+     "cues[0].delay: the wait before the next attempt, and this cue's action (fail) starts none"),
+    ({"cues": [{"action": "rerun", "when": "cmd.FAILED", "rerun": "fresh"}]},
+     "cues[0].rerun: 'fresh' is not one of: dirty, clean, new"),
+    ({"cues": [{"action": "restart", "when": "cmd.FAILED", "rerun": "clean"}]},
+     "cues[0].rerun: a workspace for a rerun, and this cue's action is restart"),
+    ({"cues": [{"action": "rerun", "when": "cmd.FAILED", "workspace": "new"}]},
+     "cues[0]: unknown key 'workspace' (a cue has: action, when, rerun, delay)"),
+    ({"cues": [{"action": "rerun", "when": "nosuchcheck.exit == 1"}]},
+     "cues[0].when: 'nosuchcheck.exit == 1': unknown name 'nosuchcheck'"),
+    ({"cues": [{"action": "rerun", "when": "cmd.exit == abc"}]}, "expected a whole number after cmd.exit =="),
+])
+def test_exit_workspace_and_delay_errors(raw, message):
+    with pytest.raises(PolicyError) as err:
+        Policy.from_config(raw)
+    assert message in str(err.value)

@@ -252,7 +252,10 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
                 if a.get("error") and a.get("slurm_job_id") and not a.get("log"):   # a Slurm job its runner never saw
                     reasons.append(f"  #{a['number']}: {a['error']}")
                 if decision:
-                    reasons.append(f"  #{a['number']} → {decision.get('action')}: {decision.get('reason') or ''}")
+                    how = ", ".join(([f"{decision['rerun']} workspace"] if decision.get("rerun") else [])
+                                    + ([f"after {decision['delay_s']:g} s"] if decision.get("delay_s") else []))
+                    reasons.append(f"  #{a['number']} → {decision.get('action')}" + (f" ({how})" if how else "")
+                                   + f": {decision.get('reason') or ''}")
             console.print(table)
             for line in reasons:
                 console.print(escape(line), soft_wrap=True)

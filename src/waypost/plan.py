@@ -254,12 +254,13 @@ def _resumes_under_other_settings(config: dict, data: dict, instance: str | None
     except PolicyError:
         return None
     last_no = max(a.get("series", 1) for a in attempts)
-    action, _ = begin_series(policy, [a for a in attempts if a.get("series", 1) == last_no])
-    found = resumed_work(attempts, data.get("settings") or {}, current) if policy.goes_on_in_workspace(action) else None
+    start = begin_series(policy, [a for a in attempts if a.get("series", 1) == last_no])
+    goes_on = policy.goes_on_in_workspace(start.action, start.rerun)
+    found = resumed_work(attempts, data.get("settings") or {}, current) if goes_on else None
     if found is None:
         return None
     number, differs = found
-    return (f"the next series will {describe_start(policy, action)}, going on with attempt "
+    return (f"the next series will {describe_start(policy, start.action, start.rerun)}, going on with attempt "
             f"{number}'s work, made under other settings: {', '.join(differs)} (`waypost rerun` starts afresh)")
 
 

@@ -14,9 +14,14 @@ and pair) holds:
 - ``rerun``: the workspace a rerun gets: ``dirty`` (as is), ``clean`` (the
   failed attempts' files removed; logs and history kept) or ``new`` (the
   workspace archived under ``.attempts/<n>/``, the canonical path reused);
+  a cue's own ``rerun`` overrides it for that cue's decision;
+- ``attempt_delay`` (seconds): the wait before the next attempt of a series
+  (a restart or rerun); a cue's own ``delay`` overrides it. The runner waits,
+  its heartbeat going on; no wait follows the last attempt;
 - ``checks``: name → shell command, run after every attempt; exit 0 makes the
   check SUCCESS, anything else FAILED (TIMEOUT past ``check_timeout``);
-- ``cues``: ordered ``{action: restart|rerun|fail|give_up, when: CONDITION}``;
+- ``cues``: ordered ``{action: restart|rerun|fail|give_up, when: CONDITION}``
+  (and, for restart and rerun, ``delay``; for rerun, ``rerun``);
   the first whose condition holds decides. ``fail`` ends the series (the next
   run starts another, up to ``max_series``); ``give_up`` ends it for good: the
   stage is given up at once, and no run starts another series until
@@ -58,6 +63,7 @@ DEFAULTS = {
     "series_backoff_growth": 2.0,
     "restart": "same",
     "rerun": "new",
+    "attempt_delay": 0,
     "checks": {},
     "cues": [],
     "depends": "all_success",
@@ -77,13 +83,14 @@ class PolicyError(ValueError):
 
 # Named tuples, not dataclasses: the step runner imports this module at every
 # start, and dataclasses cost it ~10 ms.
-Cue = namedtuple("Cue", "action when node")
+# A cue's ``rerun`` (workspace mode) and ``delay`` (seconds): None, the policy's.
+Cue = namedtuple("Cue", "action when node rerun delay", defaults=(None, None))
 
 
 class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff", "series_backoff_growth",
                                    "restart", "rerun", "checks", "cues", "depends", "depends_node",
-                                   "runtime", "runtime_growth", "memory_growth", "kill_grace", "check_timeout", "runner_gone",
-                                   "workdir"])):
+                                   "runtime", "runtime_growth", "memory_growth", "kill_grace", "check_timeout",
+                                   "runner_gone", "workdir", "attempt_delay"])):
     """A validated policy (build it with ``from_config``); ``DEFAULTS`` has
     each key's default."""
     __slots__ = ()
@@ -110,20 +117,14 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
         subjects = {"cmd", *data["checks"]}
         if "cmd" in data["checks"]:
             raise PolicyError("checks: 'cmd' is reserved for the step itself")
-        cues = []
-        for i, cue in enumerate(data["cues"]):
-            if cue.get("action") not in ACTIONS:
-                raise PolicyError(f"cues[{i}].action: {cue.get('action')!r} is not one of: {', '.join(ACTIONS)}")
-            try:
-                cues.append(Cue(cue["action"], cue["when"], conditions.validate(cue["when"], subjects)))
-            except conditions.ConditionError as exc:
-                raise PolicyError(f"cues[{i}].when: {cue['when']!r}: {exc}") from None
+        cues = [_cue(i, cue, subjects) for i, cue in enumerate(data["cues"])]
         if data["rerun"] not in RERUN_MODES:
             raise PolicyError(f"rerun: {data['rerun']!r} is not one of: {', '.join(RERUN_MODES)}")
         if data["runner_gone"] not in RUNNER_GONE_MODES:
             raise PolicyError(f"runner_gone: {data['runner_gone']!r} is not one of: {', '.join(RUNNER_GONE_MODES)}")
         if data["workdir"] not in WORKDIRS:
             raise PolicyError(f"workdir: {data['workdir']!r} is not one of: {', '.join(WORKDIRS)}")
+        attempt_delay = _seconds("attempt_delay", data["attempt_delay"])
         depends_text = DEPENDS_PRESETS.get(data["depends"], data["depends"])
         try:
             depends_node = conditions.validate(depends_text, {"parent"}, counters=False)
@@ -138,13 +139,14 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
                    runtime_growth=float(data["runtime_growth"]),
                    memory_growth=float(data["memory_growth"]),
                    kill_grace=float(data["kill_grace"]), check_timeout=float(data["check_timeout"]),
-                   runner_gone=data["runner_gone"], workdir=data["workdir"])
+                   runner_gone=data["runner_gone"], workdir=data["workdir"], attempt_delay=attempt_delay)
 
-    def goes_on_in_workspace(self, action: str) -> bool:
+    def goes_on_in_workspace(self, action: str, rerun: str | None = None) -> bool:
         """Does an attempt that begins with ``action`` go on with the work
         the last one left (a restart in place, a rerun in the workspace as
-        it is), rather than start from nothing?"""
-        return action == "restart" or (action == "rerun" and self.rerun == "dirty")
+        it is), rather than start from nothing? ``rerun``: the workspace
+        mode of the decision (None: the policy's)."""
+        return action == "restart" or (action == "rerun" and (rerun or self.rerun) == "dirty")
 
     @property
     def tolerates_failure(self) -> bool:
@@ -166,6 +168,41 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
         return conditions.evaluate(self.depends_node, {"parent": parent_state})
 
 
+def _seconds(key: str, value) -> float:
+    """A delay in seconds: a number, at least 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise PolicyError(f"{key}: {value!r} (expected seconds: a number, at least 0)")
+    return float(value)
+
+
+def _cue(i: int, cue: dict, subjects: set[str]) -> Cue:
+    """One validated cue (``cues[i]``)."""
+    if not isinstance(cue, dict):
+        raise PolicyError(f"cues[{i}]: {cue!r} (expected a mapping: action, when)")
+    unknown = sorted(set(cue) - {"action", "when", "rerun", "delay"})
+    if unknown:
+        raise PolicyError(f"cues[{i}]: unknown key {unknown[0]!r} (a cue has: action, when, rerun, delay)")
+    action = cue.get("action")
+    if action not in ACTIONS:
+        raise PolicyError(f"cues[{i}].action: {action!r} is not one of: {', '.join(ACTIONS)}")
+    try:
+        node = conditions.validate(cue["when"], subjects)
+    except conditions.ConditionError as exc:
+        raise PolicyError(f"cues[{i}].when: {cue['when']!r}: {exc}") from None
+    rerun, delay = cue.get("rerun"), cue.get("delay")
+    if rerun is not None:
+        if action != "rerun":
+            raise PolicyError(f"cues[{i}].rerun: a workspace for a rerun, and this cue's action is {action}")
+        if rerun not in RERUN_MODES:
+            raise PolicyError(f"cues[{i}].rerun: {rerun!r} is not one of: {', '.join(RERUN_MODES)}")
+    if delay is not None:
+        delay = _seconds(f"cues[{i}].delay", delay)
+        if action not in ("restart", "rerun"):
+            raise PolicyError(f"cues[{i}].delay: the wait before the next attempt, and this cue's action "
+                              f"({action}) starts none")
+    return Cue(action, cue["when"], node, rerun, delay)
+
+
 def counters(series: list[dict]) -> dict[str, int]:
     """The counters cues see: attempts of this series (all, restarts,
     reruns) and the series' number. An attempt whose runner vanished and
@@ -180,7 +217,41 @@ def counters(series: list[dict]) -> dict[str, int]:
     }
 
 
-def begin_series(policy: Policy, previous: list[dict]) -> tuple[str, str]:
+def exit_status(record: dict) -> int | None:
+    """An attempt's exit status as conditions read it (``cmd.exit``): None
+    when a signal ended its step (or it has no status: never started,
+    closed from outside)."""
+    return None if record.get("signal") else record.get("exit_code")
+
+
+def facts(series: list[dict]) -> tuple[dict, dict]:
+    """What cues read of the last attempt of ``series``: the states of its
+    step and checks, and its counters with the step's and checks' exit
+    statuses (``NAME.exit``)."""
+    last = series[-1]
+    states = {"cmd": last.get("state"), **(last.get("checks") or {})}
+    counts: dict = {**counters(series), "cmd" + conditions.EXIT: exit_status(last)}
+    for name, status in (last.get("check_exit_codes") or {}).items():
+        counts[name + conditions.EXIT] = status
+    return states, counts
+
+
+def _matching(policy: Policy, series: list[dict]) -> tuple[int, Cue] | None:
+    """The first cue whose condition holds over the last attempt of ``series``."""
+    states, counts = facts(series)
+    for i, cue in enumerate(policy.cues):
+        if conditions.evaluate(cue.node, states, counts):
+            return i, cue
+    return None
+
+
+class Start(namedtuple("Start", "action why rerun")):
+    """How a series begins: ``action`` (cmd, restart or rerun), why, and a
+    rerun's workspace mode (None otherwise)."""
+    __slots__ = ()
+
+
+def begin_series(policy: Policy, previous: list[dict]) -> Start:
     """The first action of a new series (a new run found the stage
     unfinished): the cues decide over the last attempt of the ``previous``
     series, its checks and its counters, as they would within a series, but
@@ -189,48 +260,66 @@ def begin_series(policy: Policy, previous: list[dict]) -> tuple[str, str]:
     (or a ``fail`` cue) the series starts afresh: ``cmd`` in a new workspace,
     the old one archived."""
     if not previous:
-        return "cmd", "a first series"
+        return Start("cmd", "a first series", None)
     last = previous[-1]
     if last.get("state") == "SUCCESS":
-        return "cmd", "done before; redone from scratch"
-    states = {"cmd": last.get("state"), **(last.get("checks") or {})}
+        return Start("cmd", "done before; redone from scratch", None)
     number = last.get("series", 1)
-    for i, cue in enumerate(policy.cues):
-        if conditions.evaluate(cue.node, states, counters(previous)):
-            if cue.action in ("restart", "rerun"):
-                return cue.action, (f"cue {i + 1} ({cue.action} when {cue.when}) on series {number}'s "
-                                    f"last attempt ({last.get('state')})")
-            break
-    return "cmd", f"series {number} ended {last.get('state')}; no cue resumes it: a fresh start"
+    found = _matching(policy, previous)
+    if found and found[1].action in ("restart", "rerun"):
+        i, cue = found
+        return Start(cue.action, f"cue {i + 1} ({cue.action} when {cue.when}) on series {number}'s "
+                                 f"last attempt ({last.get('state')})",
+                     (cue.rerun or policy.rerun) if cue.action == "rerun" else None)
+    return Start("cmd", f"series {number} ended {last.get('state')}; no cue resumes it: a fresh start", None)
+
+
+def decision(policy: Policy, series: list[dict]) -> dict:
+    """The decision after the last attempt of ``series``, as its record
+    holds it: ``action`` (``done``, ``restart``, ``rerun``, ``fail`` or
+    ``give_up``), ``reason``, and for a next attempt, ``rerun`` (a rerun's
+    workspace mode) and ``delay_s`` (the wait before it, when there is one)."""
+    last = series[-1]
+    found = _matching(policy, series)
+    if found is None:
+        if last["state"] == "SUCCESS":
+            return {"action": "done", "reason": "succeeded"}
+        return {"action": "fail", "reason": f"{last['state']} and no cue matched"}
+    i, cue = found
+    reason = f"cue {i + 1} ({cue.action} when {cue.when})"
+    if cue.action not in ("restart", "rerun"):
+        return {"action": cue.action, "reason": reason}
+    if counters(series)["attempt"] >= policy.max_attempts:
+        return {"action": "fail", "reason": f"{reason}, but max_attempts ({policy.max_attempts}) reached"}
+    made = {"action": cue.action, "reason": reason}
+    if cue.action == "rerun":
+        made["rerun"] = cue.rerun or policy.rerun
+    delay = policy.attempt_delay if cue.delay is None else cue.delay
+    if delay:
+        made["delay_s"] = delay
+    return made
 
 
 def decide(policy: Policy, series: list[dict]) -> tuple[str, str]:
     """The next action after the last attempt of ``series``: ``done``,
-    ``restart``, ``rerun``, ``fail`` or ``give_up``, and why."""
-    last = series[-1]
-    states = {"cmd": last["state"], **(last.get("checks") or {})}
-    counts = counters(series)
-    for i, cue in enumerate(policy.cues):
-        if conditions.evaluate(cue.node, states, counts):
-            action, reason = cue.action, f"cue {i + 1} ({cue.action} when {cue.when})"
-            break
-    else:
-        if last["state"] == "SUCCESS":
-            return "done", "succeeded"
-        return "fail", f"{last['state']} and no cue matched"
-    if action in ("restart", "rerun") and counts["attempt"] >= policy.max_attempts:
-        return "fail", f"{reason}, but max_attempts ({policy.max_attempts}) reached"
-    return action, reason
+    ``restart``, ``rerun``, ``fail`` or ``give_up``, and why (``decision``
+    says more)."""
+    made = decision(policy, series)
+    return made["action"], made["reason"]
 
 
-def describe_start(policy: Policy, action: str) -> str:
-    """What a series that begins with ``action`` (``begin_series``) does
-    with the stage's workspace, in a user's words."""
+RERUN_WORDS = {"dirty": "rerun in place (the workspace as it is)",
+               "clean": "rerun in a clean workspace (the failed attempts' files removed, logs kept)",
+               "new": "rerun in a new workspace (the old one archived under .attempts/)"}
+
+
+def describe_start(policy: Policy, action: str, rerun: str | None = None) -> str:
+    """What a series that begins with ``action`` (``begin_series``; ``rerun``:
+    its workspace mode, None for the policy's) does with the stage's
+    workspace, in a user's words."""
     if action == "restart":
         how = "the step's command" if policy.restart == "same" else "the restart command"
         return f"restart in place with {how} (workspace and checkpoints kept)"
     if action == "rerun":
-        return {"dirty": "rerun in place (the workspace as it is)",
-                "clean": "rerun in a clean workspace (the failed attempts' files removed, logs kept)",
-                "new": "rerun in a new workspace (the old one archived under .attempts/)"}[policy.rerun]
+        return RERUN_WORDS[rerun or policy.rerun]
     return "a fresh start (its workspace archived under .attempts/ first)"

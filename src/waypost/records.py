@@ -39,6 +39,7 @@ class Attempt(TypedDict, total=False):
     exit_code: int | None
     signal: int | None
     checks: dict
+    check_exit_codes: dict
     decision: dict | None
     start: str
     end: str | None

@@ -25,7 +25,7 @@ class Series:
         self.attempts: list[dict] = []   # this series'
         self.base = 0                   # series before the last reset (waypost retry) don't count
         self.previous_settings: dict | None = None   # the last manifest's settings (see diffs.resumed_work)
-        self.first = ("cmd", "a first series")       # this series' first action, and why
+        self.first = wpolicy.Start("cmd", "a first series", None)   # this series' first action, why, workspace
         self.refusal = ""
         self.leftover: str | None = None   # what was done of the step a killed runner left at work
 
@@ -113,7 +113,7 @@ class Series:
         if self.first[0] == "cmd":
             directory.archive(self.history)
         elif unfinished:
-            if directory.remote and not retried and (self.first[0] == "restart" or policy.rerun != "new"):
+            if directory.remote and not retried and (self.first[0] == "restart" or self.first.rerun != "new"):
                 directory.remote.pull_workspace()   # the series goes on in it: checkpoints and all
             print(f"waypost: {directory.name}: series {self.number} starts with {self.first[0]}: {self.first[1]}",
                   file=sys.stderr)
@@ -140,7 +140,7 @@ class Series:
                + ("with the work it left" if has_work else "(nothing left to resume)"))
         vanished["interrupted_by"] = RUNNER_GONE
         vanished["decision"] = {"action": action, "reason": why}
-        self.first = (action, why)
+        self.first = wpolicy.Start(action, why, None)
         return True
 
 

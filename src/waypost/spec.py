@@ -56,6 +56,7 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     "worker_env": (dict, {}),             # the worker class's declared GPUS/WORKSPACE
     "reuse_from": ((str, type(None)), None),  # take the stage from this stage directory instead
     "shell": (dict, {}),                  # {"executable", "prefix", "suffix"}: Snakemake's shell
+    "restart_command": ((str, type(None)), None),   # the policy's restart command, formatted as the command is
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 

@@ -22,8 +22,9 @@ class StageAttempt:
     """One attempt (``action``: cmd, restart or rerun) of the series under way."""
 
     def __init__(self, step: wspec.StepSpec, policy: wpolicy.Policy, directory: StageDirectory, series: Series,
-                 action: str):
+                 action: str, rerun: str | None = None):
         self.spec, self.policy, self.directory, self.series, self.action = step, policy, directory, series, action
+        self.rerun = rerun   # a rerun's workspace mode, as decided (None: the policy's)
         self.received_signal: int | None = None   # the signal that ended it from outside, if one did
 
     def run(self) -> dict:
@@ -35,7 +36,9 @@ class StageAttempt:
         log_rel = os.path.join(LOGS, f"attempt-{number}.log")
         command = spec.command
         if action == "restart" and policy.restart != "same":
-            command = policy.restart
+            # As Snakemake formatted it with the job's placeholders (wiring.with_restart);
+            # as written in a step without it (a runner started by hand).
+            command = spec.restart_command if spec.restart_command is not None else policy.restart
         # The command runs as plain Snakemake runs one: its shell, prefix and
         # suffix, from a script (of any length) kept beside the attempt's log.
         script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
@@ -112,7 +115,9 @@ class StageAttempt:
         })
         if missing:
             record["error"] = "command exited 0 but did not write: " + ", ".join(missing)
-        record["checks"] = self.run_checks(env, log)
+        record["checks"], exits = self.run_checks(env, log)
+        if exits:
+            record["check_exit_codes"] = exits
         self.received_signal = attempt.received_signal
         print(f"waypost: {directory.name} attempt {number} ({action}) ended {state}"
               + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
@@ -124,7 +129,7 @@ class StageAttempt:
         and that one ran under other settings: which, and what differs (said
         in the log too: a checkpoint of 50 epochs resumed after ``epochs``
         became 40 is the user's to judge)."""
-        if not self.policy.goes_on_in_workspace(self.action):
+        if not self.policy.goes_on_in_workspace(self.action, self.rerun):
             return None
         from .diffs import resumed_work
         found = resumed_work(self.series.history, self.series.previous_settings, self.spec.settings)
@@ -166,12 +171,14 @@ class StageAttempt:
             env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
         return env
 
-    def run_checks(self, env: dict, steplog: StepLog) -> dict:
-        """Run the policy's checks, their output after the step's in its log."""
+    def run_checks(self, env: dict, steplog: StepLog) -> tuple[dict, dict]:
+        """Run the policy's checks, their output after the step's in its log:
+        each check's state, and its exit status (None: a signal ended it, or
+        its time limit)."""
         if not self.policy.checks:
-            return {}
+            return {}, {}
         import subprocess  # here: most steps have no checks
-        results = {}
+        results, exits = {}, {}
         for name, command in self.policy.checks.items():
             with writes.writing(steplog.growing), open(steplog.growing, "ab") as log:   # (see steplog)
                 log.write(f"waypost: check {name}: {command}\n".encode())
@@ -179,10 +186,18 @@ class StageAttempt:
                     done = subprocess.run(["bash", "-c", command], env=env, stdout=log, stderr=log,
                                           timeout=self.policy.check_timeout)
                     results[name] = "SUCCESS" if done.returncode == 0 else "FAILED"
+                    exits[name] = exit_of(done.returncode)
                 except subprocess.TimeoutExpired:
-                    results[name] = "TIMEOUT"
-                log.write(f"waypost: check {name}: {results[name]}\n".encode())
-        return results
+                    results[name], exits[name] = "TIMEOUT", None
+                said = f" (exit {exits[name]})" if exits[name] not in (None, 0) else ""
+                log.write(f"waypost: check {name}: {results[name]}{said}\n".encode())
+        return results, exits
+
+
+def exit_of(returncode: int) -> int | None:
+    """A process's exit status as conditions read it (``NAME.exit``): None
+    when a signal ended it (negative, or 128 + N as a shell reports it)."""
+    return None if returncode < 0 or 128 < returncode < 128 + 65 else returncode
 
 
 def _announce_urls(command: str, log: StepLog) -> None:

@@ -44,8 +44,8 @@ class StageRun:
         """Begin the series, or go on with one (see ``Series.start``)."""
         return self.series.start(self.directory, self.policy)
 
-    def run_attempt(self, action: str) -> dict:
-        attempt = StageAttempt(self.spec, self.policy, self.directory, self.series, action)
+    def run_attempt(self, action: str, rerun: str | None = None) -> dict:
+        attempt = StageAttempt(self.spec, self.policy, self.directory, self.series, action, rerun)
         record = attempt.run()
         self.received_signal = attempt.received_signal
         return record
@@ -60,12 +60,37 @@ class StageRun:
                 blocked.append(f"{os.path.dirname(path)} is {state}")
         return sorted(set(blocked))
 
-    def prepare_workspace(self, action: str) -> None:
+    def prepare_workspace(self, action: str, rerun: str | None = None) -> None:
+        """The workspace a rerun gets: ``rerun``, the decision's mode (None: the policy's)."""
         if action == "rerun":
-            if self.policy.rerun == "new":
+            mode = rerun or self.policy.rerun
+            if mode == "new":
                 self.directory.archive(self.series.history, keep=(LOGS, RUNNING))
-            elif self.policy.rerun == "clean":
+            elif mode == "clean":
                 self.directory.clean()
+
+    def pause(self, seconds: float) -> int | None:
+        """Wait ``seconds`` before the next attempt of the series (a cue's
+        ``delay``, the policy's ``attempt_delay``). The running marker is
+        saved first (the last attempt's decision in it) and its heartbeat
+        kept while the runner waits, so nobody takes the stage for
+        abandoned. SIGTERM, SIGINT or SIGHUP ends the wait: returns it."""
+        import signal
+
+        from .attempt import FORWARDED_SIGNALS, HEARTBEAT_S
+        self.directory.save_running(self.series)
+        print(f"waypost: {self.name}: waiting {seconds:g} s before the next attempt", file=sys.stderr)
+        end = time.monotonic() + seconds
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+        try:
+            while (left := end - time.monotonic()) > 0:
+                got = signal.sigtimedwait(FORWARDED_SIGNALS, min(left, HEARTBEAT_S))
+                if got is not None:
+                    return got.si_signo
+                self.directory.heartbeat()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        return None
 
     def record_lost_job(self) -> int:
         """Record a Slurm job of this stage whose end no runner recorded: one
@@ -117,10 +142,12 @@ class StageRun:
 
     def _decide_and_end(self, last_chance: bool, why: str | None = None) -> int:
         series = self.series.attempts
-        action, reason = wpolicy.decide(self.policy, series)
+        made = wpolicy.decision(self.policy, series)
+        action, reason = made["action"], made["reason"]
         if action in ("cmd", "restart", "rerun") and last_chance:
             action, reason = "fail", f"{reason}, but Snakemake's retries of this job are spent"
-        series[-1]["decision"] = {"action": action, "reason": reason}
+            made = {"action": action, "reason": reason}
+        series[-1]["decision"] = made
         print(f"waypost: {self.name} attempt {series[-1]['number']} ended {series[-1]['state']} "
               f"(Slurm job {series[-1].get('slurm_job_id')}); next: {action} ({reason})", file=sys.stderr)
         if action in ("cmd", "restart", "rerun"):
@@ -195,15 +222,18 @@ class StageRun:
             if blocked:
                 return self.finish("SKIPPED", reason="parents not accepted by depends "
                                    f"({self.policy.depends}): " + "; ".join(blocked))
-            action = self.series.first[0]
+            made = {"action": self.series.first.action, "rerun": self.series.first.rerun}
         elif series[-1].get("interrupted_by"):   # its runner vanished: the series goes on in place
-            action = series[-1]["decision"]["action"]
+            made = series[-1]["decision"]
         else:
-            action, reason = wpolicy.decide(self.policy, series)
-            series[-1]["decision"] = {"action": action, "reason": reason}
+            made = series[-1]["decision"] = wpolicy.decision(self.policy, series)
+        action, reason = made["action"], made.get("reason")
         while action in ("cmd", "restart", "rerun"):
-            self.prepare_workspace(action)
-            record = self.run_attempt(action)
+            stopped = self.pause(made["delay_s"]) if made.get("delay_s") else None
+            if stopped is not None:
+                return self._stopped_waiting(stopped, made["delay_s"])
+            self.prepare_workspace(action, made.get("rerun"))
+            record = self.run_attempt(action, made.get("rerun"))
             if self.received_signal is not None and os.environ.get("SLURM_JOB_ID"):
                 # Slurm signals a job it ends for any reason (time limit,
                 # preemption, scancel): the next runner asks sacct which, and
@@ -215,10 +245,11 @@ class StageRun:
                       "the next attempt learns why from sacct", file=sys.stderr)
                 return 128 + self.received_signal
             if self.received_signal is not None:
-                action, reason = "fail", "cancelled from outside"
+                made = {"action": "fail", "reason": "cancelled from outside"}
             else:
-                action, reason = wpolicy.decide(self.policy, series)
-            record["decision"] = {"action": action, "reason": reason}
+                made = wpolicy.decision(self.policy, series)
+            record["decision"] = made
+            action, reason = made["action"], made["reason"]
             print(f"waypost: {self.name}: next: {action} ({reason})", file=sys.stderr)
             if action == "done":
                 # Before hashing the outputs and writing the manifest: a job
@@ -236,6 +267,22 @@ class StageRun:
         last = series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
         return self.finish(final, give_up=reason if action == "give_up" else None)
+
+    def _stopped_waiting(self, signum: int, delay: float) -> int:
+        """A signal ended the wait before the next attempt. Under Slurm
+        (which signals a job it ends) the series is left for the next job,
+        as after an attempt Slurm ended; else it was cancelled from outside,
+        and the series ends as the last attempt did."""
+        self.received_signal = signum
+        if os.environ.get("SLURM_JOB_ID"):
+            print(f"waypost: {self.name}: Slurm is ending this job during the wait; the next job goes on",
+                  file=sys.stderr)
+            return 128 + signum
+        last = self.series.attempts[-1]
+        last["decision"] = {"action": "fail",
+                            "reason": f"cancelled from outside during the {delay:g} s wait before the next attempt"}
+        print(f"waypost: {self.name}: next: fail ({last['decision']['reason']})", file=sys.stderr)
+        return self.finish("FAILED" if last["state"] == "SUCCESS" else last["state"])
 
     def finish(self, state: str, reason: str | None = None, give_up: str | None = None) -> int:
         """Write the manifest (last): the series ended ``state``. ``give_up``:

@@ -254,8 +254,8 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         last_no = max(a.get("series", 1) for a in data["attempts"])
         policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
                                                    data.get("instance"))["policy"])
-        action, why = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
-        then = f"{describe_start(policy, action)}: {why}"
+        start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
+        then = f"{describe_start(policy, start.action, start.rerun)}: {start.why}"
         if not dry_run:
             record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
             record["series_base"] = spent

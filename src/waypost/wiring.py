@@ -16,6 +16,10 @@ pyproject.toml). Everything else is public:
   ``output_modifier``: ``wire`` replaces a stage rule's inputs with one function;
 - ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
   run function: ``_shell_run_func``;
+- ``snakemake.utils.SequenceFormatter`` and ``QuotedFormatter``: how
+  ``shell`` formats a command (``snakemake.utils.format`` without its look-up
+  of names in the caller's frame), for a policy's restart command
+  (``with_restart``);
 - how Snakemake reports a rule's failure (``executors/local.py``,
   ``exceptions.get_exception_origin``): an exception that passes through a
   line of the code it compiled a Snakefile into (``workflow.linemaps``) is
@@ -49,6 +53,9 @@ from .stagegraph import StageError, presigned
 Waiting = IncompleteCheckpointException   # an instance set a checkpoint still has to find
 _PLAIN_FIELDS = re.compile(r"(?:[^{}]|\{\w+\})*")   # a pattern str.format can fill
 _FIELD = re.compile(r"\{(\w+)\}")
+# The step's placeholder for the job's spec line (its params, with the
+# policy's restart command formatted in: ``with_restart``).
+SPEC_LINE = "waypost_spec_line"
 
 
 def job_process(workflow) -> bool:
@@ -350,7 +357,7 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     # ``shell.suffix()`` is run by the step's script only. The rule's
     # ``shellcmd`` stays the user's: what Snakemake shows of the job (a
     # failure's error block, ``--printshellcmds``, its metadata, reports).
-    step = (f"{_runner_head(runner_line)}\n{{params.{step_param}}}\n"
+    step = (f"{_runner_head(runner_line)}\n{{{SPEC_LINE}}}\n"
             f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
     rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror,   # (braces as formatted)
                                     step_param)
@@ -545,13 +552,14 @@ def job_command(job, mirror: str | None) -> str:
     for a step run in its stage directory: the command a job the executor
     submits runs."""
     run = job.rule.run_func
-    in_stage = runs_in_stage_dir(getattr(job.params, run.step_param, None))
-    if not mirror and not in_stage:
-        return job.format_wildcards(run.step)
-    names = {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
+    step, spec_line = run.step, job.params[run.step_param]
+    in_stage = runs_in_stage_dir(spec_line)
+    names = {} if not (mirror or in_stage) else \
+        {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
     if in_stage:
         names = {name: absolute(files) for name, files in names.items()}
-    return job.format_wildcards(run.step, **names)
+    line = with_restart(spec_line, lambda text: job.format_wildcards(text, **names))
+    return job.format_wildcards(step, **names, **{SPEC_LINE: line})
 
 
 def runs_in_stage_dir(spec_line) -> bool:
@@ -569,6 +577,39 @@ def absolute(files):
     run in its stage directory (``workdir: stage``) works from there."""
     from snakemake.iocontainers import Namedlist
     return Namedlist(toclone=files, custom_map=os.path.abspath)
+
+
+def with_restart(line: str, fill) -> str:
+    """A job's spec line (``line``) with its policy's restart command (a
+    shell command, not ``same``) formatted by ``fill``, as the job's own
+    command is: the same placeholders (``{input.x}``, ``{params.p}``,
+    ``{wildcards.instance}``, ``{threads}``, ``{resources.mem_mb}``,
+    ``{log}``), at the same time. A placeholder the job doesn't have is one
+    line naming the stage and ``policy.restart``."""
+    if '"restart":' not in line:   # (most policies have none: no JSON read)
+        return line
+    import json
+    fields = json.loads(line)
+    restart = (fields.get("policy") or {}).get("restart")
+    if not isinstance(restart, str) or restart == "same":
+        return line
+    try:
+        command = fill(restart)
+    except Exception as exc:   # what formatting raises: NameError, AttributeError, KeyError, IndexError, ...
+        cause = exc.__cause__ or exc
+        why = str(cause).split("\n")[0] or cause.__class__.__name__
+        raise WorkflowError(f"stage {fields.get('stage')}: policy.restart: {restart!r}: {why} (a restart "
+                            "command has the job's placeholders: {input}, {output}, {params}, {wildcards}, "
+                            "{threads}, {resources}, {log})") from None
+    return wspec.extend(line, {"restart_command": command})
+
+
+def fill_in(text: str, namespace: dict) -> str:
+    """``text`` formatted as Snakemake's ``shell`` formats a command, with
+    ``namespace`` (a rule function's arguments)."""
+    from snakemake.utils import QuotedFormatter, SequenceFormatter
+    formatter = SequenceFormatter(separator=" ", element_formatter=QuotedFormatter())
+    return formatter.format(text, **namespace)
 
 
 def _runner_head(runner_line: str) -> str:
@@ -611,7 +652,8 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_p
                      "local_files(log, mirror)")
     lines += ["    if runs_in_stage_dir(getattr(params, step_param, None)):",
               "        input, output, log = absolute(input), absolute(output), absolute(log)"]
-    call = "        shell(step, bench_record=bench_record, bench_iteration=bench_iteration)"
+    call = ("        shell(step, bench_record=bench_record, bench_iteration=bench_iteration, "
+            f"{SPEC_LINE}=with_restart(params.{step_param}, lambda text, job=locals(): fill_in(text, job)))")
     lines += ["    try:", call, "    except CalledProcessError as failed:",
               "        failed.cmd = as_written(failed.cmd, runner)", "        raise"]
     filename, line = _shell_call(original)
@@ -623,7 +665,8 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_p
     from snakemake.shell import shell
     namespace = {"shell": shell, "step": step, "runner": runner, "as_written": as_written,
                  "CalledProcessError": CalledProcessError, "local_files": local_files, "mirror": mirror,
-                 "runs_in_stage_dir": runs_in_stage_dir, "absolute": absolute, "step_param": step_param}
+                 "runs_in_stage_dir": runs_in_stage_dir, "absolute": absolute, "step_param": step_param,
+                 "with_restart": with_restart, "fill_in": fill_in}
     exec(compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec"), namespace)
     namespace["run"].step = step
     namespace["run"].step_param = step_param
