@@ -128,7 +128,7 @@ class Comparer:
         now = self._looks[path]
         if now is None:
             return "missing now"
-        size, mtime_ns, files = now
+        size, _, files = now
         before = (recorded.get("size"), recorded.get("mtime_ns"), recorded.get("files"))
         if before == now:
             return None
@@ -142,5 +142,6 @@ class Comparer:
             if path not in self._digests:
                 self._digests[path] = _digest(path, now)
             return None if self._digests[path] == recorded["sha256"] else "content changed"
-        return ("modified since (the same size; bigger than the checksum limit, "
-                "so only its time tells)" if size > CHECKSUM_LIMIT else "modified since (the same size)")
+        return "the same size, another time; " + (
+            f"over the {CHECKSUM_LIMIT // 2**20} MiB checksum limit, contents not compared" if size > CHECKSUM_LIMIT
+            else "no checksum recorded")

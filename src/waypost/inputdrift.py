@@ -141,11 +141,12 @@ def advice(rows: list[dict], config: dict) -> list[str]:
         cells = entry["cells"]
         names = [layout.stage_name(r["pair"], r["experiment"], r["stage"], r["instance"]) for r in cells]
         shown = ", ".join(names[:3]) + (f", … +{len(names) - 3}" if len(names) > 3 else "")
-        who = shown if len(cells) == 1 else f"{len(cells)} stages ({shown})"
-        later = f" and {entry['downstream']} stage(s) were made from {'it' if len(cells) == 1 else 'them'} " \
-            "downstream" if entry["downstream"] else ""
+        who = f"{shown} was" if len(cells) == 1 else f"{len(cells)} stages were ({shown})"
+        later = f", and {entry['downstream']} stage(s) downstream of {'it' if len(cells) == 1 else 'them'}" \
+            if entry["downstream"] else ""
         them = "them" if len(cells) > 1 or later else "it"
-        lines.append(f"{path}: {'; '.join(entry['changes'])} since {who} read it{later}: "
-                     + " and ".join(f"`{c}`" for c in entry["commands"])
-                     + f" redoes {them} (presence mode keeps {them} until then)")
+        keeps = (f"presence mode keeps {them} until then" if config.get("rerun_policy", "presence") == "presence"
+                 else "mtime mode: the next run does when it is newer than their outputs")
+        lines.append(f"{path}: {'; '.join(entry['changes'])}; {who} made from it{later}: "
+                     + " and ".join(f"`{c}`" for c in entry["commands"]) + f" redoes {them} ({keeps})")
     return lines
