@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,7 @@ rule grade:
 
 
 rule summary:
-    input: gs=wp.each("grade", "g.txt")
+    input: gs=wp.each("grade", "g.txt"), rates="inputs/rates.tsv"
     output: s=wp.out("summary.txt")
     shell: "cat {{input.gs}} > {{output.s}}"
 
@@ -157,25 +158,40 @@ def test_an_edit_names_the_file_and_every_stage_made_from_it(study_copy):
                in r for r in rows), text
     assert "banner" not in text, text
     line = next(line for line in text.splitlines() if line.startswith("inputs/rates.tsv:"))
-    assert "content changed; north/ingest was made from it, and 3 stage(s) downstream of it: " in line, line
-    assert "`waypost rerun ingest --downstream --experiment north` redoes them" in line, line
+    # summary reads it too: north's is made from north's ingest (whose rerun is all it takes), south's is
+    # not (this copy's south/ingest is a reused copy of the first study's)
+    assert "content changed; 3 stages were (north/ingest, north/summary, south/summary) made from it, and 3 " \
+           "stage(s) downstream of them: `waypost rerun ingest --downstream --experiment north` and `waypost " \
+           "rerun summary --downstream --experiment south` redo them" in line, line
 
     drift, data = drift_of(study_copy)
     # (south's ingest is a copy of the first study's north/ingest: this copy's
     # table is not what it was made from)
     assert set(drift) == {("north", s, i) for s, i in (("ingest", None), ("grade", "coarse"), ("grade", "fine"),
-                                                        ("summary", None))}
+                                                        ("summary", None))} | {("south", "summary", None)}
     (north,) = [r for r in data["drift"] if r["experiment"] == "north" and r["stage"] == "ingest"]
     assert north["rerun"] == "waypost rerun ingest --downstream --experiment north"
+    summary = next(r for r in data["drift"] if r["stage"] == "summary" and r["experiment"] == "north")
+    assert "rerun" not in summary and summary["what"] == [
+        "input edited since: inputs/rates.tsv (content changed)",
+        "made from an edited input: inputs/rates.tsv (through ingest)",
+        "made from an edited input: inputs/shards (through ingest)"]
     assert {e["path"]: e["change"] for e in north["edited_inputs"]} == {
         "inputs/rates.tsv": "content changed", "inputs/shards": "content changed: 18 → 27 bytes"}
     assert any(e.startswith("inputs/rates.tsv: content changed") for e in data["input_edits"])
     plan(study_copy, "--check", code=1)                            # drift is a problem found, for scripts
 
     # What it says to do redoes them all, and then nothing has drifted.
-    rerun = subprocess.run([sys.executable, "-m", "waypost.cli", "rerun", "ingest", "--downstream",
-                            "--experiment", "north"], cwd=study_copy, capture_output=True, text=True)
-    assert rerun.returncode == 0 and "4 stage(s) will be redone" in rerun.stdout, rerun.stdout + rerun.stderr
+    commands = sorted({r["rerun"] for r in data["drift"] if r.get("rerun")})
+    assert commands == ["waypost rerun ingest --downstream --experiment north",
+                        "waypost rerun summary --downstream --experiment south"]
+    redone = 0
+    for command in commands:
+        rerun = subprocess.run([sys.executable, "-m", "waypost.cli", *shlex.split(command)[1:]], cwd=study_copy,
+                               capture_output=True, text=True)
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        redone += int(rerun.stdout.splitlines()[-1].split()[0])
+    assert redone == 5
     run = tiny_pipeline(study_copy, (study_copy / "workflow/Snakefile").read_text())
     again = run()
     assert again.returncode == 0, again.stderr[-3000:]
@@ -213,3 +229,52 @@ def test_mtime_mode_redoes_a_newer_input_and_plan_agrees(tmp_path):
     assert "(mtime mode: the next run does when it is newer than their outputs)" in text, text
     assert run().returncode == 0
     assert "no drift: every done stage" in plan(tmp_path / "work")
+
+
+def test_fingerprints_compare_size_and_time_then_contents(tmp_path):
+    table, shards = tmp_path / "table.csv", tmp_path / "shards"
+    table.write_text("x,1\ny,2\n")
+    shards.mkdir()
+    (shards / "a").write_text("one\n")
+    recorded_table, recorded_shards = fingerprints.take(str(table)), fingerprints.take(str(shards))
+    assert recorded_shards["files"] == 1 and recorded_shards["sha256"]
+
+    def change(path, recorded):   # a new comparer each time: plan compares once per run
+        return fingerprints.Comparer().change(str(path), recorded)
+
+    later = table.stat().st_mtime_ns + 5_000_000_000
+    os.utime(table, ns=(later, later))
+    assert change(table, recorded_table) is None                         # touched, not changed
+    table.write_text("x,1\ny,3\n")
+    assert change(table, recorded_table) == "content changed"
+    table.write_text("x,1\n")
+    assert change(table, recorded_table) == "content changed: 8 → 4 bytes"
+    (shards / "b").write_text("two\n")
+    assert change(shards, recorded_shards) == "content changed: 1 → 2 files"
+    table.unlink()
+    assert change(table, recorded_table) == "missing now"
+    assert fingerprints.outside("inputs/t.csv", "results") and not fingerprints.outside("results/a/b", "results")
+    assert not fingerprints.outside("gs://b/k", "results") and fingerprints.outside("/data/t.csv", "gs://b/root")
+
+
+def test_a_directory_input_is_fingerprinted_over_its_first_files(tmp_path):
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(fingerprints.DIRECTORY_FILES + 5):
+        (many / f"f{i:05d}").write_text("x")
+    assert fingerprints.take(str(many))["files"] == fingerprints.DIRECTORY_FILES
+
+
+def test_an_input_edited_while_the_step_ran_is_recorded_as_it_was_before(tmp_path):
+    from test_runner import run_step
+    source, stage = tmp_path / "outside" / "levels.txt", tmp_path / "results/p/e/s"
+    source.parent.mkdir()
+    source.write_text("level 1\n")
+    before = source.stat()
+    out = stage / "out.txt"
+    proc = run_step(stage, f"cat {source} > {out}; sleep 0.05; echo 'level 22' > {source}", outputs=[out],
+                    inputs=[source])
+    assert proc.returncode == 0, proc.stderr
+    (item,) = read_manifest(stage)["inputs"]
+    assert item["fingerprint"] == {"size": before.st_size, "mtime_ns": before.st_mtime_ns, "sha256": None}
+    assert fingerprints.Comparer().change(str(source), item["fingerprint"]) == "content changed: 8 → 9 bytes"

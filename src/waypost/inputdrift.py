@@ -66,17 +66,20 @@ class InputEdits:
         what they were made from, gives each row of a stage that read one
         the ``waypost rerun`` that redoes it and what was made from it, and
         returns the rows that had no drift before."""
-        new = self._downstream()
+        new, below = self._downstream()
         readers: dict[str, list[dict]] = {}
         for key in self.edits:
-            readers.setdefault(self.rows[key]["stage"], []).append(self.rows[key])
+            if key not in below:   # (one made from another that read it: that one's rerun redoes it)
+                readers.setdefault(self.rows[key]["stage"], []).append(self.rows[key])
         for stage, cells in readers.items():
             command = self._rerun_command(stage, cells, config)
             for row in cells:
                 row["rerun"] = command
         return new
 
-    def _downstream(self) -> list[dict]:
+    def _downstream(self) -> tuple[list[dict], set[str]]:
+        """The rows made new by what they were made from, and every stage
+        dir downstream of one that read an edited input."""
         children: dict[str, list[str]] = {}
         for child, parents in self.parents.items():
             for parent in parents:
@@ -100,7 +103,7 @@ class InputEdits:
             notes = [{"path": path, "through": sorted(through)} for path, through in sorted(paths.items())]
             row["made_from_edited"] = notes
             row["what"] += [MADE_FROM.format(path=n["path"], through=", ".join(n["through"])) for n in notes]
-        return new
+        return new, set(made_from)
 
     def _rerun_command(self, stage: str, cells: list[dict], config: dict) -> str:
         """``waypost rerun STAGE --downstream``, narrowed to ``cells`` (drift
@@ -148,5 +151,6 @@ def advice(rows: list[dict], config: dict) -> list[str]:
         keeps = (f"presence mode keeps {them} until then" if config.get("rerun_policy", "presence") == "presence"
                  else "mtime mode: the next run does when it is newer than their outputs")
         lines.append(f"{path}: {'; '.join(entry['changes'])}; {who} made from it{later}: "
-                     + " and ".join(f"`{c}`" for c in entry["commands"]) + f" redoes {them} ({keeps})")
+                     + " and ".join(f"`{c}`" for c in entry["commands"])
+                     + f" {'redo' if len(entry['commands']) > 1 else 'redoes'} {them} ({keeps})")
     return lines
