@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 
-from . import clistatus, graph, layout, termwidth
+from . import clistatus, graph, inputdrift, layout, termwidth
 from . import config as wconfig
 from .cliargs import DEFAULT_CONFIG, extra_args, load_config, reach, stage_args, with_profile_config, workflow_facts
 from .stores.mirror import snakemake_options
@@ -46,9 +46,10 @@ def cmd_plan(args) -> int:
     unknown_note = (f"code version unknown (recorded before per-stage code versions): {code_unknown} done "
                     f"stage(s)" if code_unknown else "")
     drift_code = 1 if args.check and drifted else 0   # --check: drift is a problem found
+    edited = inputdrift.advice(drifted, cfg)   # (inputs outside the root edited since: what to run)
     if args.json:
         json.dump({"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": groups,
-                   "code_unknown": code_unknown}, sys.stdout, indent=2)
+                   "code_unknown": code_unknown, "input_edits": edited}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return drift_code
     console = termwidth.console(args.width)
@@ -100,6 +101,8 @@ def cmd_plan(args) -> int:
                           made + (f" (reused from {', '.join(g['reused_from'])})" if g["reused_from"] else ""),
                           escape("\n".join(g["what"])))
         console.print(table)
+    for line in edited:
+        console.print(escape(line), soft_wrap=True)
     if not drifted:
         console.print("no drift in settings or inputs" if code_unknown else
                       "no drift: every done stage was made with the current settings and code")

@@ -20,6 +20,7 @@ import tempfile
 from . import config as wconfig
 from . import events, layout, lifecycle, manifest, stores
 from .diffs import resumed_work, settings_diff
+from .inputdrift import EDITED, InputEdits
 
 
 def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str]) -> tuple[int, str, list]:
@@ -173,6 +174,7 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
     grid is left out (nothing reads it). ``instances``: only those
     (names or shell patterns)."""
     rows, digests, unknown = [], {}, 0
+    edits = InputEdits()   # inputs outside the root edited since, and what was made from them
     root = config["root"]
     tree = stores.store_for(root)
     settings_of = wconfig.step_settings_of(config)
@@ -231,11 +233,14 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
                         what.append("inputs redone since: " + ", ".join(changed))
                     if pair == layout.ALL_PAIRS and exp["pairs"]:
                         what += _funnel_missing_values(tree, data, exp["pairs"])
+                    edited = edits.edited(data)
+                    what += [EDITED.format(**edit) for edit in edited]
+                    row = {"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
+                           "created": data.get("created"), "reused_from": data.get("reused_from"), "what": what}
                     if what:
-                        rows.append({"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
-                                     "created": data.get("created"), "reused_from": data.get("reused_from"),
-                                     "what": what})
-    return rows, unknown
+                        rows.append(row)
+                    edits.saw(directory, data, row, edited)
+    return rows + edits.finish(config), unknown
 
 
 def _resumes_under_other_settings(config: dict, data: dict, instance: str | None, current: dict) -> str | None:

@@ -8,10 +8,10 @@ import os
 import sys
 import time
 
-from . import leftovers, lifecycle, manifest, records
+from . import fingerprints, leftovers, lifecycle, manifest, records
 from . import policy as wpolicy
 from . import spec as wspec
-from .layout import LOGS, PROVISIONAL, RUNNING, UNFINISHED
+from .layout import LOGS, PROVISIONAL, RUNNING, UNFINISHED, stage_root
 from .parents import describe_inputs, parent_state, producer_dir
 from .series import Series
 from .stageattempt import StageAttempt
@@ -39,12 +39,18 @@ class StageRun:
         self.policy = wpolicy.Policy.from_config(step.policy)
         self.received_signal: int | None = None
         self.name = self.directory.name
+        # The inputs no stage of the root made (fingerprinted in the
+        # manifest), and what size and time said of each as the last attempt began.
+        root = stage_root(step.stage_dir, step.instance)
+        self.outside = [p for p in step.inputs if fingerprints.outside(p, root)]
+        self.outside_seen: dict[str, tuple | None] = {}
 
     def start(self) -> str | None:
         """Begin the series, or go on with one (see ``Series.start``)."""
         return self.series.start(self.directory, self.policy)
 
     def run_attempt(self, action: str, rerun: str | None = None) -> dict:
+        self.outside_seen = {path: fingerprints.look(path) for path in self.outside}
         attempt = StageAttempt(self.spec, self.policy, self.directory, self.series, action, rerun)
         record = attempt.run()
         self.received_signal = attempt.received_signal
@@ -291,6 +297,9 @@ class StageRun:
         directory, series = self.directory, self.series
         outputs = manifest.describe_outputs(directory.dir, directory.outputs) if state == "SUCCESS" else []
         inputs = describe_inputs(directory.inputs)
+        for item in inputs:
+            if item["path"] in self.outside:
+                item["fingerprint"] = fingerprints.take(item["path"], self.outside_seen.get(item["path"]))
         if directory.remote:
             inputs = directory.remote.locate(inputs)
         record = records.manifest(
