@@ -154,6 +154,10 @@ class Named:
     def parts(self) -> list[Parts]:
         return []
 
+    def kept_instances(self, kept: list[str]) -> str:
+        """The instances a stage that gathers these, keeping ``kept``, has (for messages)."""
+        return f"wp.dims({', '.join(f'{d}=...' for d in kept)})"
+
 
 class Dims(Named):
     """A stage's instances over named dimensions (see the module's docstring)."""

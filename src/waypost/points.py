@@ -70,6 +70,9 @@ class Points(Named):
                                         for name, values in self._points(experiment).items()}
         return self._combos[experiment]
 
+    def kept_instances(self, kept: list[str]) -> str:
+        return f"wp.grid.per({', '.join(map(repr, kept))})"
+
     def per(self, *parameters: str) -> Per:
         """One instance per value of these parameters (see the module's docstring)."""
         rule = self.pipeline.graph.current

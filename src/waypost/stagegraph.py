@@ -250,6 +250,7 @@ class StageGraph:
 
     def dim(self, name: str):
         consumer = self.declaring("dim")
+        self._dim_checks.append((consumer.name, f"wp.dim({name!r})", {name}, None, None))
 
         def value(wildcards):
             values = dict(wildcards.items())
@@ -301,9 +302,10 @@ class StageGraph:
             plain_one = consumer.instances is not None and not dims and len(kept) == 1
             missing = [d for d in kept if d not in dims]
             if missing and not plain_one:
+                expected = source.instances.kept_instances(kept)
                 raise StageError(f"rule {name}: {helper}: gathering along {', '.join(along)} keeps "
                                  f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
-                                 f"instances=wp.dims({', '.join(f'{d}=...' for d in kept)}))")
+                                 f"instances={expected})")
 
     def instanced(self) -> list[str]:
         return [name for name, spec in self.stages.items() if spec.instances is not None]
