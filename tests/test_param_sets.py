@@ -195,7 +195,7 @@ def test_a_sample_is_drawn_again_the_same_from_its_seed(tmp_path: Path):
     assert values["mesh"] == [8, 16, 32][int(u[1] * 3)]
     assert values["amp"] == float(f"{0.5 + 0.5 * u[2]:.6g}")
     assert values["steps"] == 10 + int(u[3] * 11) and all(10 <= p["steps"] <= 20 for p in more.values())
-    assert list(first)[0] == "-".join(f"{k}{v}" for k, v in values.items())
+    assert next(iter(first)) == "-".join(f"{k}{v}" for k, v in values.items())
 
     where = f"{tmp_path / 'study.yaml'}: experiments.bench.sample"
     assert f"{where}: 3 distinct points in 400 draws, and n is 4: expected a smaller n, or more values" in \
