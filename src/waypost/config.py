@@ -370,9 +370,12 @@ def check_semantics(config: dict, source: str, axis: Axis | None = None, stages:
                 if instanced is not None and stage in known and stage not in instanced:
                     problems.append(f"{source}: {where}.{stage}: stage {stage} has no instances (per_instance is "
                                     f"for the stages with instances: {', '.join(instanced) or 'none'})")
-                for axis_name in set(values or {}) & set(experiment.get("grid") or {}):
-                    problems.append(f"{source}: {where}.{stage}.{axis_name}: {axis_name} is an axis of the grid: a "
-                                    "point's value is in its name (change the grid instead)")
+                grid = bool(experiment.get("grid"))
+                for axis_name in sorted(set(values or {}) & set(parameters(experiment))):
+                    problems.append(f"{source}: {where}.{stage}.{axis_name}: {axis_name} is "
+                                    + ("an axis of the grid" if grid else "a parameter of the points")
+                                    + ": a point's value is in its name (change the "
+                                    + ("grid" if grid else "points") + " instead)")
         # Axis values without overrides share their settings: check the first.
         first_shared = next((pair for pair in pairs if pair not in per_pair), ALL_PAIRS)
         scopes = [(first_shared, ()), *((pair, ()) for pair in per_pair), *((first_shared, (key,)) for key in overrides)]
@@ -419,7 +422,7 @@ def _some(names, what: str, shown: int = 6) -> str:
     return f"{what}: {', '.join(names[:shown])}{more}"
 
 
-def _round6(value: float) -> float:
+def round6(value: float) -> float:
     """``value`` rounded to 6 significant digits (a grid's spaced values)."""
     if value == 0:
         return 0.0
@@ -438,7 +441,7 @@ def axis_values(spec, where: str) -> list:
         whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (first, last))
         step = (last - first) / (count - 1) if count > 1 else 0
         values = [first if i == 0 else last if i == count - 1 else
-                  round(first + i * step) if whole else _round6(first + i * step) for i in range(count)]
+                  round(first + i * step) if whole else round6(first + i * step) for i in range(count)]
         if len(set(values)) < count:
             limit = (f"at most {abs(last - first) + 1} whole numbers lie between them" if whole else
                      "they are rounded to 6 significant digits")
@@ -485,11 +488,30 @@ def grid_points(grid: dict, where: str) -> dict[str, dict]:
 NAME_PART = re.compile(r"[A-Za-z0-9._-]+")
 
 
+#: What an experiment's points are made from (``waypost.paramsets``), for messages.
+SETS_HINT = "grid: {PARAMETER: [VALUES], ...}, zip:, table: or sample:"
+
+
+def source_file(source: str) -> str:
+    """The config file of a source (``with_reuse_files``: it is named first)."""
+    return source.split(" + ")[0]
+
+
 def expand_grids(config: dict, source: str) -> None:
-    """Each experiment's ``grid`` as its points (``POINTS_KEY``)."""
+    """Each experiment's parameter set (``grid``, ``zip``, ``table``,
+    ``sample``) as its points (``POINTS_KEY``): see ``waypost.paramsets``."""
+    from . import paramsets
+    base = os.path.dirname(source_file(source))
     for name, experiment in config["experiments"].items():
-        if experiment.get("grid"):
-            experiment[POINTS_KEY] = grid_points(experiment["grid"], f"{source}: experiments.{name}.grid")
+        found = paramsets.points_of(experiment, f"{source}: experiments.{name}", base)
+        if found is not None:
+            experiment[POINTS_KEY] = found
+
+
+def parameters(experiment: dict) -> tuple[str, ...]:
+    """A prepared experiment's parameters (of its points' set), in order."""
+    found = experiment.get(POINTS_KEY)
+    return tuple(next(iter(found.values()))) if found else ()
 
 
 def points(config: dict, experiment: str) -> dict[str, dict]:
@@ -517,7 +539,7 @@ def per_point_keys(config: dict, stage: str) -> set[str]:
     grid axes, and what a ``per_instance`` override sets for it."""
     keys = set()
     for experiment in config["experiments"].values():
-        keys |= set(experiment.get("grid") or {})
+        keys |= set(parameters(experiment))
         for settings in (experiment.get("per_instance") or {}).values():
             keys |= set((settings or {}).get(stage) or {})
     return keys

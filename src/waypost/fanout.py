@@ -55,7 +55,7 @@ _TAKES_AXIS_VALUE: dict = {}   # instances function → whether it takes the axi
 
 def takes_axis_value(function) -> bool:
     """Does an instances function take the axis value too (two arguments)?"""
-    if isinstance(function, Parts | Dims):
+    if isinstance(function, Parts | Named):
         return True
     try:
         return _TAKES_AXIS_VALUE[function]
@@ -96,6 +96,10 @@ class Parts:
     def __repr__(self) -> str:
         return f"wp.parts({self.stage!r}, {self.pattern!r})"
 
+    def claim(self, rule: str) -> None:
+        """The rule whose instances these are, for messages (when written before it)."""
+        self.rule = self.rule or rule
+
     def file(self, value: str) -> str:
         """The part's file, relative to the checkpoint's stage directory."""
         return "/".join(p for p in (self.directory, f"{self.prefix}{value}{self.suffix}") if p)
@@ -124,7 +128,38 @@ class Parts:
         return sorted(values)
 
 
-class Dims:
+class Named:
+    """Instances over named dimensions: each instance name stands for one
+    value of each (``combinations``). ``Dims`` here; a study's points
+    (``waypost.points``) too."""
+    dims: tuple[str, ...] = ()
+    rule: str | None = None
+    known = True   # are its dimensions known (a study's points: once a config has them)?
+
+    def dims_in(self, experiment: str) -> tuple[str, ...]:
+        """Its dimensions in one experiment."""
+        return self.dims
+
+    def combinations(self, experiment: str, pair: str) -> dict[str, dict]:
+        raise NotImplementedError
+
+    def __call__(self, experiment: str, pair: str | None = None) -> list[str]:
+        return list(self.combinations(experiment, pair))
+
+    def claim(self, rule: str) -> None:
+        """The rule whose instances these are, for messages (when written before it)."""
+        self.rule = self.rule or rule
+
+    @property
+    def parts(self) -> list[Parts]:
+        return []
+
+    def kept_instances(self, kept: list[str]) -> str:
+        """The instances a stage that gathers these, keeping ``kept``, has (for messages)."""
+        return f"wp.dims({', '.join(f'{d}=...' for d in kept)})"
+
+
+class Dims(Named):
     """A stage's instances over named dimensions (see the module's docstring)."""
 
     def __init__(self, pipeline, dims: dict, rule: str | None):
@@ -165,13 +200,16 @@ class Dims:
             self._combos[key] = combos
         return self._combos[key]
 
-    def __call__(self, experiment: str, pair: str) -> list[str]:
-        return list(self.combinations(experiment, pair))
-
 
 def dims_of(spec) -> tuple[str, ...]:
     """The named dimensions of a stage's instances (none for a plain list or function)."""
-    return getattr(spec, "dims", ()) if isinstance(spec, Parts | Dims) else ()
+    return spec.dims if isinstance(spec, Parts | Named) else ()
+
+
+def dims_in(spec, experiment: str) -> tuple[str, ...]:
+    """The named dimensions of a stage's instances in one experiment (a
+    study's points: its parameter set's parameters)."""
+    return spec.dims_in(experiment) if isinstance(spec, Named) else dims_of(spec)
 
 
 def values_of(spec, experiment: str, pair: str, instance: str | None) -> dict[str, str]:
@@ -180,11 +218,11 @@ def values_of(spec, experiment: str, pair: str, instance: str | None) -> dict[st
         return {}
     if isinstance(spec, Parts):
         return {spec.name: instance}
-    if isinstance(spec, Dims):
+    if isinstance(spec, Named):
         combos = spec.combinations(experiment, pair)
         if instance not in combos:
             raise FanoutError(f"{_where(spec.rule)}instance {instance!r} of experiment {experiment} is not one of "
-                              f"its {', '.join(spec.dims)} combinations")
+                              f"its {', '.join(spec.dims_in(experiment))} combinations")
         return combos[instance]
     return {}
 
@@ -290,6 +328,6 @@ def checkpoint_parts(spec) -> list[Parts]:
     """The checkpoint parts a stage's instances come from."""
     if isinstance(spec, Parts):
         return [spec]
-    if isinstance(spec, Dims):
+    if isinstance(spec, Named):
         return spec.parts
     return []

@@ -58,12 +58,7 @@ class Resolver:
         stages = self.graph.stages
         instanced = self.graph.instanced()
         for stage in instanced:
-            if stages[stage].instances == grid:
-                bare = [e for e in self.graph.experiments if not self.points[e]]
-                if bare:
-                    raise wconfig.ConfigError(f"{self.source}: experiments.{bare[0]}: no grid, and rule {stage} "
-                                              "runs once per point of it (instances=wp.grid): add a grid: "
-                                              "{AXIS: [VALUES], ...}")
+            self._check_points(stage, stages[stage].instances, grid)
         found, unchecked = {}, {}
         for experiment in self.graph.experiments:
             if not self._overridden[experiment]:
@@ -76,6 +71,30 @@ class Resolver:
                 names.update(dict.fromkeys(self.graph.instances(stage, experiment)))
             (unchecked if parts else found)[experiment] = list(names)
         return found, unchecked
+
+    def _check_points(self, stage: str, spec, grid) -> None:
+        """A stage over the points (``instances=wp.grid``, or
+        ``wp.grid.per(...)``) needs them in every experiment, and the
+        parameters it names."""
+        per = getattr(spec, "points", None) is grid
+        if spec is not grid and not per:
+            return
+        for experiment in self.graph.experiments:
+            where = f"{self.source}: experiments.{experiment}"
+            if not self.points[experiment]:
+                raise wconfig.ConfigError(f"{where}: no parameter set, and rule {stage} runs once per point of it "
+                                          f"({'instances=' + repr(spec)}): add one ({wconfig.SETS_HINT})")
+            missing = spec.missing(experiment) if per else None
+            if missing:
+                have = ", ".join(spec.points.dims_in(experiment))
+                raise wconfig.ConfigError(f"{where}: rule {stage} runs once per value of {missing!r} "
+                                          f"(instances={spec!r}), and this experiment's points have no parameter "
+                                          f"{missing!r} (their parameters: {have})")
+            if per:
+                try:
+                    spec.combinations(experiment)
+                except fanout.FanoutError as exc:
+                    raise wconfig.ConfigError(f"{where}: {exc}") from None
 
     def freeze(self, known: dict[str, list[str]]) -> None:
         """The instance names known per experiment (of those with
@@ -157,8 +176,8 @@ class Resolver:
     def grid(self, experiment: str) -> list[str]:
         points = self.points.get(experiment)
         if not points:
-            raise wconfig.ConfigError(f"{self.source}: experiments.{experiment} has no grid: a stage with "
-                                      "instances=wp.grid needs one (grid: {AXIS: [VALUES], ...})")
+            raise wconfig.ConfigError(f"{self.source}: experiments.{experiment} has no parameter set: a stage with "
+                                      f"instances=wp.grid needs one ({wconfig.SETS_HINT})")
         return list(points)
 
     def policy(self, experiment: str, pair: str, stage: str, instance: str | None = None) -> Policy:

@@ -24,7 +24,7 @@ import shlex
 import sys
 
 from . import config as wconfig
-from . import fanout, layout, runner, stores
+from . import fanout, layout, points, runner, stores
 from . import workers as wworkers
 from .codeversion import CodeVersions
 from .graph import FACTS_ONLY_ENV
@@ -92,6 +92,7 @@ class Pipeline:
         self.code = CodeVersions(wconfig.pipeline_dir(workflow_dir), self.snake.rule_code)
         self.lines = StepLines(self.resolver, self.code.of, self.snake.shell_of, self.mirror)
         self.fanout = fanout.Planning(self)   # the checkpoints that ran, the stages made from their parts
+        self._points = points.Points(self)   # wp.grid
         self.state = StateView(self.graph, self.resolver, self.snake, self.fanout, self.root, self.mirror,
                                config["rerun_policy"] == "presence")
         self._finished = False
@@ -224,16 +225,21 @@ class Pipeline:
         point: ``wp.setting("nu")`` is the job's point's value."""
         return self.resolver.setting(self.graph.declaring("setting").name, key, default)
 
-    def grid(self, experiment: str) -> list[str]:
-        """The points of an experiment's grid (its ``grid:`` in the config),
-        as instance names: ``wp.out(..., instances=wp.grid)`` makes a stage
-        run once per point, and ``wp.setting(axis)`` is each point's value.
-        Names are each axis and its value, joined by ``-``, in the order the
-        axes are written: ``nu0.01-amp0.5``."""
-        try:
-            return self.resolver.grid(experiment)
-        except wconfig.ConfigError as exc:
-            raise WorkflowError(str(exc)) from None
+    @property
+    def grid(self) -> points.Points:
+        """The points of an experiment's parameter set (its ``grid:``,
+        ``zip:``, ``table:`` or ``sample:`` in the config), as instances:
+        ``wp.out(..., instances=wp.grid)`` makes a stage run once per point,
+        and ``wp.setting(parameter)`` is each point's value. Names are each
+        parameter and its value, joined by ``-``, in the order the
+        parameters are written: ``nu0.01-amp0.5``.
+
+        Each parameter is a dimension of these instances, as in ``wp.dims``:
+        ``wp.dim("nu")``, a ``{nu}`` placeholder in this rule's ``wp.stage``
+        paths, and ``wp.each(stage, file, over="amp")`` gathering along it.
+        ``wp.grid.per("nu")``: one instance per value of ``nu`` (``nu0.01``),
+        for a stage that gathers, per value, its points along the others."""
+        return self._points
 
     def script(self, path: str) -> str:
         """``python SCRIPT`` for a shell command, the script's path taken

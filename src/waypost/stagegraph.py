@@ -147,8 +147,8 @@ class StageGraph:
             if stage.instances is not None and stage.instances is not instances:
                 raise StageError(f"rule {stage.name}: its outputs name different instances")
             stage.instances = instances
-            if isinstance(instances, fanout.Parts | fanout.Dims) and instances.rule is None:
-                instances.rule = stage.name   # (written before the rule: its messages name it)
+            if isinstance(instances, fanout.Parts | fanout.Named):
+                instances.claim(stage.name)   # (written before the rule: its messages name it)
             stage.parents.update(parts.stage for parts in fanout.checkpoint_parts(instances))
         stage.funnel = stage.funnel or funnel
         return self.own_path(stage, filename)
@@ -168,6 +168,8 @@ class StageGraph:
         placeholders -= {"experiment", "instance", self.axis_wc}
         if placeholders:
             self._dim_checks.append((consumer.name, f"wp.stage({stage!r}, {filename!r})", placeholders, None, None))
+        # (filled by the job's dimensions only where it names some: else a plain pattern)
+        with_dims = bool(placeholders)
 
         def pattern(has_instance: bool) -> str:
             upstream = self.known(stage, consumer.name)
@@ -180,14 +182,14 @@ class StageGraph:
         def path(wildcards):
             found = pattern("instance" in wildcards.keys())  # noqa: SIM118 (a Namedlist: `in` looks at its values)
             values = dict(wildcards.items())
-            if consumer.instances is not None and fanout.dims_of(consumer.instances):
+            if with_dims:
                 return self._with_dims(consumer, found, values, f"wp.stage({stage!r}, {filename!r})")
             return found.format(**values)
 
         def as_pattern(has_instance: bool) -> str | None:
             """The path as a pattern of the consumer's wildcards; None where
             its instances' dimensions fill it (known once the rules are read)."""
-            if consumer.instances is not None and fanout.dims_of(consumer.instances):
+            if with_dims:
                 return None
             return pattern(has_instance)
         path.as_pattern = as_pattern
@@ -233,7 +235,7 @@ class StageGraph:
         """The instances of ``upstream`` a job of ``consumer`` gathers along
         the dimensions ``along``: those whose other dimensions hold this
         job's values."""
-        names = fanout.dims_of(upstream.instances) if upstream.instances is not None else ()
+        names = fanout.dims_in(upstream.instances, wildcards.experiment) if upstream.instances is not None else ()
         kept = [d for d in names if d not in along]
         values = dict(wildcards.items())
         instance = values.get("instance")
@@ -248,6 +250,7 @@ class StageGraph:
 
     def dim(self, name: str):
         consumer = self.declaring("dim")
+        self._dim_checks.append((consumer.name, f"wp.dim({name!r})", {name}, None, None))
 
         def value(wildcards):
             values = dict(wildcards.items())
@@ -279,6 +282,9 @@ class StageGraph:
         for name, helper, needed, upstream, along in self._dim_checks:
             consumer = self.stages[name]
             dims = fanout.dims_of(consumer.instances)
+            if not all(getattr(spec, "known", True) for spec in (consumer.instances,
+                                                                  upstream and self.known(upstream, name).instances)):
+                continue   # a study's points, and no config that has them (the rules alone are read)
             if upstream is None:   # placeholders in a wp.stage
                 missing = sorted(needed - set(dims))
                 if missing:
@@ -296,9 +302,10 @@ class StageGraph:
             plain_one = consumer.instances is not None and not dims and len(kept) == 1
             missing = [d for d in kept if d not in dims]
             if missing and not plain_one:
+                expected = source.instances.kept_instances(kept)
                 raise StageError(f"rule {name}: {helper}: gathering along {', '.join(along)} keeps "
                                  f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
-                                 f"instances=wp.dims({', '.join(f'{d}=...' for d in kept)}))")
+                                 f"instances={expected})")
 
     def instanced(self) -> list[str]:
         return [name for name, spec in self.stages.items() if spec.instances is not None]
