@@ -235,27 +235,8 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
                 table.add_column(column, no_wrap=column not in ("checks", "log"), overflow="fold")
             reasons = []
             for a in cell.get("history", []):
-                exit_text = f"sig {a['signal']}" if a.get("signal") else str(a.get("exit_code", ""))
-                checks = " ".join(f"{k}:{'ok' if v == 'SUCCESS' else v}" for k, v in (a.get("checks") or {}).items())
-                decision = a.get("decision") or {}
-                limit = a.get("runtime_limit_s")
-                row = [str(a["number"])] + ([str(a.get("series", 1))] if series else [])
-                row += [a.get("action", ""), a.get("state") or "?", exit_text, checks,
-                        f"{a.get('duration_s') or 0:.1f}", "–" if limit is None else f"{limit:g}",
-                        decision.get("action", ""), escape(a.get("log") or "")]
-                table.add_row(*row)
-                if a.get("why") and a.get("series", 1) > 1:
-                    reasons.append(f"  #{a['number']} began series {a['series']} with {a.get('action')}: {a['why']}")
-                if a.get("resumes"):
-                    reasons.append(f"  #{a['number']} went on with attempt {a['resumes']['attempt']}'s work, made "
-                                   f"under other settings: {'; '.join(a['resumes']['settings'])}")
-                if a.get("error") and a.get("slurm_job_id") and not a.get("log"):   # a Slurm job its runner never saw
-                    reasons.append(f"  #{a['number']}: {a['error']}")
-                if decision:
-                    how = ", ".join(([f"{decision['rerun']} workspace"] if decision.get("rerun") else [])
-                                    + ([f"after {decision['delay_s']:g} s"] if decision.get("delay_s") else []))
-                    reasons.append(f"  #{a['number']} → {decision.get('action')}" + (f" ({how})" if how else "")
-                                   + f": {decision.get('reason') or ''}")
+                table.add_row(*_attempt_row(a, series, escape))
+                reasons += _attempt_reasons(a)
             console.print(table)
             for line in reasons:
                 console.print(escape(line), soft_wrap=True)
@@ -264,6 +245,38 @@ def render_attempts(grid: dict, stages: list[str]) -> None:
                         f"made {when(run['created'])}" + (" (reused)" if run["reused_from"] else "")
                         if run["state"] else run.get("error") or "no manifest")
                 console.print(escape(f"archived {run['archive']}: {what}"), soft_wrap=True)
+
+
+def _attempt_row(a: dict, series: bool, escape) -> list[str]:
+    """An attempt's row of ``render_attempts``' table (``series``: with its column)."""
+    exit_text = f"sig {a['signal']}" if a.get("signal") else str(a.get("exit_code", ""))
+    checks = " ".join(f"{k}:{'ok' if v == 'SUCCESS' else v}" for k, v in (a.get("checks") or {}).items())
+    limit = a.get("runtime_limit_s")
+    row = [str(a["number"])] + ([str(a.get("series", 1))] if series else [])
+    return row + [a.get("action", ""), a.get("state") or "?", exit_text, checks,
+                  f"{a.get('duration_s') or 0:.1f}", "–" if limit is None else f"{limit:g}",
+                  (a.get("decision") or {}).get("action", ""), escape(a.get("log") or "")]
+
+
+def _attempt_reasons(a: dict) -> list[str]:
+    """The lines under the table that say why of an attempt: why its series
+    began, the work of other settings it went on with, a Slurm job's end its
+    runner never saw, the decision taken after it."""
+    reasons = []
+    if a.get("why") and a.get("series", 1) > 1:
+        reasons.append(f"  #{a['number']} began series {a['series']} with {a.get('action')}: {a['why']}")
+    if a.get("resumes"):
+        reasons.append(f"  #{a['number']} went on with attempt {a['resumes']['attempt']}'s work, made "
+                       f"under other settings: {'; '.join(a['resumes']['settings'])}")
+    if a.get("error") and a.get("slurm_job_id") and not a.get("log"):   # a Slurm job its runner never saw
+        reasons.append(f"  #{a['number']}: {a['error']}")
+    decision = a.get("decision") or {}
+    if decision:
+        how = ", ".join(([f"{decision['rerun']} workspace"] if decision.get("rerun") else [])
+                        + ([f"after {decision['delay_s']:g} s"] if decision.get("delay_s") else []))
+        reasons.append(f"  #{a['number']} → {decision.get('action')}" + (f" ({how})" if how else "")
+                       + f": {decision.get('reason') or ''}")
+    return reasons
 
 
 def _where(grid: dict, pair: str, instance: str | None) -> str:

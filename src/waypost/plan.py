@@ -175,9 +175,43 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
     (names or shell patterns)."""
     rows, digests, unknown = [], {}, 0
     edits = InputEdits()   # inputs outside the root edited since, and what was made from them
-    root = config["root"]
-    tree = stores.store_for(root)
+    tree = stores.store_for(config["root"])
     settings_of = wconfig.step_settings_of(config)
+    for experiment, pair, stage, instance, directory in _stage_dirs(config, tree, funnels, instances):
+        try:
+            data = tree.manifest(directory)
+        except manifest.ManifestError:
+            continue
+        if not data:
+            continue
+        current = settings_of(experiment, pair, stage, instance)
+        row = {"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
+               "created": data.get("created"), "reused_from": None}
+        if data.get("given_up") or data["state"] != "SUCCESS":
+            what = _unfinished(config, data, instance, current)
+            if what:
+                rows.append({**row, **what})
+            continue
+        if data.get("adopted"):
+            continue
+        what, code_unknown = _differs(tree, data, current, code_versions.get(stage), digests)
+        unknown += code_unknown
+        exp_pairs = config["experiments"][experiment]["pairs"]
+        if pair == layout.ALL_PAIRS and exp_pairs:
+            what += _funnel_missing_values(tree, data, exp_pairs)
+        edited = edits.edited(data)
+        what += [EDITED.format(**edit) for edit in edited]
+        row.update(reused_from=data.get("reused_from"), what=what)
+        if what:
+            rows.append(row)
+        edits.saw(directory, data, row, edited)
+    return rows + edits.finish(config), unknown
+
+
+def _stage_dirs(config: dict, tree, funnels: list[str], instances: list[str] | None):
+    """(experiment, pair, stage, instance, directory) of each stage directory
+    ``drift`` compares: a point no longer of its experiment's grid is left
+    out (nothing reads it); ``instances``: only those."""
     for experiment, exp in config["experiments"].items():
         points = wconfig.points(config, experiment)
         for pair in [*exp["pairs"], layout.ALL_PAIRS]:
@@ -185,62 +219,48 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
                 # (without an axis, every stage lives in the experiment's one slot)
                 if exp["pairs"] and (stage in funnels) != (pair == layout.ALL_PAIRS):
                     continue
-                dirs = tree.state_dirs(layout.stage_dir(root, pair, experiment, stage))
+                dirs = tree.state_dirs(layout.stage_dir(config["root"], pair, experiment, stage))
                 if instances:
                     dirs = [(i, d) for i, d in dirs if i is not None and wconfig.match_instances(instances, [i])]
                 on_grid = bool(points) and any(instance in points for instance, _ in dirs)
                 for instance, directory in dirs:
-                    if on_grid and instance not in points:
-                        continue   # a point the grid no longer has: nothing reads it
-                    current = settings_of(experiment, pair, stage, instance)
-                    try:
-                        data = tree.manifest(directory)
-                    except manifest.ManifestError:
-                        continue
-                    if data and data.get("given_up"):
-                        # No run starts it again: a change that could make it
-                        # succeed waits for a person to say so.
-                        differs = settings_diff(data.get("settings") or {}, current)
-                        if differs:
-                            rows.append({"experiment": experiment, "pair": pair, "stage": stage,
-                                         "instance": instance, "created": data.get("created"), "reused_from": None,
-                                         "what": ["given up; its settings changed since: " + ", ".join(differs)
-                                                  + ": `waypost retry`"], "given_up": True})
-                        continue
-                    if data and data["state"] != "SUCCESS":
-                        resumed = _resumes_under_other_settings(config, data, instance, current)
-                        if resumed:
-                            rows.append({"experiment": experiment, "pair": pair, "stage": stage,
-                                         "instance": instance, "created": data.get("created"),
-                                         "reused_from": None, "what": [resumed], "unfinished": True})
-                        continue
-                    if not data or data.get("adopted"):
-                        continue
-                    what = []
-                    differs = settings_diff(data.get("settings") or {}, current)
-                    if differs:
-                        what.append("settings: " + ", ".join(differs))
-                    recorded, now = data.get("code_version"), code_versions.get(stage)
-                    if recorded and now and not wconfig.is_stage_code_version(recorded):
-                        unknown += 1
-                    elif recorded and now and recorded != now:
-                        what.append(f"code: {_short(recorded)} → {_short(now)}")
-                    changed = [tree.relative(i["path"]) for i in data.get("inputs", [])
-                               if i.get("manifest") and i.get("sha256") and
-                               _output_digests(tree, os.path.dirname(i["manifest"]), digests).get(
-                                   os.path.basename(i["path"])) not in (None, i["sha256"])]
-                    if changed:
-                        what.append("inputs redone since: " + ", ".join(changed))
-                    if pair == layout.ALL_PAIRS and exp["pairs"]:
-                        what += _funnel_missing_values(tree, data, exp["pairs"])
-                    edited = edits.edited(data)
-                    what += [EDITED.format(**edit) for edit in edited]
-                    row = {"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
-                           "created": data.get("created"), "reused_from": data.get("reused_from"), "what": what}
-                    if what:
-                        rows.append(row)
-                    edits.saw(directory, data, row, edited)
-    return rows + edits.finish(config), unknown
+                    if not (on_grid and instance not in points):
+                        yield experiment, pair, stage, instance, directory
+
+
+def _unfinished(config: dict, data: dict, instance: str | None, current: dict) -> dict | None:
+    """What ``plan`` says of a stage that did not succeed: given up, whose
+    settings changed since (no run starts it again: a change that could make
+    it succeed waits for a person to say so); or whose next series goes on
+    with work made under other settings."""
+    if data.get("given_up"):
+        differs = settings_diff(data.get("settings") or {}, current)
+        return {"what": ["given up; its settings changed since: " + ", ".join(differs) + ": `waypost retry`"],
+                "given_up": True} if differs else None
+    resumed = _resumes_under_other_settings(config, data, instance, current)
+    return {"what": [resumed], "unfinished": True} if resumed else None
+
+
+def _differs(tree, data: dict, current: dict, code_now: str | None, digests: dict) -> tuple[list[str], int]:
+    """How a done stage's manifest differs from now: its settings, its code
+    (1 as the second value when its recorded code version is of before
+    per-stage ones: not comparable), inputs redone since it was made."""
+    what, unknown = [], 0
+    differs = settings_diff(data.get("settings") or {}, current)
+    if differs:
+        what.append("settings: " + ", ".join(differs))
+    recorded = data.get("code_version")
+    if recorded and code_now and not wconfig.is_stage_code_version(recorded):
+        unknown = 1
+    elif recorded and code_now and recorded != code_now:
+        what.append(f"code: {_short(recorded)} → {_short(code_now)}")
+    changed = [tree.relative(i["path"]) for i in data.get("inputs", [])
+               if i.get("manifest") and i.get("sha256") and
+               _output_digests(tree, os.path.dirname(i["manifest"]), digests).get(
+                   os.path.basename(i["path"])) not in (None, i["sha256"])]
+    if changed:
+        what.append("inputs redone since: " + ", ".join(changed))
+    return what, unknown
 
 
 def _resumes_under_other_settings(config: dict, data: dict, instance: str | None, current: dict) -> str | None:

@@ -13,6 +13,9 @@ from . import manifest, slurm
 from . import policy as wpolicy
 from .stagedir import StageDirectory
 
+# ``Series._after_a_killed_runner``: neither recorded nor gone on: a new series.
+_NEW_SERIES = "new series"
+
 
 class Series:
     """The attempts of one stage and the series under way."""
@@ -59,55 +62,59 @@ class Series:
         if retried and directory.remote:
             directory.remote.pull_workspace()   # only the engine's files were fetched
         if running:
-            # The runner before us was killed mid-attempt (by Slurm at its time
-            # limit, by preemption, with its node, or with Snakemake).
-            self.history = running.get("attempts", [])
-            self.base = running.get("series_base", self.base)
-            left_open = [a for a in self.history if a.get("state") is None]
-            vanished = False
-            for attempt in left_open:   # the last is the one whose step may have been found at work
-                vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
-            last = self.history[-1] if self.history else {}
-            if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
-                # Its step had succeeded; the job ended while its manifest was
-                # being written: the series is finished, not run again.
-                self._go_on_with(running.get("series", 1))
-                return "record"
-            if vanished and self._resume_in_place(policy, life.has_files(), running.get("series", 1)):
-                if directory.remote and not retried:
-                    directory.remote.pull_workspace()   # checkpoints and all
-                print(f"waypost: {directory.name}: series {self.number} goes on with {self.first[0]}: "
-                      f"{self.first[1]}", file=sys.stderr)
-                return None
-            if retried:   # the same series goes on
-                self._go_on_with(running.get("series", 1))
-                return None
+            found = self._after_a_killed_runner(directory, policy, life, running, retried)
+            if found is not _NEW_SERIES:
+                return found
         elif previous and retried and previous["state"] != "SUCCESS":
             return "decided"
         elif previous and retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
             return "done"  # the step had finished when Slurm ended the job
         elif previous:
             self.history = list(previous["attempts"])
+        return self._begin(directory, policy, running, previous, retried)
+
+    def _after_a_killed_runner(self, directory: StageDirectory, policy: wpolicy.Policy, life, running: dict,
+                               retried: bool):
+        """The runner before us was killed mid-attempt (by Slurm at its time
+        limit, by preemption, with its node, or with Snakemake): its open
+        attempts closed, "record" when its series is finished after all,
+        None when that series goes on, else ``_NEW_SERIES``."""
+        self.history = running.get("attempts", [])
+        self.base = running.get("series_base", self.base)
+        left_open = [a for a in self.history if a.get("state") is None]
+        vanished = False
+        for attempt in left_open:   # the last is the one whose step may have been found at work
+            vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
+        last = self.history[-1] if self.history else {}
+        if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
+            # Its step had succeeded; the job ended while its manifest was
+            # being written: the series is finished, not run again.
+            self._go_on_with(running.get("series", 1))
+            return "record"
+        if vanished and self._resume_in_place(policy, life.has_files(), running.get("series", 1)):
+            if directory.remote and not retried:
+                directory.remote.pull_workspace()   # checkpoints and all
+            print(f"waypost: {directory.name}: series {self.number} goes on with {self.first[0]}: "
+                  f"{self.first[1]}", file=sys.stderr)
+            return None
+        if retried:   # the same series goes on
+            self._go_on_with(running.get("series", 1))
+            return None
+        return _NEW_SERIES
+
+    def _begin(self, directory: StageDirectory, policy: wpolicy.Policy, running: dict | None,
+               previous: dict | None, retried: bool) -> str | None:
+        """Begin the next series, as the policy says over the last one when
+        that one is unfinished; or say why none may begin ("given up",
+        "backoff", "record")."""
         last_no = max((a.get("series", 1) for a in self.history), default=0)
         last_series = [a for a in self.history if a.get("series", 1) == last_no]
         unfinished = bool(last_series) and (running is not None or previous is None
                                             or previous["state"] != "SUCCESS")
         if unfinished:
-            spent = last_no - self.base
-            if (previous or {}).get("given_up") and not running:
-                self.refusal = previous.get("reason") or f"given up after {spent} series"
-                return "given up"
-            if spent >= policy.max_series:
-                if running:   # the killed runner's series was the last: record it so
-                    self.number, self.attempts = last_no, last_series
-                    return "record"
-                self.refusal = f"given up after {spent} series (max_series {policy.max_series})"
-                return "given up"
-            not_before = (previous or {}).get("next_series_after") if not running else None
-            if not_before and manifest.iso_to_epoch(not_before) > time.time():
-                self.refusal = (f"series {last_no} ended {last_series[-1].get('state')}; the next may start "
-                                f"from {not_before} (series_backoff)")
-                return "backoff"
+            refused = self._refused(policy, running, previous, last_no, last_series)
+            if refused:
+                return refused
         self.number = 1 + last_no
         self.first = wpolicy.begin_series(policy, last_series if unfinished else [])
         if self.first[0] == "cmd":
@@ -117,6 +124,28 @@ class Series:
                 directory.remote.pull_workspace()   # the series goes on in it: checkpoints and all
             print(f"waypost: {directory.name}: series {self.number} starts with {self.first[0]}: {self.first[1]}",
                   file=sys.stderr)
+        return None
+
+    def _refused(self, policy: wpolicy.Policy, running: dict | None, previous: dict | None, last_no: int,
+                 last_series: list[dict]) -> str | None:
+        """Why no series may follow the unfinished one ``last_no``: "given
+        up" (``self.refusal`` says why), "backoff", or "record" (a killed
+        runner's series was the last: record it so); None when one may."""
+        spent = last_no - self.base
+        if (previous or {}).get("given_up") and not running:
+            self.refusal = previous.get("reason") or f"given up after {spent} series"
+            return "given up"
+        if spent >= policy.max_series:
+            if running:
+                self.number, self.attempts = last_no, last_series
+                return "record"
+            self.refusal = f"given up after {spent} series (max_series {policy.max_series})"
+            return "given up"
+        not_before = (previous or {}).get("next_series_after") if not running else None
+        if not_before and manifest.iso_to_epoch(not_before) > time.time():
+            self.refusal = (f"series {last_no} ended {last_series[-1].get('state')}; the next may start "
+                            f"from {not_before} (series_backoff)")
+            return "backoff"
         return None
 
 
