@@ -202,6 +202,9 @@ def test_a_killed_step_never_looks_done_in_the_bucket(bucket, tmp_path):
 
     config = config_for(root, LONG)
     config["stages"]["train_backward"]["epochs"] = 2
+    # The interrupted series ended as a cancel (the old way of a vanished
+    # runner; by default it goes on in place: tests/test_driver_crash.py).
+    config["stages"]["train_backward"].setdefault("policy", {})["runner_gone"] = "cancel"
     write_config(tmp_path, config)
     snakemake(tmp_path, *flags(root), "--unlock")
     assert planned(tmp_path, *flags(root), "--until", "train_backward") == {"train_backward": 1}
