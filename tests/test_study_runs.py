@@ -146,9 +146,13 @@ def test_every_command_takes_several_instances_and_patterns(study):
 def test_an_unknown_instance_is_one_line_and_exit_2(study, command):
     proc = cli(study, *command, "--instance", "alpha1.0-cells20", "--instance", "alpha2.0-cells20", check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
+    # Each stage's own instances: those of the stage a command names, else of every stage that has some.
+    points = "alpha1.0-cells20, alpha1.0-cells30, alpha1.0-cells40"
+    listed = [f"simulate's instances: {points}"] + ([] if "simulate" in command
+                                                     else [f"data_extract's instances: {points}"])
     assert proc.stderr.strip().startswith("waypost: unknown instance 'alpha2.0-cells20': not an instance of "
-                                          "experiment sweep (instances: alpha1.0-cells20, alpha1.0-cells30, "
-                                          "alpha1.0-cells40; or a shell pattern, quoted)"), proc.stderr
+                                          f"experiment sweep ({'; '.join(listed)}; or a shell pattern, "
+                                          "quoted)"), proc.stderr
     assert proc.stderr.strip().count("\n") == 0
     # a pattern matching nothing is no error
     assert cli(study, *command, "--instance", "alpha2.0-*", check=False).returncode in (0, 1)
