@@ -69,7 +69,7 @@ STAGES_PER_PAIR = 20      # 5 teachers: see common.TEACHERS
 REFRESH = """
 import json, sys
 from dataclasses import asdict
-from waypost.catalog import Catalog
+from waypost.ops.catalog import Catalog
 done = Catalog(sys.argv[1]).refresh(sys.argv[2])
 print(json.dumps({k: v for k, v in asdict(done).items() if k != "problems"} | {"problems": len(done.problems)}))
 """
@@ -104,7 +104,7 @@ def middle_pair(config: dict) -> str:
 
 def manifest_blobs(config: dict):
     """(relative stage dir, manifest bytes) for every stage dir of a full run."""
-    from waypost import manifest, records
+    from waypost.model import manifest, records
     for experiment, pair, stage, instance, files in stage_outputs(config):
         attempt = {"number": 1, "series": 1, "action": "cmd", "state": "SUCCESS", "exit_code": 0, "signal": None,
                    "checks": {}, "decision": {"action": "done", "reason": "succeeded"},
@@ -192,7 +192,7 @@ def query_rows(db: Path, pair: str, label: str, note: str | None = None) -> list
 def queries(db: Path, pair: str) -> list[tuple]:
     """The in-process queries on a refreshed cache: (label, arguments, rows
     found, median ms, samples in seconds) each."""
-    from waypost.catalog import Catalog
+    from waypost.ops.catalog import Catalog
     cat = Catalog(str(db))
     rows = []
     for label, args in QUERIES:

@@ -129,7 +129,7 @@ def run(ctx: dict) -> Section:
     if not os.path.exists(CHROMIUM):
         section.skipped = f"{CHROMIUM} is not installed (apt-get install chromium)"
         return section
-    from waypost import findpage
+    from waypost.cli import findpage
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-findpage-", dir=ctx.get("tmp")))
     root = "/data/results"

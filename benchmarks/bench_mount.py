@@ -58,7 +58,8 @@ def loopback_bytes() -> int:
 
 
 def reuse_part(tmp: Path) -> tuple[list[Row], list[str]]:
-    from waypost import manifest, stores
+    from waypost import stores
+    from waypost.model import manifest
     from waypost.stores.mounted import MountedStore, PlainMountStore
     bucket = "bench-mount-reuse"
     with fake_gcs.running() as url:

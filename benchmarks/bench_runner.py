@@ -48,10 +48,11 @@ HASH_SLACK = 1.10     # "as fast as": within 10%
 
 
 def runner_cmd(stage_dir: Path, output: Path, command: str) -> list[str]:
-    """As Snakemake's shell runs a local stage job (see ``waypost.wiring.wire``)."""
+    """As Snakemake's shell runs a local stage job (see ``waypost.planning.wiring.wire``)."""
     import shlex
 
-    from waypost import runner, spec
+    from waypost.model import spec
+    from waypost.runner import main as runner
     step = spec.encode({"stage": "s", "experiment": "e", "pair": "p", "stage_dir": str(stage_dir),
                         "outputs": [str(output)]})
     line = (f"set -euo pipefail; exec {shlex.join(runner.command(PYTHON))} <<'{spec.DELIMITER}'\n{step}\n"
@@ -85,7 +86,7 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
                      "python alone").seconds
 
     def runner_imports() -> float:
-        code = f"import os, sys; sys.path.append({source!r}); import waypost.runner; os._exit(0)"
+        code = f"import os, sys; sys.path.append({source!r}); import waypost.runner.main; os._exit(0)"
         return check(timed([PYTHON, "-S", "-c", code], keep_output=False), "import").seconds
 
     # A first run, checked: the manifest is SUCCESS with the output's checksum.
@@ -95,7 +96,7 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
     assert data["state"] == "SUCCESS" and data["outputs"][0]["sha256"], data
 
     samples = interleaved({"runner": through_runner, "bare": bare, "python alone": python_start,
-                           "import waypost.runner": runner_imports}, NOOP_REPETITIONS, warmup=2)
+                           "import waypost.runner.main": runner_imports}, NOOP_REPETITIONS, warmup=2)
     ms = {name: 1000 * median(values) for name, values in samples.items()}
     overhead = ms["runner"] - ms["bare"]
     log(f"runner no-op: {ms['runner']:.1f} ms vs bare {ms['bare']:.1f} ms (+{overhead:.1f} ms)")
@@ -103,7 +104,7 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
                 baseline_label="the bare command", target=f"≤ +{OVERHEAD_TARGET_MS} ms per step",
                 met=overhead <= OVERHEAD_TARGET_MS, samples=samples,
                 note=f"+{overhead:.0f} ms per step")]
-    python, imports = ms["python alone"], ms["import waypost.runner"]
+    python, imports = ms["python alone"], ms["import waypost.runner.main"]
     breakdown = (f"Breakdown of the no-op step (medians of {NOOP_REPETITIONS}): bare command "
                  f"{ms['bare']:.1f} ms; the interpreter alone {python:.1f} ms; the interpreter and the runner's "
                  f"imports {imports:.1f} ms (both started and ended as the runner is: `python -S`, no "
@@ -124,7 +125,7 @@ def noop_step(tmp: Path) -> tuple[list[Row], list[str]]:
 
 
 def hashing(tmp: Path) -> tuple[list[Row], list[str]]:
-    from waypost.manifest import digests_file
+    from waypost.model.manifest import digests_file
 
     big = tmp / "big.bin"
     write = ["dd", "if=/dev/zero", f"of={big}", "bs=1M", f"count={BIG_MB}", "conv=fdatasync", "status=none"]

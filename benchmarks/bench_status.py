@@ -63,7 +63,7 @@ t4 = time.perf_counter()
 with open(os.devnull, "w") as null:
     null.write(json.dumps(grid))
 t5 = time.perf_counter()
-print(json.dumps({"import waypost.cli (+ config, status)": t1 - t0, "load the config (its validation remembered)": t2 - t1,
+print(json.dumps({"import waypost.cli.main (+ config, status)": t1 - t0, "load the config (its validation remembered)": t2 - t1,
                   "read the stage directories (status.collect)": t3 - t2,
                   "render the tables (rich, incl. its import)": t4 - t3, "write the JSON (--json)": t5 - t4}))
 """

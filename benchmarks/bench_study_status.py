@@ -67,7 +67,7 @@ def study_config(root: str) -> dict:
 
 
 def _attempt(number: int, action: str, state: str, decision: tuple[str, str]) -> dict:
-    from waypost import manifest
+    from waypost.model import manifest
     return {"number": number, "series": 1, "action": action, "state": state,
             "exit_code": 0 if state == "SUCCESS" else (None if state == "TIMEOUT" else 1),
             "signal": 15 if state == "TIMEOUT" else None, "checks": {},
@@ -80,8 +80,8 @@ def _attempt(number: int, action: str, state: str, decision: tuple[str, str]) ->
 def build_study(workdir: Path, config: dict) -> dict[str, int]:
     """The study's stage directories, as its run leaves them (see the module's
     docstring); returns how many points ended in each way."""
-    from waypost import config as wconfig
-    from waypost import graph, layout, manifest, records
+    from waypost.model import config as wconfig
+    from waypost.model import graph, layout, manifest, records
 
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     root = workdir / config["root"]
@@ -176,7 +176,8 @@ print(json.dumps({"jobs": sum(g["count"] for r in rows for g in r["reasons"]), "
 def plan_part(workdir: Path, config: dict) -> tuple[list[Row], list[str]]:
     """The dry run of the study with nothing done (8,001 jobs), once; then
     waypost's own phases over its text and the done tree's manifests."""
-    from waypost import events, plan
+    from waypost.model import events
+    from waypost.ops import plan
 
     fresh = workdir.parent / "fresh"
     fresh.mkdir(exist_ok=True)

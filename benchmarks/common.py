@@ -401,7 +401,7 @@ def build_done_tree(workdir: Path, config: dict, manifests: bool = True) -> int:
     rule sees nothing to redo either) and, with ``manifests``, a minimal valid
     SUCCESS ``_manifest.json`` per stage directory (``records.manifest``).
     Returns the number of stage directories."""
-    from waypost import manifest, records
+    from waypost.model import manifest, records
 
     root = workdir / config["root"]
     stamp = time.time() - 3600

@@ -30,8 +30,9 @@ import re
 import sys
 import tempfile
 
-from waypost import cli, policy
-from waypost import config as wconfig
+from waypost.cli import main as cli
+from waypost.model import policy
+from waypost.model import config as wconfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(REPO, "docs")

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from waypost import config as wconfig
+from waypost.model import config as wconfig
 
 # Every manifest and running marker waypost writes in the tests (in the
 # runner, in Slurm jobs, in the CLI) is checked against its schema as it is
-# written (waypost.records): one that does not fit stops its writer.
+# written (waypost.model.records): one that does not fit stops its writer.
 os.environ["WAYPOST_CHECK_RECORDS"] = "1"
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def snakemake(workdir: Path, *args: str, configfile: str = "config.yaml", snakef
 def planned(workdir: Path, *args: str, **kwargs) -> dict[str, int]:
     """Jobs a dry run would run, by rule (without the `all` target), as
     Snakemake reports them to waypost's logger plugin."""
-    from waypost import events
+    from waypost.model import events
     path = workdir / ".planned-events.jsonl"
     path.unlink(missing_ok=True)
     proc = snakemake(workdir, "-n", *args, *events.snakemake_args(str(path)), **kwargs)
@@ -99,9 +99,9 @@ RUNNER = [sys.executable, "-m", "waypost.runner"]
 
 
 def step_input(stage_dir, command: str, outputs=(), inputs=(), **fields) -> bytes:
-    """A step runner's standard input (waypost.spec): a spec for a stage
+    """A step runner's standard input (waypost.model.spec): a spec for a stage
     ``e/p/s`` at ``stage_dir`` (``fields`` override), then ``command``."""
-    from waypost import spec
+    from waypost.model import spec
     values = {"experiment": "e", "pair": "p", "stage": "s", **fields}
     return spec.write(spec.StepSpec(command, stage_dir=str(stage_dir), outputs=[str(o) for o in outputs],
                                     inputs=[str(i) for i in inputs], **values))

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from waypost import layout, lifecycle, manifest, records
+from waypost.model import layout, manifest, records
+from waypost.state import lifecycle
 
 STAGE = "en-de/exp1/train"
 FILES = {"model.bin": b"weights" * 100, "sub/vocab.txt": b"a b c\n", "_logs/attempt-1.log": b"log\n"}
@@ -141,7 +142,7 @@ class StoreContract:
         assert again[instance] != listed[instance] and again[stage] == listed[stage]
 
     def test_a_manifest_too_big_to_read_is_refused_in_the_listing(self, backend):
-        from waypost import trust
+        from waypost.model import trust
         self.populate(backend)
         backend.write(f"en-fr/exp1/train/{layout.MANIFEST}", b" " * (trust.MAX_MANIFEST_BYTES + 1))
         refused: dict = {}

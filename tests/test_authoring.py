@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from waypost import events
+from waypost.model import events
 
 
 def run(cmd, cwd, env=None, check=True):

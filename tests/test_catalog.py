@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 
-from waypost import catalog, diffs, parallel
+from waypost.model import diffs, parallel
+from waypost.ops import catalog
 from waypost.stores import gcs, walk
 
 

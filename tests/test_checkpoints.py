@@ -20,7 +20,7 @@ import yaml
 from conftest import read_manifest, write_config
 from test_series import _job_stats, reported, tiny_pipeline
 
-from waypost import events
+from waypost.model import events
 
 # A survey: `chunk` cuts each site's readings into chunks of 3 lines (how
 # many follows the data); `measure` runs once per chunk; `tally` gathers them.

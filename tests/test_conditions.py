@@ -12,7 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from waypost.conditions import COUNTERS, STATES, Call, Compare, ConditionError, State, atoms, evaluate, parse, validate
+from waypost.model.conditions import (
+    COUNTERS,
+    STATES,
+    Call,
+    Compare,
+    ConditionError,
+    State,
+    atoms,
+    evaluate,
+    parse,
+    validate,
+)
 
 OPS = ("==", "!=", "<", "<=", ">", ">=")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REFERENCE_AXIS, REFERENCE_STAGES, REPO, SMALL_CONFIG, prepare_reference, snakemake, write_config
 
-from waypost import config as wconfig
+from waypost.model import config as wconfig
 
 WORKFLOW = str(REPO / "workflow")
 

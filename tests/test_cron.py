@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, SNAKEFILE, planned, read_manifest, snakemake, write_config
 
-from waypost import events, manifest, stores
+from waypost import stores
+from waypost.model import events, manifest
 
 SOAK = REPO / "tests" / "soak"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from conftest import LOCAL_PROFILE, read_manifest, step_input
 from test_cron import cron
 
-from waypost import manifest
+from waypost.model import manifest
 
 # A relaxation that writes a checkpoint per sweep and resumes from the
 # latest one; it says where it began, and its place in the series.

@@ -16,8 +16,8 @@ import pytest
 from conftest import RUNNER, read_manifest, step_input
 from test_series import tiny_pipeline
 
-from waypost import config as wconfig
-from waypost import manifest
+from waypost.model import config as wconfig
+from waypost.model import manifest
 
 # A solver that says by its exit status what comes next (Merlin's way):
 # 100 restart from its checkpoint, 101 retry from a clean workspace, 104 a

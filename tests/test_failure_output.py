@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import LOCAL_PROFILE, REPO, finish
 
-from waypost import spec as wspec
+from waypost.model import spec as wspec
 
 LABEL = "brine"
 # As the user writes it; it fails with a status of its own (4).

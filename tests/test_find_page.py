@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from conftest import read_manifest, waypost, write_config
 
-from waypost import findpage
+from waypost.cli import findpage
 
 TITLE = "waypost find"
 # Each would change the page if it ever ran or became markup.
@@ -261,7 +261,7 @@ def test_command_line_filters_are_the_pages_first_view():
     """`find --stage S --html F` embeds the whole catalog (lineage needs it)
     and opens on what the command line asked for; a shell pattern becomes a
     search."""
-    from waypost.findpage import initial_view
+    from waypost.cli.findpage import initial_view
     assert initial_view({"stage": "train_student", "pair": "en-xa", "since": "2026-11-01",
                          "config_hash": "ab12"}) == {"stage": "train_student", "pair": "en-xa",
                                                      "from": "2026-11-01", "hash": "ab12"}

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from conftest import SMALL_CONFIG, read_manifest, snakemake, waypost, write_config
 
-from waypost import catalog, reuse
+from waypost.ops import catalog
+from waypost.state import reuse
 from waypost.stores import gcs, walk
 
 TEACHERS = Path("results/en-xa/exp1/train_teacher")

@@ -40,7 +40,7 @@ def output_downloads(requests: list[str]) -> list[str]:
 
 def test_a_local_step_records_crc32c_beside_sha256(tmp_path):
     # As a job of a local stage starts the runner: `python -S launch.py`, no site-packages on its path.
-    from waypost import runner
+    from waypost.runner import main as runner
     stage = tmp_path / "p/e/s"
     out = stage / "out.bin"
     payload = bytes(range(256)) * 5000   # more than one read chunk: the crc32c goes on over chunks

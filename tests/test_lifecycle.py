@@ -1,9 +1,9 @@
-"""The one lifecycle reader (waypost.lifecycle) gives the same answers on
+"""The one lifecycle reader (waypost.state.lifecycle) gives the same answers on
 every kind of store: a directory as it is, a listed snapshot of it, a
 bucket. Every stage-state question (planner, status, plan, cron, the
 executor, rerun/retry, prune) is one of its answers, so they are tested
 here once, over each store; the records it reads are the ones waypost
-writes (waypost.records), checked against their schema."""
+writes (waypost.model.records), checked against their schema."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import time
 
 import pytest
 
-from waypost import lifecycle, manifest, records, states, stores
-from waypost.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED
+from waypost import stores
+from waypost.model import manifest, records, states
+from waypost.model.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED
+from waypost.state import lifecycle
 
 WHERE = {"experiment": "e", "pair": "p", "stage": "fit", "instance": None}
 

@@ -20,7 +20,7 @@ import pytest
 from conftest import LOCAL_PROFILE, read_manifest
 from test_series import tiny_pipeline
 
-from waypost import fingerprints
+from waypost.model import fingerprints
 
 LEDGER = '''
 from waypost.snakemake import Pipeline

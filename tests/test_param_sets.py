@@ -108,14 +108,14 @@ def test_a_funnel_per_value_of_a_grid_parameter_gathers_only_its_points(tmp_path
 
 def points(tmp_path: Path, experiment: dict) -> dict[str, dict]:
     """An experiment's points, its config at ``tmp_path/study.yaml``."""
-    from waypost import config as wconfig
+    from waypost.model import config as wconfig
     raw = {"experiments": {"bench": experiment}}
     prepared = wconfig.prepare(raw, str(tmp_path / "workflow"), str(tmp_path / "study.yaml"))
     return wconfig.points(prepared, "bench")
 
 
 def error_of(tmp_path: Path, experiment: dict) -> str:
-    from waypost import config as wconfig
+    from waypost.model import config as wconfig
     with pytest.raises(wconfig.ConfigError) as caught:
         points(tmp_path, experiment)
     assert "\n" not in str(caught.value).replace("invalid config:\n  ", ""), caught.value

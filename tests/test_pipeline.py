@@ -16,8 +16,8 @@ import pytest
 from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from snakemake.exceptions import WorkflowError
 
-from waypost.manifest import RUN_ID_ENV
-from waypost.wiring import run_identity
+from waypost.model.manifest import RUN_ID_ENV
+from waypost.planning.wiring import run_identity
 
 PAIRS = ("en-xa", "en-xb")
 MODELS = ("backward", "teacher-0", "teacher-1", "student")

@@ -8,8 +8,18 @@ import pytest
 import yaml
 from conftest import REPO
 
-from waypost.conditions import STATES, Compare, State, parse
-from waypost.policy import DEFAULTS, Cue, Policy, PolicyError, begin_series, counters, decide, decision, describe_start
+from waypost.model.conditions import STATES, Compare, State, parse
+from waypost.model.policy import (
+    DEFAULTS,
+    Cue,
+    Policy,
+    PolicyError,
+    begin_series,
+    counters,
+    decide,
+    decision,
+    describe_start,
+)
 
 # The training policy of the reference pipeline (config/config.yaml, `&training`).
 TRAINING = {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import REPO, SMALL_CONFIG, write_config
 
-from waypost import clisetup
+from waypost.cli import setup as clisetup
 
 
 def waypost_install(home: Path) -> subprocess.CompletedProcess:

@@ -24,8 +24,10 @@ from conftest import gcs_key as key
 from conftest import gcs_objects as objects
 from conftest import prepare_reference, waypost, write_config
 
-from waypost import config as wconfig
-from waypost import manifest, prune, records, stores
+from waypost import stores
+from waypost.model import config as wconfig
+from waypost.model import manifest, records
+from waypost.ops import prune
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = 86400

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import RUNNER, step_input
 
-from waypost import manifest
+from waypost.model import manifest
 
 
 def run_step(stage_dir: Path, command: str, outputs=(), inputs=(), policy=None, **kw) -> subprocess.CompletedProcess:
@@ -256,7 +256,7 @@ def test_the_time_limit_terms_then_kills_a_step_that_ignores_sigterm(tmp_path, g
 
 
 def test_the_step_spec_is_one_typed_record_read_back_as_written():
-    from waypost import spec
+    from waypost.model import spec
     step = spec.StepSpec("echo {x} | cat\nline two", stage_dir="d", experiment="e", pair="p", stage="s",
                          inputs=["a", "b"], outputs=["o"], tolerated=True, policy={"max_attempts": 2})
     back = spec.read(spec.write(step))

@@ -20,7 +20,7 @@ import yaml
 from conftest import LOCAL_PROFILE, REPO, SMALL_CONFIG, planned, read_manifest, snakemake, waypost, write_config
 from test_cron import SOAK, cron, records, soak_crons
 
-from waypost import events
+from waypost.model import events
 
 
 def student_dir(work: Path, pair: str = "en-xb") -> Path:
@@ -297,7 +297,7 @@ def test_soak_with_stages_that_always_fail_gives_them_up_and_the_rest_converges(
 
 
 def manifest_problems(directory: Path, data: dict) -> list:
-    from waypost import manifest
+    from waypost.model import manifest
     return manifest.verify_outputs(str(directory), data)
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import REPO, finish, read_manifest
 
-from waypost import manifest
+from waypost.model import manifest
 
 ONPREM = REPO / "profiles" / "onprem"
 FAST = ["--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5", "--waypost-no-account"]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import zlib
 
-from waypost import jobstep, slurm
+from waypost.scheduler import jobstep, slurm
 
 
 def test_an_array_task_runs_its_own_step_file_and_the_first_task_the_base_one():

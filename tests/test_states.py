@@ -1,5 +1,5 @@
 """One list of states: every module that names end states takes them from
-waypost.states, and the manifest schema, the Slurm map, the conditions
+waypost.model.states, and the manifest schema, the Slurm map, the conditions
 language and the status legend agree with it."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from waypost import conditions, manifest, slurm, states, status
+from waypost.model import conditions, manifest, states
+from waypost.scheduler import slurm
+from waypost.state import status
 
 
 def test_every_module_names_the_same_end_states():

@@ -13,7 +13,9 @@ from pathlib import Path
 import yaml
 from conftest import REPO, RUNNER, step_input, waypost
 
-from waypost import graph, manifest, parallel, records, status, statuspage
+from waypost.cli import statuspage
+from waypost.model import graph, manifest, parallel, records
+from waypost.state import status
 
 ARTIFACTS = REPO / "test-artifacts"
 

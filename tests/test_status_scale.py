@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from test_series import tiny_pipeline
 
-from waypost import plan, status
+from waypost.ops import plan
+from waypost.state import status
 
 VISCOSITY_STUDY = '''
 from waypost.snakemake import Pipeline

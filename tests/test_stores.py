@@ -12,6 +12,7 @@ from conftest import gcs_fs, gcs_key
 from store_contract import StoreContract
 
 from waypost import stores
+from waypost.model import locations
 from waypost.stores.mounted import MountedStore, PlainMountStore
 
 
@@ -110,12 +111,12 @@ def test_the_mount_table_maps_rclone_and_gcsfuse_mounts_to_buckets(tmp_path, mon
                      "sftp:/home/me /mnt/sftp fuse.rclone rw 0 0\n"
                      "/dev/sda1 / ext4 rw 0 0\n")
     monkeypatch.setattr(mounted, "_table", lambda: mounted.__dict__["_read_table"](str(table)))
-    monkeypatch.setattr(mounted, "_declared", {})
+    monkeypatch.setattr(locations, "_declared", {})
     assert mounted.mount_of("/mnt/rc/results") == mounted.Mount("/mnt/rc", "rclone", "gs://runs-bucket/team")
     assert mounted.mount_of("/mnt/gcs/a/b") == mounted.Mount("/mnt/gcs", "gcsfuse", "gs://data-bucket")
     assert mounted.mount_of("/mnt/sshfs/x").url is None and mounted.mount_of("/mnt/sftp/x").url is None
     assert mounted.mount_of(str(tmp_path)) is None
-    mounted.declare({"/mnt/sshfs": "gs://declared/prefix"})
+    locations.declare_mounts({"/mnt/sshfs": "gs://declared/prefix"})
     assert mounted.mount_of("/mnt/sshfs/x") == mounted.Mount("/mnt/sshfs", "declared", "gs://declared/prefix")
     # The table names a bucket for the rclone mount, but no rclone process
     # here serves /mnt/rc: its remote's type is unknown, so it is no bucket.
@@ -140,7 +141,7 @@ def test_an_rclone_source_names_its_remote_and_path():
 
 def test_a_directory_output_is_described_and_reused_file_by_file(tmp_path):
     """A ``directory()`` output: its files in the manifest, brought in through the store."""
-    from waypost import manifest
+    from waypost.model import manifest
     source = tmp_path / "results/p/e1/s"
     (source / "shards/a").mkdir(parents=True)
     (source / "shards/a/0.bin").write_bytes(b"0")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from waypost import config as wconfig
+from waypost.model import config as wconfig
 
 EXAMPLE = REPO / "examples" / "param-study"
 STAGES = ["simulate", "data_extract", "summary_report"]
@@ -161,9 +161,9 @@ def test_a_points_step_spec_is_its_scopes_line_with_its_own_settings_and_hash():
     """The planner encodes a scope's step spec once and puts each grid
     point's settings and their hash into it: the line is the one the
     point's fields encode to."""
-    from waypost import spec
-    from waypost.config import settings_hash
-    from waypost.stepline import point_line, scope_template
+    from waypost.model import spec
+    from waypost.model.config import settings_hash
+    from waypost.planning.stepline import point_line, scope_template
     scope = {"t_end": 0.1, "label": "a \"quoted\" é", "policy": {"max_attempts": 2}, "worker": "cpu"}
     base = {k: v for k, v in scope.items() if k not in ("policy", "worker")}
     fields = {"stage": "simulate", "experiment": "sweep", "settings": base, "policy": {"max_attempts": 2},

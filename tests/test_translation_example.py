@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import LOCAL_PROFILE, REPO, finish, read_manifest
 
-from waypost import events
+from waypost.model import events
 
 EXAMPLE = REPO / "examples" / "translation"
 PER_PAIR = ["clean_corpus", "train_backward", "split_mono", "collect_mono", "split_corpus", "collect_corpus",

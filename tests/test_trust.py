@@ -32,7 +32,8 @@ from conftest import gcs_key as key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from waypost import layout, manifest, records, states, stores, trust
+from waypost import stores
+from waypost.model import layout, manifest, records, states, trust
 
 PAIRS = ("en-xa", "en-xb")
 LEAVES = "which leaves its stage directory; not using this manifest"
@@ -605,18 +606,9 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
     (p/e/s, with two archives of the same manifest) has ``text`` as its
     manifest: (reader, what it returned). Raises what a reader raised that
     is not a clear error."""
-    from waypost import (
-        catalog,
-        findpage,
-        parents,
-        plan,
-        prune,
-        reuse,
-        status,
-        statuspage,
-        steer,
-        verify,
-    )
+    from waypost.cli import findpage, statuspage
+    from waypost.ops import catalog, plan, prune, steer
+    from waypost.state import parents, reuse, status, verify
     from waypost.stores import mirror
 
     root, stage = tmp / "root", tmp / "root/p/e/s"
@@ -775,7 +767,8 @@ def test_every_bucket_reader_gives_a_valid_record_or_a_clear_error_and_writes_no
     """The same manifests in a bucket: the tree, the status, the catalog, verify
     (and repair), reuse's reader and the step runner's pull of an input's
     manifests; no object appears outside the stage, no local file outside the mirror."""
-    from waypost import catalog, reuse, status, verify
+    from waypost.ops import catalog
+    from waypost.state import reuse, status, verify
     from waypost.stores import gcs
     from waypost.stores.mirror import BucketWorkspace
 

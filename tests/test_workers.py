@@ -8,8 +8,8 @@ import stat
 import pytest
 from conftest import REPO
 
-from waypost import config as wconfig
-from waypost import workers
+from waypost.model import config as wconfig
+from waypost.model import workers
 
 WORKERS = str(REPO / "config" / "workers.yaml")
 

@@ -2,7 +2,7 @@
 submission, with waypost's stage jobs run without a Snakemake in the job.
 
 - **The step runner straight in the job.** A stage job's step is complete
-  in Snakemake's main process (``waypost.wiring.job_command``: the step
+  in Snakemake's main process (``waypost.planning.wiring.job_command``: the step
   runner's line with the step spec and the rule's command), so it is written
   to a step file in the executor's temporary directory (under
   ``.snakemake``, shared with the nodes, removed when the run ends) and the
@@ -33,7 +33,7 @@ submission, with waypost's stage jobs run without a Snakemake in the job.
 - **A dead driver's jobs are adopted.** A stage whose attempt is still at
   work in a Slurm job (its ``_running.json`` names the job, and Slurm says it
   pends or runs, or can't say yet) is not submitted again: that job is
-  waited for as if this run had submitted it (``waypost.lifecycle``).
+  waited for as if this run had submitted it (``waypost.state.lifecycle``).
 
 Select it with ``executor: waypost`` (the profiles do); its options are the
 Slurm plugin's, spelled ``--waypost-...``.
@@ -50,11 +50,15 @@ from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401  (re-exported)
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from waypost import jobstep, lifecycle, manifest, runner, stores
-from waypost import slurm as wslurm
-from waypost import spec as wspec
+from waypost import stores
+from waypost.model import manifest
+from waypost.model import spec as wspec
+from waypost.planning.wiring import job_command
+from waypost.runner import main as runner
+from waypost.scheduler import jobstep
+from waypost.scheduler import slurm as wslurm
 from waypost.snakemake import STEP_PARAM
-from waypost.wiring import job_command
+from waypost.state import lifecycle
 
 from . import bundles
 

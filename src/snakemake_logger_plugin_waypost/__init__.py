@@ -5,7 +5,7 @@ line per job event Snakemake reports through its logger-plugin interface
 (snakemake-interface-logger-plugins): a job planned or started
 (``job_info``: its rule, wildcards and reason), one that failed
 (``job_error``), one that finished, and the run's job counts (``run_info``).
-``waypost plan`` and ``waypost cron`` read these (``waypost.events``)
+``waypost plan`` and ``waypost cron`` read these (``waypost.model.events``)
 instead of Snakemake's printed text; Snakemake's own output is unchanged.
 """
 
@@ -15,7 +15,7 @@ from typing import Optional
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.settings import LogHandlerSettingsBase
 
-from waypost import events
+from waypost.model import events
 
 
 @dataclass

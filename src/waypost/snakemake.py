@@ -11,10 +11,10 @@ starts defining it), so a rule names other stages only where it reads them
 stage directory and no other.
 
 ``Pipeline`` puts together the parts that do the work: the stage graph
-(``waypost.stagegraph``: what the rules declared), the resolver
-(``waypost.resolver``: what the config says per job), the state view
-(``waypost.stateview``: what is done, what is to be redone) and the wiring
-(``waypost.wiring``, the one module that touches Snakemake's objects).
+(``waypost.planning.stagegraph``: what the rules declared), the resolver
+(``waypost.planning.resolver``: what the config says per job), the state view
+(``waypost.planning.stateview``: what is done, what is to be redone) and the wiring
+(``waypost.planning.wiring``, the one module that touches Snakemake's objects).
 """
 
 from __future__ import annotations
@@ -23,20 +23,23 @@ import os
 import shlex
 import sys
 
-from . import config as wconfig
-from . import fanout, layout, points, runner, stores
-from . import workers as wworkers
-from .codeversion import CodeVersions
-from .graph import FACTS_ONLY_ENV
-from .graph import record as record_facts
-from .resolver import Resolver
-from .stagegraph import StageError, StageGraph
-from .stateview import StateView
-from .stepline import StepLines
-from .targets import default_targets
-from .wiring import Snake, WorkflowError, run_identity, wire, wire_inputs
+from waypost import stores
+from waypost.model import config as wconfig
+from waypost.model import layout
+from waypost.model import workers as wworkers
+from waypost.model.codeversion import CodeVersions
+from waypost.model.graph import FACTS_ONLY_ENV
+from waypost.model.graph import record as record_facts
+from waypost.planning import fanout, points
+from waypost.planning.resolver import Resolver
+from waypost.planning.stagegraph import StageError, StageGraph
+from waypost.planning.stateview import StateView
+from waypost.planning.stepline import StepLines
+from waypost.planning.targets import default_targets
+from waypost.planning.wiring import Snake, WorkflowError, run_identity, wire, wire_inputs
+from waypost.runner import main as runner
 
-STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.spec)
+STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.model.spec)
 
 
 class Pipeline:
@@ -304,7 +307,7 @@ class Pipeline:
         self._record_graph()
 
     def _record_graph(self) -> None:
-        """The workflow's facts for the ``waypost`` command (see ``waypost.graph``)."""
+        """The workflow's facts for the ``waypost`` command (see ``waypost.model.graph``)."""
         record_facts({**self.graph.facts(), **self.snake.sources(),
                       "code": {stage: self.code.of(stage) for stage in self.graph.stages}}, self.facts_only)
 

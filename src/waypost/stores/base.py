@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import abc
 
-from .. import layout, manifest
-from ..layout import LOGS, MANIFEST
+from waypost.model import layout, manifest
+from waypost.model.layout import LOGS, MANIFEST
 
 
 def archive_number(names, unfinished) -> int:
@@ -137,7 +137,7 @@ class StageStore(abc.ABC):
     @abc.abstractmethod
     def marker(self, directory: str) -> tuple[bytes, float] | None:
         """A stage dir's ``_running.json`` and the age of its heartbeat (for
-        ``waypost.lifecycle``, the one reader of what it means); None without one."""
+        ``waypost.state.lifecycle``, the one reader of what it means); None without one."""
 
     @abc.abstractmethod
     def write_manifest(self, directory: str, record: dict) -> None:

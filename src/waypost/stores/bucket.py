@@ -17,10 +17,10 @@ import os
 import time
 from bisect import bisect_left
 
-from .. import layout, manifest, records, trust
-from ..layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
-from . import gcs
-from .base import StageStore, archive_number, walked
+from waypost.model import layout, manifest, records, trust
+from waypost.model.layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
+from waypost.stores import gcs
+from waypost.stores.base import StageStore, archive_number, walked
 
 
 class BucketStore(StageStore):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from functools import cache
 
-from . import SCHEME, is_bucket_url
+from waypost.stores import SCHEME, is_bucket_url
 
 MTIME_KEY = "waypost-mtime"
 
@@ -184,7 +184,7 @@ def plain_names(prefix: str, names) -> list[str]:
     """The object names (fsspec paths) below ``prefix`` whose part below it
     is a plain relative path (trust.relative_problem): the ones waypost may
     turn into a local path or a Snakemake wildcard."""
-    from ..trust import relative_problem
+    from waypost.model.trust import relative_problem
     start = len(prefix.rstrip("/")) + 1
     return [name for name in names if name.startswith(prefix.rstrip("/") + "/") and not relative_problem(name[start:])]
 

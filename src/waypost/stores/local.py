@@ -15,10 +15,10 @@ import shutil
 import time
 from types import MappingProxyType
 
-from .. import layout, manifest, records, trust, writes
-from ..layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
-from . import walk
-from .base import StageStore, archive_number, walked
+from waypost.model import layout, manifest, records, trust, writes
+from waypost.model.layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
+from waypost.stores import walk
+from waypost.stores.base import StageStore, archive_number, walked
 
 
 def manifests_under(root: str, max_depth: int = 6, leaf: str = MANIFEST):

@@ -36,10 +36,10 @@ import shutil
 import sys
 import threading
 
-from .. import trust
-from ..layout import ATTEMPTS, MANIFEST, RUNNING
-from . import SCHEME, gcs, is_bucket_url
-from .bucket import archive_objects
+from waypost.model import trust
+from waypost.model.layout import ATTEMPTS, MANIFEST, RUNNING
+from waypost.stores import SCHEME, gcs, is_bucket_url
+from waypost.stores.bucket import archive_objects
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
 SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
@@ -234,7 +234,7 @@ class BucketWorkspace:
         """``_manifest.json`` up, with the set of inputs it records as the
         object's metadata (``manifest.INPUT_SET_KEY``: a planning compares it
         from the listing, without a download)."""
-        from .. import manifest
+        from waypost.model import manifest
         metadata = {}
         try:
             data = manifest.read(self.local) or {}
@@ -291,8 +291,8 @@ class BucketWorkspace:
         """Bring a reused stage's outputs (its manifest's ``outputs``) into the
         bucket (``bucket.bring_objects``: server-side from a bucket, checked
         by crc32c; uploaded from disk, checked by sha256). Says how."""
-        from . import store_for
-        from .bucket import bring_objects
+        from waypost.stores import store_for
+        from waypost.stores.bucket import bring_objects
         return bring_objects(self.fs, self.path, store_for(source, quiet=True), source, outputs)
 
     def put_marker(self, name: str, mtime: float) -> None:
@@ -326,7 +326,7 @@ def blocking_manifests(text: bytes, url: str = "manifest") -> list[str]:
     success, from its manifest (at ``url``): none for a SUCCESS stage, or one
     that can't be read or used (``manifest.parse``: every URL it lists is a
     normalised one, so its local copy stays in the mirror)."""
-    from ..manifest import ManifestError, parse
+    from waypost.model.manifest import ManifestError, parse
 
     try:
         data = parse(text, url)
@@ -349,7 +349,7 @@ def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
     if not step.mirror:
         raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
     stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
-    from ..layout import stage_root
+    from waypost.model.layout import stage_root
     stage.root_local = stage_root(stage.local, step.instance)
     return (stage, [stage.local_of(u) if is_bucket_url(u) else u for u in step.inputs],
             [stage.local_of(u) if is_bucket_url(u) else u for u in step.outputs])

@@ -26,15 +26,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .. import layout, writes
-from . import rclone
-from .base import StageStore
-from .local import LocalStore
+from waypost.model import layout, locations, writes
+from waypost.stores import rclone
+from waypost.stores.base import StageStore
+from waypost.stores.local import LocalStore
 
 FUSE_KINDS = {"fuse.gcsfuse": "gcsfuse", "fuse.rclone": "rclone"}
 # How long a reuse made through the API waits for this node's mount to list the copies.
 SETTLE_S = float(os.environ.get("WAYPOST_MOUNT_SETTLE_SECONDS", "70"))
-_declared: dict[str, str] = {}
 _said: set[str] = set()
 _ways: dict[str, Way] = {}   # mount point → how this process serves it (way_of)
 
@@ -53,12 +52,6 @@ class Way:
     (None) through the mount alone; ``said``: the line that tells the user."""
     url: str | None
     said: str
-
-
-def declare(mounts: dict[str, str]) -> None:
-    """The config's ``mounts`` (mount point → gs://bucket[/prefix]), for this
-    process: read with the config, and by a job's runner from its step spec."""
-    _declared.update({os.path.realpath(point): url.rstrip("/") for point, url in mounts.items()})
 
 
 def _table() -> list[tuple[str, str, str]]:
@@ -93,11 +86,12 @@ def bucket_of_source(kind: str, source: str) -> str | None:
 
 def mount_of(path: str) -> Mount | None:
     """The mount ``path`` is on, when it is a FUSE or declared mount."""
-    from . import SCHEME
+    from waypost.stores import SCHEME
     real = os.path.realpath(path)
-    for point in sorted(_declared, key=len, reverse=True):
+    declared = locations.declared_mounts()
+    for point in sorted(declared, key=len, reverse=True):
         if real == point or real.startswith(point.rstrip("/") + "/"):
-            return Mount(point, "declared", _declared[point])
+            return Mount(point, "declared", declared[point])
     best = None
     for source, point, kind in _table():
         inside = real == point or real.startswith(point.rstrip("/") + "/")
@@ -132,7 +126,7 @@ def _decide(mount: Mount) -> Way:
         return Way(None, f"{how} {what}: {PLAIN} (if it serves a GCS bucket, {declare})")
     problem = api_problem(url)
     if problem and mount.kind == "declared":
-        from .gcs import StorageError
+        from waypost.stores.gcs import StorageError
         raise StorageError(f"{mount.point}: the config's mounts: has it served through the API of {url}, but this "
                            f"process can't use that API ({problem}): give it credentials and a route to the "
                            f"storage endpoint, or take {mount.point} out of mounts: to work through the mount")
@@ -169,7 +163,7 @@ def api_problem(url: str) -> str | None:
     it reads nothing through the API)."""
     from importlib.util import find_spec
 
-    from .gcs import StorageError, check_bucket, unreachable
+    from waypost.stores.gcs import StorageError, check_bucket, unreachable
     problem = unreachable(url)
     if problem or find_spec("gcsfs") is None:
         return problem
@@ -237,7 +231,7 @@ class MountedStore(LocalStore):
     def api(self):
         """The bucket store over the whole root: one listing, made when first needed."""
         if self._api is None:
-            from .bucket import BucketStore
+            from waypost.stores.bucket import BucketStore
             self._api = BucketStore(self.bucket_url)
         return self._api
 
@@ -258,7 +252,7 @@ class MountedStore(LocalStore):
 
     def _stage(self, directory: str):
         """A bucket store over one stage directory (one listing of it)."""
-        from .bucket import BucketStore
+        from waypost.stores.bucket import BucketStore
         return BucketStore(self.url(directory))
 
     # reads: from the one listing

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from .. import layout, manifest, trust
-from ..parallel import chunks, in_workers
+from waypost.model import layout, manifest, trust
+from waypost.model.parallel import chunks, in_workers
 
 # Below PARALLEL_FROM manifests (about), starting workers costs more than it saves.
 PARALLEL_FROM = 5000

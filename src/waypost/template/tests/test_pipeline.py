@@ -17,7 +17,7 @@ def snakemake(workdir, *args):
 def planned_jobs(workdir):
     """The rules a dry run would run (not ``all``), as Snakemake reports
     them to waypost's logger plugin (``--logger waypost``)."""
-    from waypost import events
+    from waypost.model import events
     path = workdir / ".waypost" / "planned-events.jsonl"
     path.parent.mkdir(exist_ok=True)
     path.unlink(missing_ok=True)

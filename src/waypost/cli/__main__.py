@@ -1,0 +1,3 @@
+from waypost.cli.main import main
+
+main()

@@ -1,0 +1,207 @@
+"""``waypost find``: the stages that exist in every root of the catalog (a
+table, JSON, their lineage or one HTML page), and ``waypost reuse``, which
+points an experiment at another's stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from datetime import UTC
+
+from waypost import stores
+from waypost.cli import status as clistatus
+from waypost.cli import termwidth
+from waypost.cli.args import load_config, reach
+from waypost.model import config as wconfig
+from waypost.model import graph
+
+
+def cmd_find(args) -> int:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from waypost.ops import catalog
+
+    cfg = load_config(args)
+    cat = catalog.Catalog(args.db)
+    roots = catalog.roots_of(cfg) + (args.root or [])
+    unread = 0
+    if not args.no_refresh:
+        cat.forget_others(roots)
+        for root in roots:
+            try:
+                reach(root)
+                done = cat.refresh(root)
+            except Exception as exc:
+                print(f"waypost: catalog: {exc}", file=sys.stderr)
+                unread += 1
+                continue
+            for problem in done.problems:
+                print(f"waypost: catalog: skipped {problem}", file=sys.stderr)
+    if args.lineage:
+        return render_lineage(cat.lineage(args.lineage), args.json) or (1 if unread else 0)
+    if args.stage and "/" in args.stage:   # stage/instance, as the tables show them
+        args.stage, instance = args.stage.split("/", 1)
+        args.instance = [*(args.instance or []), instance]
+    rows = cat.find(stage=args.stage, pair=args.pair, experiment=args.experiment, state=args.state,
+                    since=args.since, until=args.until, config_hash=args.config_hash, limit=args.limit,
+                    archived=not args.no_archived, instance=args.instance)
+    if not rows:
+        _check_find_names(cfg, cat, args)
+    if args.instance:   # each: one that is nowhere is a typo, whatever the others found
+        wconfig.check_instance_names(cfg, args.instance, args.experiment if args.experiment in cfg["experiments"]
+                                     else None, cat.instances())
+    if args.html:
+        # The page is over the whole catalog (lineage needs every stage); the
+        # filters given here are its first view.
+        everything = cat.find(archived=not args.no_archived)
+        _compare_with_config(everything, cfg, args.against)
+        _write_find_page(args, cfg, roots, everything)
+        return 1 if unread else 0
+    _compare_with_config(rows, cfg, args.against)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 1 if unread else 0
+    table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    locations = [stores.shown(r["location"]) for r in rows]
+    stages = [r["stage"] + (f"/{r['instance']}" if r["instance"] else "") for r in rows]
+    widths = {"stage": max(map(len, stages), default=5), "created": 16, "config": 8, "state": 5}
+    for column in ("experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config", "location"):
+        table.add_column(column, overflow="fold", min_width=widths.get(column))
+    for row, location, name in zip(rows, locations, stages):
+        text, style = clistatus.label({"state": "adopted" if row["adopted"] else row["state"]})
+        if row["differs"] is None:
+            differs = "–"
+        else:
+            differs = "same" if not row["differs"] else "; ".join(row["differs"])
+            differs = f"{differs} ({row['compared_with']})"
+        table.add_row(row["experiment"], row["pair"], name,
+                      f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else "")
+                      + (f" (archived {row['archive']})" if row["archive"] else ""),
+                      clistatus.when(row["source_created"] or row["created"]) + (" (reused)" if row["source_created"] else ""),
+                      str(row["attempts"]),
+                      (row["config_hash"] or "–")[:8], escape(differs), escape(location))
+    termwidth.console(args.width).print(table)
+    return 1 if unread else 0
+
+
+def _compare_with_config(rows: list[dict], cfg: dict, against: str | None) -> None:
+    """Each row's settings that differ from the current config's (``differs``,
+    ``compared_with``): of ``against``, else of its own experiment, else of
+    one that has its pair; None where nothing compares."""
+    from waypost.model import diffs
+
+    settings_of = wconfig.step_settings_of(cfg)
+    for row in rows:
+        other = against or (row["experiment"] if row["experiment"] in cfg["experiments"] else
+                            next((e for e, x in cfg["experiments"].items() if row["pair"] in x["pairs"]), None))
+        if other and row["stage"] in cfg["stages"] and (row["pair"] in cfg["experiments"][other]["pairs"]
+                                                        or row["pair"] == "_all"):
+            current = settings_of(other, row["pair"], row["stage"], row.get("instance"))
+            row["differs"] = diffs.settings_diff(row["settings"], current)
+            row["compared_with"] = other
+        else:
+            row["differs"], row["compared_with"] = None, None
+
+
+def render_lineage(tree: dict, as_json: bool) -> int:
+    """``find --lineage``: the tree of manifests a stage was made from, one
+    line each, indented under the stage that read it; a stage read by many
+    shows its inputs once (later: "inputs above"). 1 when the stage itself
+    is not in the catalog."""
+    if as_json:
+        json.dump(tree, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 1 if tree.get("missing") else 0
+    shown: set[str] = set()
+
+    def where(location: str) -> str:
+        return os.path.relpath(location) if location and location.startswith(os.getcwd() + os.sep) else location
+
+    def walk(node: dict, depth: int) -> None:
+        lead = "  " * depth + ("reused from " if node.get("via") == "reuse" else "")
+        if node.get("missing"):
+            print(f"{lead}{where(node['location'])}: not in the catalog")
+            return
+        if node.get("adopted"):
+            print(f"{lead}{where(node['location'])}: placed by hand (no manifest)")
+            return
+        name = "/".join(x for x in (node["pair"], node["experiment"], node["stage"], node["instance"]) if x)
+        state = clistatus.label({"state": node["state"]})[0] + (f" (archived {node['archive']})" if node["archive"] else "")
+        made = (f"made {clistatus.when(node['source_created'])} (reused)" if node.get("source_created")
+                else f"made {clistatus.when(node['created'])}")
+        again = node["location"] in shown and node["inputs"]
+        print(f"{lead}{name}: {state}, {made}, config {(node['config_hash'] or '–')[:8]}, code "
+              f"{node['code_version'] or '–'}" + (" (cycle)" if node.get("cycle") else "")
+              + (" (inputs above)" if again else "") + f" — {where(node['location'])}")
+        if again:
+            return
+        shown.add(node["location"])
+        for child in node["inputs"]:
+            walk(child, depth + 1)
+
+    walk(tree, 0)
+    return 1 if tree.get("missing") else 0
+
+
+def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> None:
+    """``find --html FILE``: the rows found, as one self-contained page (findpage)."""
+    from datetime import datetime
+
+    from waypost.cli import findpage
+    from waypost.stores import gcs
+
+    # The stage graph as the last parse here recorded it (no parse of the workflow just for the page).
+    parents = graph.load(args.config, args.workflow) if os.path.exists(graph.GRAPH_FILE) else None
+    filters = {k: getattr(args, k) for k in ("stage", "pair", "experiment", "state", "since", "until", "config_hash")}
+    data = findpage.build(rows, root=gcs.url_of(*gcs.filesystem(cfg["root"])),
+                          experiments={name: list(x["pairs"]) for name, x in cfg["experiments"].items()},
+                          parents=parents, roots=[gcs.url_of(*gcs.filesystem(r)) for r in roots],
+                          filters=filters, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    with open(args.html, "w", encoding="utf-8") as f:
+        f.write(findpage.render(data))
+    print(f"wrote {args.html}: {len(rows)} stage(s) from {len(roots)} root(s)")
+
+
+def _check_find_names(cfg: dict, cat, args) -> None:
+    """When ``find`` found nothing: a plain name (no shell pattern) that is
+    neither configured nor in any root of the catalog is a typo, and gets
+    the answer every command gives. Only then: the catalog spans other roots
+    and older configs, so a name the config lacks may still be found."""
+    for field, kind in (("experiment", "experiments"), ("pair", "pairs"), ("stage", "stages")):
+        name = getattr(args, field)
+        if name is None or any(c in name for c in "*?[") or cat.find(**{field: name}, limit=1):
+            continue
+        if field == "pair":   # not narrowed by --experiment: that may name another root's experiment
+            wconfig.check_names(cfg, pairs=name)
+        else:
+            wconfig.check_names(cfg, **{kind: name})
+
+
+
+def cmd_reuse(args) -> int:
+    from waypost.state import reuse
+
+    cfg = load_config(args)
+    # NEW must be configured (add experiments.NEW with its pairs first); OLD
+    # need not be: any experiment with stage directories under the root will do.
+    wconfig.check_names(cfg, args.into, args.pairs, args.upstream_of)
+    reach(args.from_root or cfg["root"])
+    parents = graph.load(args.config, args.workflow)
+    entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
+                                       args.from_root)
+    if problems:
+        print(f"waypost: can't reuse from experiment {args.source} (nothing written): these stages are not "
+              "finished:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    path = os.path.join(wconfig.reuse_dir(args.config), f"{args.into}.yaml")
+    reuse.write_pointers(path, args.into, entries, "waypost " + shlex.join(sys.argv[1:]))
+    print(f"wrote {os.path.relpath(path)}: experiment {args.into} takes {len(entries)} stage(s) from "
+          f"{args.source}: {', '.join(entries)}")
+    print(f"the next run computes {args.upstream_of} and what follows it")
+    return 0

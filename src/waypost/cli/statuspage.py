@@ -1,0 +1,165 @@
+"""``waypost status --html``: the status grid as one self-contained HTML page.
+
+A pure function of the grid ``status.collect`` returns: no file access, no
+external assets. Each cell holds its state and attempts; its ``<details>``
+hold the stage directory, the attempt history and, for a stage with
+instances, each instance's.
+"""
+
+from __future__ import annotations
+
+import html
+
+from waypost.state import status
+
+CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #222; }
+h1 { font-size: 1.4rem; margin: 0 0 .3rem; }
+h2 { font-size: 1.15rem; margin: 1.5rem 0 .5rem; }
+.root { color: #555; margin: 0 0 .8rem; }
+code, .path, .history { font-family: ui-monospace, monospace; font-size: 12px; }
+.legend { display: flex; flex-wrap: wrap; gap: .4rem; align-items: center; }
+.legend .marks { color: #555; margin-left: .6rem; white-space: pre; }
+.swatch { padding: .1rem .5rem; border-left: 4px solid var(--c); background: color-mix(in srgb, var(--c) 18%, white); }
+table.grid { border-collapse: collapse; }
+.grid th, .grid td { border: 1px solid #ccc; padding: .25rem .5rem; text-align: left; vertical-align: top; }
+.grid thead th { background: #f3f3f3; }
+.grid th[scope=row] { font-weight: 600; white-space: nowrap; }
+.cell { border-left: 4px solid var(--c) !important; background: color-mix(in srgb, var(--c) 18%, white);
+        min-width: 7rem; position: relative; }
+.cell summary { cursor: pointer; white-space: nowrap; }
+/* An open cell's details float over the grid instead of widening its column. */
+.more { position: absolute; z-index: 1; top: 100%; left: -4px; width: max-content; max-width: 70rem;
+        background: #fff; border: 1px solid #bbb; border-left: 4px solid var(--c);
+        box-shadow: 0 4px 14px rgba(0, 0, 0, .2); padding: .4rem .6rem; }
+.label { font-weight: 600; }
+/* a stage's instances in one state: "timeout 9", in that state's colour */
+.count { color: color-mix(in srgb, var(--c) 80%, black); white-space: nowrap; }
+.attempts { color: #555; font-size: 12px; }
+.more p { margin: .2rem 0; }
+.instance { border-left: 4px solid var(--c); padding-left: .4rem; margin-top: .5rem; }
+table.history { border-collapse: collapse; margin-top: .2rem; background: white; }
+.history th, .history td { border: 1px solid #ddd; padding: .1rem .35rem; white-space: nowrap; }
+"""
+
+# One open cell at a time.
+SCRIPT = """
+document.addEventListener("toggle", (e) => {
+  if (e.target.open) document.querySelectorAll("details[open]").forEach((d) => { if (d !== e.target) d.open = false; });
+}, true);
+"""
+
+HISTORY_COLUMNS = ["#", "series", "action", "state", "exit", "checks", "next", "why", "secs", "limit", "host",
+                   "slurm job", "log"]
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _attempt_row(a: dict) -> str:
+    exit_text = f"sig {a['signal']}" if a.get("signal") else a.get("exit_code")
+    checks = " ".join(f"{k}:{'ok' if v == 'SUCCESS' else v}" for k, v in (a.get("checks") or {}).items())
+    secs = f"{a['duration_s']:.1f}" if a.get("duration_s") is not None else ""
+    decision = a.get("decision") or {}
+    limit = a.get("runtime_limit_s")
+    cells = [a.get("number"), a.get("series", 1), a.get("action"), a.get("state") or "?", exit_text, checks,
+             decision.get("action"), decision.get("reason"), secs, "" if limit is None else f"{limit:g}",
+             a.get("host"), a.get("slurm_job_id"), a.get("log")]
+    return "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>"
+
+
+def _stage_details(cell: dict) -> str:
+    """Directory, problems and attempt history of one stage or instance directory."""
+    parts = [f'<p>dir <span class="path">{_e(cell["path"])}</span></p>']
+    for key, what in (("reason", "reason"), ("error", "error")):
+        if cell.get(key):
+            parts.append(f"<p>{what}: {_e(cell[key])}</p>")
+    if cell.get("missing_outputs"):
+        parts.append(f'<p>missing outputs: <span class="path">{_e(", ".join(cell["missing_outputs"]))}</span></p>')
+    if cell.get("log"):
+        parts.append(f'<p>latest log <span class="path">{_e(cell["log"])}</span></p>')
+    if cell.get("history"):
+        head = "".join(f"<th>{c}</th>" for c in HISTORY_COLUMNS)
+        rows = "".join(_attempt_row(a) for a in cell["history"])
+        parts.append(f'<table class="history"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
+    if cell.get("archives"):
+        runs = "".join(f'<li class="archive" data-archive="{_e(r["archive"])}">{_e(r["archive"])}: '
+                       f'{_e(r["state"] or "no manifest")}, {_e(r["attempts"])} attempt(s)'
+                       f'{", made " + _e((r["created"] or "")[:16].replace("T", " ")) if r["created"] else ""}'
+                       f'{", reused from " + _e(r["reused_from"]) if r.get("reused_from") else ""}</li>'
+                       for r in cell["archives"])
+        parts.append(f'<p>earlier runs, archived:</p><ul class="archives">{runs}</ul>')
+    return "".join(parts)
+
+
+GIVEN_UP = ' data-given-up="true"'
+
+
+def _part(part: dict) -> str:
+    """One part of a cell's label (status.label_parts): a count of instances
+    in a state, or given up, in its state's colour."""
+    if not part.get("state"):
+        return _e(part["text"])
+    if "count" in part:
+        data = f' data-count-state="{_e(part["state"])}" data-count="{part["count"]}"'
+    elif type(part.get("given_up")) is int:      # how many instances (True: the stage's own)
+        data = f' data-given-up-count="{part["given_up"]}"'
+    else:
+        return _e(part["text"])
+    return f'<span class="count state-{_e(part["state"])}"{data}>{_e(part["text"])}</span>'
+
+
+def _summary(cell: dict) -> str:
+    attempts = status.label(cell)[1]
+    tail = f' <span class="attempts" title="{attempts} attempt(s)">×{attempts}</span>' if attempts else ""
+    return f'<span class="label">{"".join(_part(p) for p in status.label_parts(cell))}</span>{tail}'
+
+
+def _cell(experiment: str, pair: str, stage: str, cell: dict) -> str:
+    state, where = cell["state"], f"{experiment}/{pair}/{stage}"
+    inner = [f'<p>{_e(len(cell["instances"]))} instances in <span class="path">{_e(cell["path"])}</span></p>'
+             if "instances" in cell else _stage_details(cell)]
+    for name, sub in cell.get("instances", {}).items():
+        inner.append(f'<div class="instance state-{_e(sub["state"])}" data-instance="{_e(name)}" '
+                     f'data-state="{_e(sub["state"])}"><b>instance {_e(name)}</b>: {_summary(sub)}'
+                     f'{_stage_details(sub)}</div>')
+    return (f'<td class="cell state-{_e(state)}" data-experiment="{_e(experiment)}" data-pair="{_e(pair)}" '
+            f'data-stage="{_e(stage)}" data-state="{_e(state)}" data-attempts="{status.label(cell)[1]}"'
+            f'{GIVEN_UP if cell.get("given_up") else ""}>'
+            f'<details><summary>{_summary(cell)}</summary><div class="more" id="{_e(where)}">{"".join(inner)}</div>'
+            f'</details></td>')
+
+
+def _legend() -> str:
+    swatches = "".join(f'<span class="swatch state-{state}" data-state="{state}">{_e(status.look(state)[0])}</span>'
+                       for state in [*status.LOOKS, *status.FAILURES])
+    return f'<div class="legend" id="legend">{swatches}<span class="marks">{_e(status.LEGEND_MARKS)}</span></div>'
+
+
+def _table(experiment: str, columns: dict, stages: list[str], axis: dict | None = None) -> str:
+    head = "".join(f"<th>{_e(status.column_heading(pair, axis))}</th>" for pair in columns)
+    rows = []
+    for stage in stages:
+        cells = "".join(_cell(experiment, pair, stage, col[stage]) if stage in col else '<td class="empty"></td>'
+                        for pair, col in columns.items())
+        rows.append(f'<tr><th scope="row">{_e(stage)}</th>{cells}</tr>')
+    return (f'<h2>experiment {_e(experiment)}</h2>\n<table class="grid" data-experiment="{_e(experiment)}">'
+            f'<thead><tr><th>stage</th>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>")
+
+
+def render(grid: dict) -> str:
+    """The whole page: a legend, then one table per experiment (a row per
+    stage, a column per pair and one for the per-experiment funnels).
+
+    Each cell's details have the id ``experiment/pair/stage``: a link to
+    ``page.html#exp1/en-xa/train_student`` opens them."""
+    # Failure states, and any state the palette does not know, take the failure colour.
+    css = CSS + "".join([f".cell, .swatch, .instance, .count {{ --c: {status.FAILURE_LOOK[1]}; }}\n",
+                         *(f".state-{state} {{ --c: {status.look(state)[2]}; }}\n" for state in status.LOOKS)])
+    tables = "\n".join(_table(experiment, columns, grid["stages"], grid.get("axis"))
+                       for experiment, columns in grid["experiments"].items())
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>waypost status</title>\n'
+            f'<style>{css}</style></head>\n<body>\n<h1>waypost status</h1>\n'
+            f'<p class="root">root <code>{_e(grid["root"])}</code> · click a cell for its directory, '
+            f'attempts and logs</p>\n{_legend()}\n{tables}\n<script>{SCRIPT}</script>\n</body></html>\n')

@@ -1,0 +1,118 @@
+"""The commands that change or check the stage directories in place:
+``waypost rerun``, ``retry``, ``adopt``, ``prune`` and ``verify``."""
+
+from __future__ import annotations
+
+import sys
+
+from waypost import stores
+from waypost.cli.args import load_config, reach
+from waypost.model import config as wconfig
+from waypost.model import layout
+
+
+def _shown(path: str) -> str:
+    """A stage dir as the steering commands print it: relative when local."""
+    return stores.shown(path)
+
+
+def cmd_rerun(args) -> int:
+    from waypost.ops import steer
+
+    cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage)
+    if not (args.experiment or args.pair or args.instance or args.all) and len(cfg["experiments"]) > 1:
+        raise wconfig.ConfigError(f"rerun {args.stage}: the config has {len(cfg['experiments'])} experiments "
+                                  f"({', '.join(cfg['experiments'])}); say which with --experiment, --pair or "
+                                  f"--instance, or rerun it in all of them with --all")
+    reach(cfg["root"])
+    done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
+    reused = steer.reuse_sources(cfg, [directory for directory, _ in done])
+    for directory, archived in done:
+        note = (f" (reused: the next run copies it again from {_shown(reused[directory])}, "
+                "it does not recompute it)") if directory in reused else ""
+        print(f"{_shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
+    verb = "would be redone" if args.dry_run else "will be redone by the next run"
+    print(f"{len(done)} stage(s) {verb}" + (f", {len(reused)} of them taken again from their reuse source"
+                                           if reused else ""))
+    return 0
+
+
+def cmd_retry(args) -> int:
+    """A new count of series for stages given up or waiting out a backoff."""
+    from waypost.ops import steer
+
+    cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage)
+    reach(cfg["root"])
+    done = steer.retry(cfg, args.stage, args.experiment, args.pair, args.instance, args.dry_run)
+    for directory, what, then in done:
+        print(f"{_shown(directory)}: {what}; {'would get' if args.dry_run else 'gets'} a new count of series; "
+              f"the next run: {then}")
+    print(f"{len(done)} stage(s) {'would be' if args.dry_run else 'will be'} tried again by the next run "
+          "(their history kept)")
+    return 0
+
+
+def cmd_adopt(args) -> int:
+    from waypost.ops import steer
+
+    cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
+    reach(cfg["root"])
+    record, replaced = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
+    print(f"adopted {len(record['outputs'])} file(s) as {args.experiment}/{args.pair}/{args.stage}"
+          f"{'/' + args.instance if args.instance else ''}: " + ", ".join(o["path"] for o in record["outputs"]))
+    if replaced:
+        print(_set_aside(replaced))
+    return 0
+
+
+def _set_aside(replaced: dict) -> str:
+    """What adopt archived: ``the earlier manifest (SUCCESS, made …) and
+    its logs archived in DIR/.attempts/N``."""
+    from waypost.cli import status as clistatus
+
+    earlier, rest = replaced["manifest"], [e for e in replaced["entries"] if e != layout.MANIFEST]
+    if earlier and layout.MANIFEST in replaced["entries"]:
+        what = (f"the earlier manifest ({earlier['state']}{', adopted' if earlier.get('adopted') else ''}, "
+                f"made {clistatus.when(earlier.get('created'))})")
+        what += " and its logs" if rest == [layout.LOGS] else f" with {', '.join(rest)}" if rest else ""
+    else:
+        what = "what was there before (" + ", ".join(replaced["entries"]) + ")"
+    return f"{what} archived in {replaced['archive']}"
+
+
+def cmd_prune(args) -> int:
+    """Remove the archived workspaces beyond the retention that nothing needs
+    (slim those only an attempt history reads)."""
+    from waypost.ops import prune
+
+    cfg = load_config(args)
+    wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
+    reach(cfg["root"])
+    archives, problems = prune.prune(cfg, args.experiment, args.pair, args.stage, dry_run=args.dry_run)
+    if not archives:
+        print(f"no archived workspaces (.attempts/) under {cfg['root']} for this selection")
+        return 0
+    lines, trouble = prune.report(archives, problems, args.dry_run)
+    print("\n".join(lines))
+    if trouble:
+        print(trouble, file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from waypost.state import verify
+    cfg = load_config(args)
+    reach(cfg["root"])
+    problems = verify.verify(cfg["root"], checksums=not args.no_checksums, repair=args.repair)
+    for p in problems:
+        action = f"archived in {p.stage_dir}/{p.archived}" if p.archived else "not done (use --repair to set it aside)"
+        print(f"{p.stage_dir}: {p.what}; {action}")
+    print(f"{len(problems)} stage(s) not to be trusted" if problems else "every manifest checks out")
+    how = verify.summary(problems, checksums=not args.no_checksums)
+    if how:
+        print(how)   # on a gs:// root: crc32c from the listing, or sizes only (and how many)
+    return 1 if problems else 0   # problems found (also when --repair set them aside)

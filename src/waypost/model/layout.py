@@ -1,0 +1,91 @@
+"""Names → stage paths: ``{root}/{pair}/{experiment}/{stage}[/{instance}]``.
+
+Pair first, so all work on one language pair sits together. Every name that
+becomes a path component is validated here: letters, digits, ``.``, ``_`` and
+``-``, starting with a letter or digit (so no ``..``, no hidden names, no
+option-looking names, nothing a shell would interpret).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+
+from waypost.model.locations import join  # a location below a root (a path or a URL)
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
+NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+# Where per-experiment funnels (the report) live: a pair slot no real pair can
+# take, because names must start with a letter or digit.
+ALL_PAIRS = "_all"
+
+MANIFEST = "_manifest.json"
+RUNNING = "_running.json"
+LOGS = "_logs"
+ATTEMPTS = ".attempts"
+# In ``.attempts/<n>/`` while an archive into it is under way (the names it
+# moves): an archive cut short is finished by the next one, into the same <n>.
+ARCHIVING = "_archiving.json"
+# Marks a stage whose outputs are placeholders of a failed or skipped stage
+# (kept so a funnel could run): the next run redoes the stage.
+UNFINISHED = "_unfinished"
+# Marks a stage that succeeded over parents that did not (a funnel): the next
+# run looks at those parents again and redoes it when one of them is redone.
+PROVISIONAL = "_provisional"
+# At the root: one empty file per stage on hold, named by its stage directory
+# with "~" for "/" (no name holds "~"), so a planning knows them all from one
+# listing: given up (its max_series spent; dated 1970) or waiting out its
+# series backoff (dated when the wait ends). A slot no pair can take (see ALL_PAIRS).
+HELD = "_held"
+# Where ``waypost find`` caches the catalog (relative to where it runs).
+CATALOG_DB = os.path.join(".waypost", "catalog.sqlite")
+# Files the engine writes into a stage directory; everything else is the step's.
+ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS, UNFINISHED, PROVISIONAL}
+
+
+class NameError_(ValueError):
+    """A name that cannot be used as a path component."""
+
+
+def is_valid_name(name: object) -> bool:
+    return isinstance(name, str) and _valid(name)
+
+
+@lru_cache(maxsize=1 << 16)   # the same names, asked for at every job of a planning (a study's points)
+def _valid(name: str) -> bool:
+    return bool(NAME_RE.match(name)) and ".." not in name
+
+
+def check_name(name: object, what: str) -> str:
+    if not is_valid_name(name):
+        raise NameError_(f"{what} {name!r} is not a valid name (expected {NAME_RULE})")
+    return name  # type: ignore[return-value]
+
+
+def stage_dir(root: str, pair: str, experiment: str, stage: str, instance: str | None = None) -> str:
+    parts = [check_name(pair, "pair") if pair != ALL_PAIRS else pair,
+             check_name(experiment, "experiment"), check_name(stage, "stage")]
+    if instance is not None:
+        parts.append(check_name(instance, "instance"))
+    return join(root, *parts)
+
+
+def stage_name(pair: str, experiment: str, stage: str, *instance: str | None) -> str:
+    """How messages name a stage: experiment/pair/stage[/instance] (no pair
+    for a per-experiment funnel)."""
+    return "/".join(part for part in (experiment, None if pair == ALL_PAIRS else pair, stage, *instance) if part)
+
+
+def held_entry(root: str, stage_dir: str) -> str:
+    """The registry file (see HELD) of a stage directory under ``root``."""
+    rel = stage_dir[len(root.rstrip("/")) + 1:]
+    return join(root, HELD, rel.replace("/", "~"))
+
+
+def stage_root(stage_dir: str, instance: str | None) -> str:
+    """The root a stage directory is under (it is pair/experiment/stage[/instance] below it)."""
+    parts = stage_dir.rstrip("/").split("/")
+    return "/".join(parts[:-(4 if instance else 3)])

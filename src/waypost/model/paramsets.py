@@ -1,0 +1,239 @@
+"""An experiment's parameter set as its points.
+
+An experiment has at most one set of points (the instances of the stages
+whose rule says ``instances=wp.grid``), one of:
+
+- ``grid``: every combination of its axes' values (``config.grid_points``);
+- ``zip``: lists of one length, a point per position (Maestro's
+  ``global.parameters``);
+- ``table``: a CSV file, a point per row, its columns the parameters (a
+  column headed ``instance`` names the points); the file is read, relative
+  to the config file's directory, whenever the config is;
+- ``sample``: ``n`` points drawn at random with a ``seed``, each parameter
+  from a range (``uniform``, ``loguniform``) or a list (``choice``).
+
+Each gives instance name → the point's values (parameter → value), in
+order. A point is named as a grid point is, by each parameter and its value
+joined by ``-`` in the order the parameters are written (``mesh8-rep1``), so
+a point keeps its name, directory and results whichever set makes it and
+however the set grows. Whatever can't make points is one ConfigError naming
+the file (the config's, or the table's, and its line) and the key.
+
+A sample is reproducible: its draws use ``random.Random(seed).random()``
+alone, the one method whose sequence for a seed Python guarantees to keep
+across its versions (the ``random`` module's documentation, "Notes on
+Reproducibility"); each point draws one number per parameter, in the order
+written, and a point drawn again is drawn anew, so the first ``n`` points of
+a seed are the same for any larger ``n``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import random
+import re
+
+from waypost.model import config as wconfig
+from waypost.model.layout import NAME_RULE, is_valid_name
+
+#: The keys of an experiment that make its points, at most one of them.
+SETS = ("grid", "zip", "table", "sample")
+PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+INSTANCE_COLUMN = "instance"   # a table's column that names its points
+
+
+def points_of(experiment: dict, where: str, base: str) -> dict[str, dict] | None:
+    """The points of an experiment's parameter set, None without one
+    (``where``: the file and the experiment's key, for messages; ``base``:
+    the config file's directory, a table's path is relative to it)."""
+    given = [key for key in SETS if experiment.get(key) is not None]
+    if len(given) > 1:
+        raise wconfig.ConfigError(f"{where}: {' and '.join(given)}: an experiment has one parameter set "
+                                  f"(one of {', '.join(SETS)})")
+    if not given:
+        return None
+    kind = given[0]
+    spec, at = experiment[kind], f"{where}.{kind}"
+    if kind == "grid":
+        return wconfig.grid_points(spec, at)
+    if kind == "zip":
+        return zip_points(spec, at)
+    if kind == "table":
+        return table_points(spec, at, base)
+    return sample_points(spec, at)
+
+
+def _parameter(name, where: str) -> str:
+    if not isinstance(name, str) or not PARAMETER.fullmatch(name):
+        raise wconfig.ConfigError(f"{where}: {name!r} can't name a parameter (expected a word: letters, digits "
+                                  "and '_', not starting with a digit)")
+    if name in wconfig.ENGINE_KEYS or name == INSTANCE_COLUMN:
+        raise wconfig.ConfigError(f"{where}: {name!r} is one of waypost's own words ("
+                                  f"{', '.join((*wconfig.ENGINE_KEYS, INSTANCE_COLUMN))}): name the parameter otherwise")
+    return name
+
+
+def name_of(values: dict) -> str:
+    """A point's instance name: each parameter and its value, joined by ``-``."""
+    return "-".join(f"{key}{value}" for key, value in values.items())
+
+
+def named(rows, what) -> dict[str, dict]:
+    """Instance name → values of each (name, values) of ``rows`` (a None
+    name: made from the values); ``what(i)``: where the i-th row is written.
+    ConfigError on a name that is not valid, or a point named twice."""
+    found: dict[str, tuple[int, dict]] = {}
+    for i, (name, values) in enumerate(rows):
+        name = name_of(values) if name is None else name
+        if not is_valid_name(name):
+            raise wconfig.ConfigError(f"{what(i)}: the point {values} makes the instance name {name!r}, which is "
+                                      f"not a valid name ({NAME_RULE}, no '..')")
+        if name in found:
+            raise wconfig.ConfigError(f"{what(i)}: the point {name} again (first at {what(found[name][0])}): "
+                                      "each point once")
+        found[name] = (i, values)
+        if len(found) > wconfig.MAX_POINTS:
+            raise wconfig.ConfigError(f"{what(i)}: more than {wconfig.MAX_POINTS:,} points")
+    return {name: values for name, (_, values) in found.items()}
+
+
+# --- zip ---------------------------------------------------------------------
+
+def zip_points(spec: dict, where: str) -> dict[str, dict]:
+    """A point per position of lists of one length."""
+    lists = {_parameter(name, f"{where}.{name}"): values for name, values in spec.items()}
+    lengths = {name: len(values) if isinstance(values, list) else None for name, values in lists.items()}
+    if None in lengths.values() or len(set(lengths.values())) > 1 or not lists:
+        shown = ", ".join(f"{name} {'not a list' if n is None else n}" for name, n in lengths.items())
+        raise wconfig.ConfigError(f"{where}: lists of one length are zipped, a point per position; these are: "
+                                  f"{shown or 'none'}")
+    rows = [(None, dict(zip(lists, combo))) for combo in zip(*lists.values())]
+    return named(rows, lambda i: f"{where} (position {i + 1})")
+
+
+# --- table -------------------------------------------------------------------
+
+def _cell(text: str):
+    """A CSV cell's value: a whole number, a number, or the text."""
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        return value if kind is int or math.isfinite(value) else text
+    return text
+
+
+def table_points(spec, where: str, base: str) -> dict[str, dict]:
+    """A point per row of a CSV file: ``spec`` its path, or ``{file,
+    columns}`` (``columns``: the parameters, for a file without a header
+    line)."""
+    file, columns = (spec, None) if isinstance(spec, str) else (spec.get("file"), spec.get("columns"))
+    path = os.path.normpath(os.path.join(base, file)) if base else file
+    try:
+        with open(path, newline="") as f:
+            lines = [(n, row) for n, row in enumerate(csv.reader(f), 1) if any(cell.strip() for cell in row)]
+    except FileNotFoundError:
+        raise wconfig.ConfigError(f"{where}: {path}: file not found (a table's path is relative to the config "
+                                  "file's directory)") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise wconfig.ConfigError(f"{where}: {path}: can't be read as CSV: {exc}") from None
+    if columns is None:
+        if not lines:
+            raise wconfig.ConfigError(f"{where}: {path}: empty (expected a header line naming the columns, then "
+                                      "a row per point)")
+        (first, header), lines = lines[0], lines[1:]
+        at = f"{path}: line {first}"
+    else:
+        header, at = list(columns), f"{where}.columns"
+    header = [str(c).strip() for c in header]
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise wconfig.ConfigError(f"{at}: the column {name!r} is named twice")
+        seen.add(name)
+        if name != INSTANCE_COLUMN:
+            _parameter(name, at)
+    if not lines:
+        raise wconfig.ConfigError(f"{where}: {path}: no rows (a point per row)")
+    rows = []
+    for number, row in lines:
+        if len(row) != len(header):
+            raise wconfig.ConfigError(f"{path}: line {number}: {len(row)} values, and {len(header)} columns "
+                                      f"({', '.join(header)})")
+        cells = dict(zip(header, (cell.strip() for cell in row)))
+        empty = next((name for name, text in cells.items() if not text), None)
+        if empty:
+            raise wconfig.ConfigError(f"{path}: line {number}: no value in the column {empty!r}")
+        name = cells.pop(INSTANCE_COLUMN, None)
+        rows.append((name, {key: _cell(text) for key, text in cells.items()}))
+    return named(rows, lambda i: f"{path}: line {lines[i][0]}")
+
+
+# --- sample ------------------------------------------------------------------
+
+DRAWS_PER_POINT = 100   # a sample gives up when its points repeat this much (too few values to draw from)
+
+
+def _range(spec, where: str, positive: bool = False) -> tuple:
+    if not (isinstance(spec, list) and len(spec) == 2 and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in spec)
+            and spec[0] < spec[1] and (not positive or spec[0] > 0)):
+        raise wconfig.ConfigError(f"{where}: expected [low, high], two numbers, low below high"
+                                  f"{', both above 0' if positive else ''}; got {spec!r}")
+    return spec[0], spec[1]
+
+
+def _drawer(spec, where: str):
+    """A function of a uniform number in [0, 1) giving one value of a parameter."""
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise wconfig.ConfigError(f"{where}: expected one of uniform: [low, high], loguniform: [low, high], "
+                                  f"choice: [values]; got {spec!r}")
+    (kind, arg), = spec.items()
+    at = f"{where}.{kind}"
+    if kind == "choice":
+        if not isinstance(arg, list) or not arg:
+            raise wconfig.ConfigError(f"{at}: expected a list of values; got {arg!r}")
+        return lambda u: arg[min(int(u * len(arg)), len(arg) - 1)]
+    if kind not in ("uniform", "loguniform"):
+        raise wconfig.ConfigError(f"{where}: unknown kind {kind!r} (expected uniform, loguniform or choice)")
+    low, high = _range(arg, at, positive=kind == "loguniform")
+    whole = all(isinstance(v, int) for v in (low, high))   # whole ends: whole numbers (both ends included)
+    if kind == "uniform":
+        if whole:
+            return lambda u: low + min(int(u * (high - low + 1)), high - low)
+        return lambda u: wconfig.round6(low + u * (high - low))
+    a, b = math.log(low), math.log(high)
+    return lambda u: min(max(round(math.exp(a + u * (b - a))), low), high) if whole \
+        else wconfig.round6(math.exp(a + u * (b - a)))
+
+
+def sample_points(spec: dict, where: str) -> dict[str, dict]:
+    """``n`` distinct points drawn with ``seed`` (see the module's docstring)."""
+    n, seed, parameters = spec.get("n"), spec.get("seed"), spec.get("parameters")
+    for key, value in (("n", n), ("seed", seed)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "n" else 0):
+            raise wconfig.ConfigError(f"{where}.{key}: expected a whole number{' above 0' if key == 'n' else ''}; "
+                                      f"got {value!r}")
+    if n > wconfig.MAX_POINTS:
+        raise wconfig.ConfigError(f"{where}.n: {n:,} points; a sample has at most {wconfig.MAX_POINTS:,}")
+    if not isinstance(parameters, dict) or not parameters:
+        raise wconfig.ConfigError(f"{where}.parameters: expected parameter → uniform: [low, high], "
+                                  "loguniform: [low, high] or choice: [values]")
+    drawers = {_parameter(name, f"{where}.parameters.{name}"): _drawer(s, f"{where}.parameters.{name}")
+               for name, s in parameters.items()}
+    rng = random.Random(seed)
+    found: dict[str, dict] = {}
+    for _ in range(n * DRAWS_PER_POINT):
+        values = {name: draw(rng.random()) for name, draw in drawers.items()}
+        name = name_of(values)
+        if not is_valid_name(name):
+            raise wconfig.ConfigError(f"{where}: the point {values} makes the instance name {name!r}, which is "
+                                      f"not a valid name ({NAME_RULE}, no '..')")
+        found.setdefault(name, values)
+        if len(found) == n:
+            return found
+    raise wconfig.ConfigError(f"{where}: {len(found)} distinct points in {n * DRAWS_PER_POINT} draws, and n is {n}: "
+                              "expected a smaller n, or more values to draw from")

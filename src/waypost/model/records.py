@@ -1,0 +1,193 @@
+"""The records waypost writes, each built in one place.
+
+- ``manifest(...)`` — ``_manifest.json``: a stage's last series, written last.
+- ``attempt(...)`` — one attempt in a manifest or a running marker.
+- ``marker(...)`` — ``_running.json``: an attempt at work, or the series a
+  Slurm job left open.
+
+Their layout is ``schemas/records.schema.json`` (version ``SCHEMA_VERSION``),
+strict: every field is named there. Reading is more tolerant
+(``manifest.parse`` and ``schemas/manifest.schema.json``): older manifests,
+and ones written by hand or by other tools, are read as they are. With
+``WAYPOST_CHECK_RECORDS=1`` (the test suite sets it) every record is checked
+against the schema as it is written, and a record that does not fit stops
+its writer (RecordError): a test fails where a field went astray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, TypedDict
+
+from waypost import __version__, with_site
+
+SCHEMA_VERSION = 1
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas", "records.schema.json")
+CHECK_ENV = "WAYPOST_CHECK_RECORDS"
+
+
+class RecordError(ValueError):
+    """A record waypost was about to write does not fit its schema."""
+
+
+class Attempt(TypedDict, total=False):
+    number: int
+    series: int
+    action: str
+    state: str | None
+    exit_code: int | None
+    signal: int | None
+    checks: dict
+    check_exit_codes: dict
+    decision: dict | None
+    start: str
+    end: str | None
+    duration_s: float | None
+    host: str | None
+    run: str | None
+    slurm_job_id: str | None
+    runtime_limit_s: float | None
+    command: str | None
+    script: str
+    workspace: str
+    log: str | None
+    worker: dict
+    why: str
+    error: str
+    how: str
+    settings: dict
+    config_hash: str
+    resumes: dict
+    interrupted_by: str
+
+
+class StepGroup(TypedDict):
+    pgid: int
+    start: int | None
+    kill_grace: float
+
+
+class _MarkerBase(TypedDict):
+    schema: int
+    pid: int | None
+    host: str | None
+    run: str | None
+    series: int
+    series_base: int
+    outputs: list[str]
+    slurm_job_id: str | None
+    attempts: list[Attempt]
+
+
+class Marker(_MarkerBase, total=False):
+    step_group: StepGroup
+
+
+class Manifest(TypedDict, total=False):
+    schema: int
+    experiment: str
+    pair: str
+    stage: str
+    instance: str | None
+    state: str
+    created: str
+    run: str | None
+    attempts: list[Attempt]
+    outputs: list[dict]
+    inputs: list[dict]
+    settings: dict
+    config_hash: str
+    code_version: str
+    reused_from: str | None
+    adopted: bool
+    waypost_version: str
+    # besides, as they apply: reused_manifest, source_created, adopted_by,
+    # note, provisional, given_up, next_series_after, series_base, reason
+
+
+def attempt(*, number: int, series: int, action: str, start: str, run: str | None, host: str | None,
+            slurm_job_id: str | None, command: str | None, worker: dict, log: str | None = None,
+            script: str | None = None, runtime_limit_s: float | None = None, state: str | None = None,
+            exit_code: int | None = None, end: str | None = None, duration_s: float | None = None,
+            why: str | None = None, error: str | None = None, how: str | None = None,
+            settings: dict | None = None, config_hash: str | None = None, resumes: dict | None = None) -> Attempt:
+    """An attempt, open (``state`` None) until its end is filled in."""
+    record: Attempt = {
+        "number": number, "series": series, "action": action, "state": state, "exit_code": exit_code,
+        "signal": None, "checks": {}, "decision": None, "start": start, "end": end, "duration_s": duration_s,
+        "host": host, "run": run, "slurm_job_id": str(slurm_job_id) if slurm_job_id else None,
+        "runtime_limit_s": runtime_limit_s, "command": command, "workspace": ".", "log": log, "worker": worker,
+    }
+    for key, value in (("script", script), ("why", why), ("error", error), ("how", how), ("settings", settings),
+                       ("config_hash", config_hash), ("resumes", resumes)):
+        if value is not None:
+            record[key] = value
+    return record
+
+
+def marker(*, pid: int | None, host: str | None, run: str | None, series: int, series_base: int,
+           outputs: list[str], slurm_job_id: str | None, attempts: list[Attempt],
+           step_group: StepGroup | None = None) -> Marker:
+    """A running marker: ``pid``/``host`` the runner at work (None: a series
+    a Slurm job left, for the next job to go on with); ``step_group`` its
+    step's process group on that host, while a step runs (``stepgroup.record``)."""
+    record: Marker = {"schema": SCHEMA_VERSION, "pid": pid, "host": host, "run": run, "series": series,
+                      "series_base": series_base, "outputs": outputs,
+                      "slurm_job_id": str(slurm_job_id) if slurm_job_id else None, "attempts": attempts}
+    if step_group is not None:
+        record["step_group"] = step_group
+    return record
+
+
+def manifest(*, experiment: str, pair: str, stage: str, instance: str | None, state: str, created: str,
+             attempts: list[Attempt], outputs: list[dict], inputs: list[dict], settings: dict,
+             config_hash: str, code_version: str, reused_from: str | None = None, adopted: bool = False,
+             run: str | None = None, **more: Any) -> Manifest:
+    """A manifest; ``more``: the fields that apply to this one (see Manifest)."""
+    record: Manifest = {
+        "schema": SCHEMA_VERSION, "experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
+        "state": state, "created": created, "run": run, "attempts": attempts, "outputs": outputs,
+        "inputs": inputs, "settings": settings, "config_hash": config_hash, "code_version": code_version,
+        "reused_from": reused_from, "adopted": adopted, "waypost_version": __version__,
+    }
+    record.update({k: v for k, v in more.items() if v is not None})   # type: ignore[typeddict-item]
+    return record
+
+
+_validators: dict[str, Any] = {}
+
+
+def made_here(data: dict | None) -> bool:
+    """Does a manifest say its stage succeeded, made here (not reused, not
+    adopted): the only kind whose recorded inputs say what it was made from?"""
+    return bool(data) and data.get("state") == "SUCCESS" and not data.get("reused_from") \
+        and not data.get("adopted")
+
+
+def _validator(kind: str):
+    if kind not in _validators:
+        with_site()   # jsonschema is a site-package
+        import jsonschema
+        with open(SCHEMA_FILE) as f:
+            schema = json.load(f)
+        _validators[kind] = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{kind}"})
+    return _validators[kind]
+
+
+def problems(kind: str, record: dict) -> list[str]:
+    """Where ``record`` does not fit the schema of ``kind`` (``manifest``,
+    ``marker``, ``attempt``): one line each, empty when it fits."""
+    return [f"{'.'.join(map(str, e.absolute_path)) or kind}: {e.message}"
+            for e in sorted(_validator(kind).iter_errors(record), key=lambda e: list(map(str, e.path)))]
+
+
+def checked(kind: str, record: dict, where: str) -> dict:
+    """``record``, checked against its schema when ``WAYPOST_CHECK_RECORDS``
+    is set (RecordError naming ``where`` and each problem); as it is otherwise."""
+    if os.environ.get(CHECK_ENV):
+        found = problems(kind, record)
+        if found:
+            raise RecordError(f"{where}: the {kind} waypost was about to write does not fit "
+                              f"{os.path.basename(SCHEMA_FILE)}: " + "; ".join(found[:5]))
+    return record

@@ -1,0 +1,154 @@
+"""Worker pools and classes → Snakemake/Slurm resources; GPUS and WORKSPACE
+of the worker a job landed on.
+
+``config/workers.yaml`` maps pool → class → resources; rules name a class,
+the config's ``pool`` (set by a profile) picks the pool. Resources use the
+names snakemake-executor-plugin-slurm reads (``slurm_partition``, ``gpu``,
+``gpu_model``, ``gres``, ``cpus_per_task``, ``mem_mb``, ``runtime``,
+``constraint``, ``slurm_account``, ``qos``, ``slurm_extra``).
+
+Inside a job, ``GPUS`` (space-separated device indices) comes from, in order:
+``CUDA_VISIBLE_DEVICES``, Slurm's ``SLURM_STEP_GPUS`` / ``SLURM_JOB_GPUS``,
+``nvidia-smi`` (all devices it lists), and last the pool's declared value.
+``WORKSPACE`` (MB) is 3/4 of the smallest allocated GPU's memory when
+``nvidia-smi`` answers, else the declared value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+# The format of workers.yaml is the engine's, so its schema ships with it.
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas", "workers.schema.yaml")
+# workers.yaml key → Snakemake resource name (Slurm executor plugin)
+RESOURCE_NAMES = {
+    "partition": "slurm_partition",
+    "gpus": "gpu",
+    "gpu_model": "gpu_model",
+    "gres": "gres",
+    "cpus": "cpus_per_task",
+    "mem_mb": "mem_mb",
+    "runtime": "runtime",
+    "constraint": "constraint",
+    "account": "slurm_account",
+    "qos": "qos",
+    "extra": "slurm_extra",
+    "pack": "waypost_pack",   # read by waypost's executor (job arrays), not by Slurm
+    "bundle": "waypost_bundle",   # read by waypost's executor (stages in one job), not by Slurm
+}
+WORKSPACE_FRACTION = 0.75
+#: Where a pipeline's pools are unless its config's ``workers`` names a file.
+DEFAULT_FILE = os.path.join("config", "workers.yaml")
+#: waypost's own pools (one ``local`` pool), for a pipeline without that file.
+PACKAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "defaults", "workers.yaml")
+#: The class of a stage whose rule names none (``resources: worker=...``).
+DEFAULT_CLASS = "cpu"
+
+
+def pools_file(named: str | None, pipeline_dir: str | None = None) -> str:
+    """The pools file of a config: the one its ``workers`` names, else
+    ``config/workers.yaml`` where the pipeline has one, else waypost's own.
+    A relative path is looked for where Snakemake runs, then in the
+    pipeline's directory (a run with ``-d`` elsewhere, or the CLI's)."""
+    candidates = [named or DEFAULT_FILE]
+    if pipeline_dir and not os.path.isabs(candidates[0]):
+        candidates.append(os.path.join(pipeline_dir, candidates[0]))
+    found = next((path for path in candidates if os.path.exists(path)), None)
+    if found or named:
+        return found or named   # a named file that is missing: loading it says so
+    return PACKAGE_FILE
+
+
+def load(path: str, check: bool = True) -> dict:
+    """The pools file, validated against its schema (unless ``check`` is off:
+    see ``config.prepare``)."""
+    from waypost.model import config as wconfig
+    data = wconfig.load_yaml(path)
+    if check:
+        wconfig.validate(data, wconfig.load_yaml(SCHEMA), path)
+    return data
+
+
+def worker_class(workers: dict, pool: str, name: str, source: str = "config") -> dict:
+    from waypost.model import config as wconfig
+    pools = workers["pools"]
+    if pool not in pools:
+        raise wconfig.ConfigError(f"{source}: pool {pool!r} is not in the workers file "
+                                  f"(expected one of: {', '.join(pools)})")
+    classes = pools[pool]["classes"]
+    if name not in classes:
+        raise wconfig.ConfigError(f"{source}: worker class {name!r} is not in pool {pool!r} "
+                                  f"(expected one of: {', '.join(classes)})")
+    return classes[name]
+
+
+def resources(spec: dict, overrides: dict | None = None, attempt: int = 1,
+              runtime_growth: float = 1.0, memory_growth: float = 1.0) -> dict:
+    """Snakemake resources for one attempt of a job of this class."""
+    merged = {**{k: v for k, v in spec.items() if k != "env"}, **(overrides or {})}
+    out = {RESOURCE_NAMES[k]: v for k, v in merged.items() if k in RESOURCE_NAMES and v is not None}
+    if "runtime" in out:
+        # a bundle's job runs up to `bundle` stages in turn: its limit is theirs together
+        out["runtime"] = math.ceil(out["runtime"] * runtime_growth ** (attempt - 1) * out.get("waypost_bundle", 1))
+    if "mem_mb" in out:
+        out["mem_mb"] = math.ceil(out["mem_mb"] * memory_growth ** (attempt - 1))
+    return out
+
+
+# --- inside a job -----------------------------------------------------------
+def _on_path(program: str) -> bool:
+    # shutil.which, without importing shutil at every step
+    return any(os.access(os.path.join(directory, program), os.X_OK)
+               for directory in os.environ.get("PATH", os.defpath).split(os.pathsep) if directory)
+
+
+def _nvidia_smi() -> list[list[str]] | None:
+    """This machine's GPUs as nvidia-smi lists them, [index, uuid, total
+    memory in MB] each; None without nvidia-smi (or when it fails)."""
+    if not _on_path("nvidia-smi"):
+        return None
+    import subprocess  # here: the step runner imports this module at every step
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return [[field.strip() for field in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+
+
+def _device_list(value: str) -> list[str]:
+    return [d for d in value.replace(",", " ").split() if d]
+
+
+def detect_gpus(env: dict, declared: str | None, listed: list | None) -> tuple[str, str]:
+    """(GPUS, where it came from); ``listed``: what nvidia-smi says."""
+    for var in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        if env.get(var, "").strip() and env[var].strip() != "NoDevFiles":
+            return " ".join(_device_list(env[var])), var
+    if listed:
+        return " ".join(row[0] for row in listed), "nvidia-smi"
+    return (declared or "").strip(), "pool"
+
+
+def detect_workspace(gpus: str, declared: int | None, listed: list | None) -> tuple[int | None, str]:
+    """(WORKSPACE in MB, where it came from): a share of the smallest
+    memory among the GPUs given to the step."""
+    if listed:
+        wanted = set(_device_list(gpus))
+        totals = [int(float(row[2])) for row in listed
+                  if len(row) >= 3 and (not wanted or row[0] in wanted or row[1] in wanted)]
+        if totals:
+            return int(min(totals) * WORKSPACE_FRACTION), "nvidia-smi"
+    return declared, "pool"
+
+
+def worker_env(env: dict, declared: dict | None) -> dict:
+    """GPUS and WORKSPACE for a step, with their sources (for the manifest)."""
+    declared = declared or {}
+    listed = _nvidia_smi()   # once: it takes a while on a GPU node
+    gpus, gpus_from = detect_gpus(env, declared.get("GPUS"), listed)
+    workspace, workspace_from = detect_workspace(gpus, declared.get("WORKSPACE"), listed)
+    return {"GPUS": gpus, "GPUS_from": gpus_from, "WORKSPACE": workspace, "WORKSPACE_from": workspace_from}

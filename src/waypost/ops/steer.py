@@ -1,0 +1,278 @@
+"""What users do to the file state by hand, done safely.
+
+``rerun``: make stages be computed again by the next run. Their workspace
+(outputs, manifest, logs) moves to ``.attempts/<n>/`` — archived, never
+deleted — so in presence mode they are missing and only they are redone.
+``--downstream`` adds every stage that consumed their outputs, found from
+the ``inputs`` the manifests record (exact, instance by instance), and
+every stage another experiment reused from them (their ``reused_from``), with
+what consumed those in turn. A rerun of a stage its experiment reuses from
+elsewhere is not a recomputation: the next run copies it again from its
+source (``reuse_sources`` says from where), once that source is done.
+
+``adopt``: declare files placed by hand in a stage directory done, with a
+manifest that says so (``adopted``), checksums and who adopted them. What
+the directory held beside those files (an earlier manifest, adopted or not,
+and its logs) is archived first, into ``.attempts/<n>/`` as a rerun's.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+
+from waypost import stores
+from waypost.model import layout, manifest, records, trust
+from waypost.model.config import check_instance_names, check_names, match_instances, stage_settings
+from waypost.model.config import reuse_source as config_reuse_source
+from waypost.model.config import source_of_instance as config_source_of_instance
+from waypost.model.policy import Policy, begin_series, describe_start
+from waypost.state import lifecycle
+
+
+class SteerError(RuntimeError):
+    """Nothing was changed; the message says why."""
+
+
+def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
+    """stage dir → the stage dirs whose manifests list one of its files as
+    input, or that were reused from it (another experiment's copy: reuse
+    crosses experiments, so ``experiments`` should be all of the config's)."""
+    consumers: dict[str, set[str]] = {}
+    for directory in tree.manifest_dirs():
+        parts = tree.relative(directory).split("/")
+        if len(parts) < 3 or parts[1] not in experiments:
+            continue
+        try:
+            data = tree.manifest(directory)
+        except manifest.ManifestError:
+            continue
+        for item in (data or {}).get("inputs", []):
+            if item.get("manifest"):
+                producer = tree.key(os.path.dirname(item["manifest"]))
+                consumers.setdefault(producer, set()).add(tree.key(directory))
+        if (data or {}).get("reused_from"):
+            consumers.setdefault(tree.key(data["reused_from"]), set()).add(tree.key(directory))
+    return consumers
+
+
+def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
+    """Of these stage dirs (pair/experiment/stage[/instance] under the root),
+    those the config has their experiment take from elsewhere (its ``reuse``
+    setting), with where from: the next run copies them from there
+    instead of computing them."""
+    root = config["root"]
+    base = stores.absolute(root).rstrip("/") + "/"
+    found = {}
+    for directory in directories:
+        if not directory.startswith(base):
+            continue
+        parts = directory[len(base):].split("/")
+        if len(parts) < 3 or parts[1] not in config["experiments"] or parts[2] not in config["stages"]:
+            continue
+        pair, experiment, stage, instance = parts[0], parts[1], parts[2], (parts[3] if len(parts) > 3 else None)
+        source = config_reuse_source(config, experiment, pair, stage)
+        if source is None:
+            continue
+        if layout.is_valid_name(source):   # another experiment under the same root
+            source = layout.stage_dir(root, pair, source, stage, instance)
+        else:
+            source = config_source_of_instance(source, instance)
+        found[directory] = source
+    return found
+
+
+def _instances(instance) -> list[str]:
+    return [] if instance is None else [instance] if isinstance(instance, str) else list(instance)
+
+
+def _stage_dirs(tree, config: dict, stage: str, experiments: list[str], pairs: list[str] | None,
+                instances: list[str]) -> list[str]:
+    """The directories (instances apart) of a stage in these experiments and
+    pairs (the per-experiment slot of funnels included) that exist; with
+    ``instances`` (names or shell patterns), of the instances they match.
+    A name that is neither an instance there nor a point of the grid is a
+    ConfigError."""
+    found, seen = [], {stage: set()}
+    for experiment in experiments:
+        for pair in [*config["experiments"][experiment]["pairs"], layout.ALL_PAIRS]:
+            if pairs and pair not in pairs:
+                continue
+            stage_dir = layout.stage_dir(config["root"], pair, experiment, stage)
+            if not tree.isdir(stage_dir):
+                continue
+            dirs = tree.state_dirs(stage_dir)
+            if instances:
+                named = {name: d for name, d in dirs if name is not None}
+                seen[stage].update(named)
+                found += [named[name] for name in match_instances(instances, named)]
+            else:
+                found += [d for _, d in dirs]
+    if instances:
+        check_instance_names(config, instances, experiments, seen)
+    return found
+
+
+def _what(stage: str, instances: list[str]) -> str:
+    return stage + (f"/{instances[0]}" if len(instances) == 1 else f" ({', '.join(instances)})" if instances else "")
+
+
+def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
+          instance=None, downstream: bool = False, dry_run: bool = False) -> list[tuple[str, str]]:
+    """Archive the workspaces of a stage (and, with ``downstream``, of what
+    consumed it) so the next run recomputes them; ``instance``: only these
+    instances (a name or a list of names and shell patterns). Returns (dir, archive).
+    On a gs:// root: one listing, the manifests read in one batch (only for
+    ``downstream``), each archive a server-side move."""
+    check_names(config, experiments, pairs, stage)
+    experiments = experiments or list(config["experiments"])
+    instances = _instances(instance)
+    tree = stores.store_for(config["root"])
+    selected = [tree.key(d) for d in _stage_dirs(tree, config, stage, experiments, pairs, instances)
+                if tree.entries(d)]
+    if not selected:
+        raise SteerError(f"nothing to rerun: no stage {_what(stage, instances)} with files "
+                         f"for experiment(s) {', '.join(experiments)}" + (f", pair(s) {', '.join(pairs)}" if pairs else ""))
+    if downstream:
+        consumers = _consumers(tree, list(config["experiments"]))
+        todo = list(selected)
+        while todo:
+            for consumer in sorted(consumers.get(todo.pop(), ())):
+                if consumer not in selected:
+                    selected.append(consumer)
+                    todo.append(consumer)
+    busy = [f"{d} ({live.where})" for d in selected for live in [lifecycle.read(tree, d).live] if live]
+    if busy:
+        raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
+    done = []
+    for directory in selected:
+        try:
+            archived = "(dry run)" if dry_run else tree.archive(directory)
+        except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
+            raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _ in done)}" if done
+                                         else "; nothing was changed")) from None
+        if archived:
+            done.append((directory, archived))
+            if not dry_run:
+                _forget_hold(tree, directory)
+    return done
+
+
+def _forget_hold(tree, directory: str) -> None:
+    """Take a stage off the root's registry of stages on hold (layout.HELD)."""
+    rel = tree.relative(directory)
+    tree.remove(layout.join(tree.root, layout.HELD, rel.replace("/", "~")))
+
+
+def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | None = None,
+          note: str | None = None, force: bool = False) -> dict:
+    """Write the manifest of a stage whose files were put there by hand (on
+    a gs:// root: the objects are read for their sha256, their crc32c is
+    the listing's)."""
+    check_names(config, experiment, pair, stage, allow_all_pairs=True)
+    stage_dir = layout.stage_dir(config["root"], pair, experiment, stage, instance)
+    tree = stores.store_for(stage_dir)
+    files = [f for f in tree.files(stage_dir)
+             if not any(manifest.is_engine_file(part) for part in f.split("/"))]
+    if not files:
+        raise SteerError(f"{stage_dir}: no files to adopt")
+    if tree.links:   # adopt never follows a link out of the stage dir (one that stays inside: its file)
+        away = trust.links_out(stage_dir, skip=tuple(layout.ENGINE_FILES))
+        if away:
+            raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
+                                                          "directory or to nothing" for rel, real in away)
+                             + "; nothing adopted (copy the file in, or hard-link it, instead)")
+    life = lifecycle.read(tree, stage_dir)
+    if life.live:
+        raise SteerError(f"{stage_dir}: an attempt is running ({life.live.where}); nothing was changed")
+    previous = life.manifest
+    if previous and previous["state"] == "SUCCESS" and not previous.get("adopted") and not force:
+        raise SteerError(f"{stage_dir}: already a SUCCESS stage with its own manifest (use --force to adopt "
+                         "what is there now instead)")
+    outputs = tree.describe(stage_dir, files)
+    replaced = _set_aside_records(tree, stage_dir, files, previous)
+    record = records.manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, state="SUCCESS",
+                              created=manifest.now_iso(), attempts=[], outputs=outputs, inputs=[], settings={},
+                              config_hash="", code_version="", adopted=True,
+                              adopted_by=f"{getpass.getuser()}@{socket.gethostname()}", note=note or None)
+    tree.write_manifest(stage_dir, record)
+    return record, replaced
+
+
+def _set_aside_records(tree, stage_dir: str, files: list[str], previous: dict | None) -> dict | None:
+    """Before adopt writes its manifest: archive what the stage dir holds
+    beside the files it adopts (the earlier manifest, its logs, an
+    ``_unfinished`` mark: an adopted stage is done), the way a rerun
+    archives a workspace, so the earlier run stays findable. Returns the
+    archive (``archive``), what went there (``entries``) and the earlier
+    manifest (``manifest``, None without a readable one); None when there
+    was nothing."""
+    adopted = {f.split("/")[0] for f in files}
+    moved = sorted(e for e in tree.entries(stage_dir) if e not in adopted and e != layout.ATTEMPTS)
+    try:
+        archived = tree.archive(stage_dir, keep=tuple(adopted))
+    except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
+        raise SteerError(f"{exc}; nothing adopted") from None
+    if not archived:
+        return None
+    return {"archive": layout.join(stage_dir, archived), "entries": moved, "manifest": previous}
+
+
+def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
+          instance=None, dry_run: bool = False) -> list[tuple[str, str, str]]:
+    """Give stages that did not succeed a new count of series: those given
+    up (``max_series`` reached, or a ``give_up`` cue) or waiting out a
+    ``series_backoff`` may start again at the next run. Their history stays;
+    the policy decides how the next series begins (``policy.begin_series``
+    over the last one: a restart in place, a rerun, or a fresh start).
+    ``instance``: only these instances (a name or a list of names and shell
+    patterns). Returns (dir, what it was, what the next run will do)."""
+    check_names(config, experiments, pairs, stage)
+    instances = _instances(instance)
+    tree = stores.store_for(config["root"])
+    found = []
+    for directory in _stage_dirs(tree, config, stage, experiments or list(config["experiments"]), pairs, instances):
+        try:
+            data = tree.manifest(directory)
+        except manifest.ManifestError:
+            continue
+        # (a manifest that does not say which stage it is for was not
+        # written by a run of this one: nothing to give a new count)
+        if data and data["state"] != "SUCCESS" and data.get("attempts") \
+                and all(data.get(k) for k in ("experiment", "pair", "stage")):
+            found.append((directory, data))
+    if not found:
+        raise SteerError(f"nothing to retry: no stage {_what(stage, instances)} that ended "
+                         "without success" + (f" for pair(s) {', '.join(pairs)}" if pairs else ""))
+    busy = [f"{d} ({live.where})" for d, _ in found for live in [lifecycle.read(tree, d).live] if live]
+    if busy:
+        raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
+    done = []
+    for directory, data in found:
+        spent = max(a.get("series", 1) for a in data["attempts"])
+        what = ("given up" if data.get("given_up") else
+                f"waiting until {data['next_series_after']}" if data.get("next_series_after") else data["state"])
+        last_no = max(a.get("series", 1) for a in data["attempts"])
+        policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
+                                                   data.get("instance"))["policy"])
+        start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
+        then = f"{describe_start(policy, start.action, start.rerun)}: {start.why}"
+        if not dry_run:
+            record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
+            record["series_base"] = spent
+            record["reason"] = f"{data.get('reason') or data['state']}; series count reset by waypost retry"
+            tree.write_manifest(directory, record)
+            _forget_hold(tree, directory)
+            if any(tree.exists(layout.join(directory, o)) for o in _declared_outputs(tree, directory)):
+                # placeholders a funnel went on over: the planner must force the job
+                tree.write_marker(layout.join(directory, layout.UNFINISHED), f"{data['state']}\n")
+        done.append((tree.key(directory), what, then))
+    return done
+
+
+def _declared_outputs(tree, directory: str) -> list[str]:
+    """Files of the stage's workspace (not the engine's): placeholders, when
+    the stage did not succeed."""
+    return [e for e in tree.entries(directory) if not manifest.is_engine_file(e)]
+

@@ -1,0 +1,131 @@
+"""A stage job's step spec, as the one line of JSON its step runner reads.
+
+The part of the line a job's stage settings decide is the same for every
+job of its scope (``Resolver.scope``): encoded once per scope. A grid
+point's line is its scope's with the point's settings and their hash put
+in, unless the point sets one of the engine's keys (``policy``, ``worker``,
+…): then it is its own.
+"""
+
+from __future__ import annotations
+
+import json
+
+from waypost.model import config as wconfig
+from waypost.model import layout
+from waypost.model import spec as wspec
+from waypost.planning.resolver import Resolver
+from waypost.planning.stagegraph import presigned
+
+
+class StepLines:
+    """``code_version(stage)`` and ``shell(stage)`` (how Snakemake's ``shell``
+    runs the stage's command) come from whoever knows the rules."""
+
+    def __init__(self, resolver: Resolver, code_version, shell, mirror: str | None):
+        self.resolver = resolver
+        self.config = resolver.config
+        self._code_version = code_version
+        self._shell = shell
+        self.mirror = mirror
+        self.default_class: dict[str, str] = {}   # stage → the worker class its rule names
+        self._lines: dict[tuple, object] = {}
+
+    def params_function(self, stage: str):
+        """A params function giving a stage job's step spec line."""
+        graph = self.resolver.graph
+
+        def spec_line(wildcards, input, output):
+            experiment = wildcards.experiment
+            pair = graph.pair(wildcards)
+            instance = wildcards.get("instance")
+            own = {"stage_dir": layout.stage_dir(self.config["root"], pair, experiment, stage, instance),
+                   "pair": pair, "inputs": list(input), "outputs": list(output)}
+            if instance:
+                own["instance"] = instance
+            source = self.resolver.reuse_location(experiment, pair, stage, instance)
+            if source:
+                own["reuse_from"] = source
+            return wspec.extend(self.scope_line(stage, experiment, pair, instance), own)
+        return presigned(spec_line)
+
+    def scope_line(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> str:
+        """The encoded fields a job's stage settings decide."""
+        resolver = self.resolver
+        scope = resolver.scope(experiment, pair, instance)
+        point = resolver.point(experiment, instance)
+        values = None if point is None else resolver.points[experiment][point]
+        if values is not None and any(key in values for key in wconfig.ENGINE_KEYS):
+            key = (stage, experiment, scope, point)
+            if key not in self._lines:
+                self._lines[key] = wspec.encode(self.fields(stage, experiment, pair, instance))
+            return self._lines[key]
+        key = (stage, experiment, scope, values is not None)
+        found = self._lines.get(key)
+        if found is None:
+            fields = self.fields(stage, experiment, pair, instance)
+            if values is None:
+                found = wspec.encode(fields)
+            else:
+                found = scope_template(fields, resolver.scope_settings(experiment, scope, stage))
+            self._lines[key] = found
+        if values is None:
+            return found
+        if found is False:   # (marks that can't be told from the fields' own text)
+            return wspec.encode(self.fields(stage, experiment, pair, instance))
+        return point_line(found, values)
+
+    def fields(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> dict:
+        """The step spec's fields that a job's stage settings decide."""
+        resolver = self.resolver
+        settings = dict(resolver.stage_settings(experiment, pair, stage, instance))
+        engine = {key: settings.pop(key, None) for key in wconfig.ENGINE_KEYS}
+        policy = dict(engine["policy"] or {})
+        worker_name, spec = resolver.worker(stage, self.default_class.get(stage, "cpu"), experiment, pair, instance)
+        runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
+        if policy.get("runtime") is None and runtime:
+            policy["runtime"] = runtime
+        fields = {"stage": stage, "experiment": experiment, "settings": settings, "policy": policy,
+                  "config_hash": wconfig.settings_hash(settings), "code_version": self._code_version(stage),
+                  "pool": resolver.pool, "worker_class": worker_name, "worker_env": spec.get("env") or {},
+                  "shell": self._shell(stage)}
+        if resolver.tolerated(stage, experiment, pair, instance):
+            fields["tolerated"] = True
+        if self.mirror:
+            fields["mirror"] = self.mirror
+        if self.config.get("mounts"):
+            fields["mounts"] = self.config["mounts"]
+        return fields
+
+
+def point_line(template: tuple, values: dict) -> str:
+    """A grid point's line from its scope's template (``scope_template``) and the
+    point's values."""
+    head, middle, tail, base, hash_first = template
+    settings = {**base, **values}
+    blob = wconfig.settings_json(settings)
+    digest = wconfig.settings_hash(settings, blob)
+    return head + (digest + middle + blob if hash_first else blob + middle + digest) + tail
+
+
+def scope_template(fields: dict, scope_settings: dict) -> tuple | bool:
+    """A scope's encoded fields cut around its settings and their hash:
+    (head, middle, tail, the scope's settings without the engine's keys,
+    whether the hash comes first); False where the marks can't be found
+    (once each) in the line."""
+    marks = {"settings": "\x00waypost-settings\x00", "config_hash": "\x00waypost-hash\x00"}
+    line = wspec.encode({**fields, **marks})
+    at = {name: line.index(json.dumps(mark)) for name, mark in marks.items()}
+    first, second = sorted(marks, key=at.get)
+    one, two = json.dumps(marks[first]), json.dumps(marks[second])
+    head, rest = line[:at[first]], line[at[first] + len(one):]
+    if line.count(one) != 1 or line.count(two) != 1:
+        return False
+    middle, tail = rest.split(two, 1)
+    quote = '"'   # the hash is a JSON string, its mark's quotes stay around it
+    if first == "config_hash":
+        head, middle = head + quote, quote + middle
+    else:
+        middle, tail = middle + quote, quote + tail
+    base = {key: value for key, value in scope_settings.items() if key not in wconfig.ENGINE_KEYS}
+    return head, middle, tail, base, first == "config_hash"

@@ -1,0 +1,694 @@
+"""The one module that touches Snakemake's objects: the workflow, its rules,
+its DAG, its checkpoints, its jobs.
+
+``Snake`` answers what the stage graph, the resolver and the state view
+need of Snakemake; ``wire`` turns a stage rule into a step: one input
+function, the step runner around its shell command, its step spec param.
+
+Snakemake internals used (tested with snakemake 9.27; the range pinned in
+pyproject.toml). Everything else is public:
+- ``shell._get_process_prefix(executable)``, ``shell._process_suffix``: the
+  prefix and suffix ``shell.prefix()``/``shell.suffix()`` set (no public
+  getter), which the step runner puts around the step's command;
+- ``Rule._input``, ``Rule.dependencies``, ``Rule.input._names``,
+  ``Rule.params._names`` and ``Namedlist._set_name`` (a params function
+  replaced), ``Rule.resources._data``, ``Rule.input_modifier`` /
+  ``output_modifier``: ``wire`` replaces a stage rule's inputs with one function;
+- ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
+  run function: ``_shell_run_func``;
+- ``snakemake.utils.SequenceFormatter`` and ``QuotedFormatter``: how
+  ``shell`` formats a command (``snakemake.utils.format`` without its look-up
+  of names in the caller's frame), for a policy's restart command
+  (``with_restart``);
+- how Snakemake reports a rule's failure (``executors/local.py``,
+  ``exceptions.get_exception_origin``): an exception that passes through a
+  line of the code it compiled a Snakefile into (``workflow.linemaps``) is
+  the rule's, shown as ``<error> in file "<Snakefile>", line N`` without a
+  traceback; the step's ``shell(...)`` call is compiled at the line of the
+  rule's own (``_shell_call``);
+- ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
+  ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
+  (``--set-resources`` keeps the last word);
+- checkpoints: ``workflow.globals["checkpoints"]``, ``Rule.is_checkpoint``,
+  ``Rule.wildcard_names``, ``IncompleteCheckpointException.targetfile`` (an
+  input that waits for a checkpoint is its output, as Snakemake's own
+  handler makes it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+
+from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
+from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
+from snakemake.iocontainers import Wildcards
+
+from waypost import stores
+from waypost.model import manifest
+from waypost.model import spec as wspec
+from waypost.model import workers as wworkers
+from waypost.planning.stagegraph import StageError, presigned
+
+Waiting = IncompleteCheckpointException   # an instance set a checkpoint still has to find
+_PLAIN_FIELDS = re.compile(r"(?:[^{}]|\{\w+\})*")   # a pattern str.format can fill
+_FIELD = re.compile(r"\{(\w+)\}")
+# The step's placeholder for the job's spec line (its params, with the
+# policy's restart command formatted in: ``with_restart``).
+SPEC_LINE = "waypost_spec_line"
+
+
+def job_process(workflow) -> bool:
+    """Is this Snakemake process one job's own (on a cluster node, or a
+    job's subprocess), rather than the run's main process?"""
+    return getattr(workflow, "remote_exec", False) or getattr(workflow, "subprocess_exec", False)
+
+
+def run_identity(workflow) -> str:
+    """The run id that every job of this run records.
+
+    Snakemake's main process makes a new one and exports it; its jobs
+    inherit it: local jobs as its children, cluster jobs through the executor
+    (the Slurm plugin submits with ``--export=ALL``, and it is registered as
+    one of the workflow's ``envvars``, which Snakemake hands to the remote
+    jobs of any executor). The step runner reads it from its environment: an
+    earlier attempt of the same run in its stage directory means Snakemake is
+    retrying the job.
+    """
+    if job_process(workflow):   # a cluster job (or a job's subprocess): its main process decided
+        if manifest.RUN_ID_ENV not in os.environ:
+            raise WorkflowError(f"this job's Snakemake process did not inherit {manifest.RUN_ID_ENV} from the "
+                                "run that started it: its executor must pass the environment to its jobs")
+        return os.environ[manifest.RUN_ID_ENV]
+    os.environ[manifest.RUN_ID_ENV] = manifest.new_run_id()
+    workflow.register_envvars(manifest.RUN_ID_ENV)
+    return os.environ[manifest.RUN_ID_ENV]
+
+
+class Snake:
+    """One Snakefile's workflow, as the planning asks it."""
+
+    Waiting = Waiting
+
+    def __init__(self, workflow):
+        self.workflow = workflow
+        self.graph = None   # the stage graph and the root, once the config is read (attach)
+        self.root = ""
+        self.job_process = job_process(workflow)
+        self.remote = bool(getattr(workflow, "remote_exec", False))   # a cluster job's own process
+        self.items: dict[str, list] = {}      # stage → its rule's inputs as written (see wire)
+        self.input_functions: set[str] = set()   # stages whose rule's inputs are wire's function
+        self.commands: dict[str, str] = {}    # stage → its rule's shell command as written
+        self.shell_exec: dict[str, str] = {}  # stage → its rule's own shell_exec resource
+        self._outputs: dict[str, list] = {}
+        self._resolved: dict[tuple, dict] = {}   # (stage, job) → its inputs, resolved ahead (inputs_now)
+        self.input_patterns: dict[str, list[str]] = {}   # stage → its inputs as written, where all are patterns
+        self._wildcard_names: dict[str, set] = {}
+
+    def attach(self, graph, root: str) -> None:
+        self.graph, self.root = graph, root
+        self.note_rule_names()
+
+    # --- the Snakefile ----------------------------------------------------------
+    @property
+    def basedir(self) -> str:
+        return self.workflow.basedir
+
+    def config_sources(self) -> tuple[str | None, dict]:
+        """The last ``--configfile`` (None without one) and the ``--config``
+        overrides alone (``overwrite_config`` also holds the files' contents)."""
+        files = self.workflow.configfiles
+        return (str(files[-1]) if files else None), dict(self.workflow.config_settings.config or {})
+
+    def planning_mirror(self, root: str) -> str:
+        """For a run over a gs:// root: check that Snakemake stores stage
+        files there through waypost's plugin, and that the bucket is there;
+        returns the local copy of the bucket (a path)."""
+        from waypost.stores import gcs, mirror
+        settings = self.workflow.storage_settings
+        prefix = (getattr(settings, "default_storage_prefix", None) or "").rstrip("/")
+        if getattr(settings, "default_storage_provider", None) != mirror.PROVIDER or prefix != root.rstrip("/"):
+            raise WorkflowError(f"root {root} is a bucket: run Snakemake with "
+                                f"{' '.join(mirror.snakemake_options(root))} (or those two keys in the profile; "
+                                "see docs/buckets.md in waypost's manual)")
+        try:
+            gcs.check_bucket(root)
+        except gcs.StorageError as exc:
+            raise WorkflowError(str(exc)) from None
+        gcs.register_root(root)
+        return os.path.abspath(str(self.workflow.storage_registry.default_storage_provider.local_prefix))
+
+    def reach(self, root: str) -> None:
+        """For a root that is a path, how waypost serves it decided now (a
+        mount: through the bucket's API or through the mount, said once),
+        before the planning reads it; a mount the config declares whose API
+        can't be reached is one line (``stores.reach``)."""
+        from waypost.stores import gcs
+        try:
+            stores.reach(root)
+        except gcs.StorageError as exc:
+            raise WorkflowError(str(exc)) from None
+
+    def constrain(self, **constraints) -> None:
+        self.workflow.global_wildcard_constraints(**constraints)
+
+    def note_rule_names(self) -> None:
+        """Tell the graph which rule the helpers are called in: Snakemake
+        evaluates a rule's ``@workflow.rule(name=...)`` decorator before its
+        input, output and params, and ``decorate`` after them."""
+        define, graph = self.workflow.rule, self.graph
+
+        def rule(*args, **kwargs):
+            name = kwargs.get("name", args[0] if args else None)
+            decorate = define(*args, **kwargs)
+            graph.current = name
+
+            def defined(ruleinfo):
+                try:
+                    return decorate(ruleinfo)
+                finally:
+                    graph.current = None
+            return defined
+        self.workflow.rule = rule
+
+    def current_basedir(self) -> str:
+        return _local_path(self.workflow.current_basedir)
+
+    def sources(self) -> dict:
+        """The Snakefile and every file a stage rule is in."""
+        main = os.path.abspath(self.workflow.main_snakefile)
+        return {"snakefile": main, "sources": sorted(
+            {os.path.abspath(str(self.workflow.get_rule(s).snakefile)) for s in self.graph.stages} | {main})}
+
+    # --- rules --------------------------------------------------------------------
+    def is_checkpoint(self, stage: str) -> bool:
+        return self.workflow.get_rule(stage).is_checkpoint
+
+    def has_checkpoints(self) -> bool:
+        return any(rule.is_checkpoint for rule in self.workflow.rules)
+
+    def rule_outputs(self, stage: str) -> list[str]:
+        """A stage rule's outputs as it wrote them (Snakemake turns paths on
+        a gs:// root into storage files named by their local copy)."""
+        if stage not in self._outputs:
+            self._outputs[stage] = [_pattern(p, self.root) for p in self.workflow.get_rule(stage).output]
+        return self._outputs[stage]
+
+    def output_patterns(self, stage: str) -> list[tuple[str, bool]]:
+        """(pattern, whether ``str.format`` fills it: no ``{name,constraint}``,
+        no braces of its own) of each output of a stage rule."""
+        stripped = [strip_wildcard_constraints(p) for p in self.rule_outputs(stage)]
+        return [(p, bool(_PLAIN_FIELDS.fullmatch(p))) for p in stripped]
+
+    @staticmethod
+    def fill(pattern: str, values: dict) -> str:
+        return apply_wildcards(pattern, values)
+
+    def rule_code(self, stage: str) -> tuple:
+        """What a stage's code version covers (see ``waypost.model.codeversion``)."""
+        rule = self.workflow.get_rule(stage)
+        if stage in self.commands or rule.shellcmd is not None:
+            return "shell", self.commands.get(stage, rule.shellcmd)
+        if rule.script or rule.notebook:
+            name = str(rule.script or rule.notebook)
+            path = name if os.path.isabs(name) else os.path.join(_local_path(rule.basedir), name)
+            readable = "{" not in name and os.path.isfile(path)
+            return "script", path if readable else name, readable
+        return "run", rule.run_func_src or ""
+
+    def shell_of(self, stage: str) -> dict:
+        """How Snakemake's ``shell`` runs a stage's command: its executable
+        (the rule's ``shell_exec`` resource, else ``shell.executable()``'s),
+        prefix (``set -euo pipefail; `` for bash, or ``shell.prefix()``'s) and suffix."""
+        from snakemake.shell import shell
+        executable = self.shell_exec.get(stage) or shell.get_executable()
+        return {"executable": executable, "prefix": shell._get_process_prefix(executable),
+                "suffix": shell._process_suffix}
+
+    def has_input_function(self, stage: str) -> bool:
+        """Do a stage rule's inputs come from waypost's input function (``wire``)?"""
+        return stage in self.input_functions
+
+    def reads(self, stage: str) -> bool:
+        """Has a stage rule inputs?"""
+        return bool(self.items[stage])
+
+    def batching(self) -> bool:
+        """Does ``--batch`` split a rule's inputs in this run?"""
+        dag = getattr(self.workflow, "dag_settings", None)
+        return getattr(dag, "batch", None) is not None
+
+    def inputs_now(self, stage: str, values: dict, keep: bool = False) -> list[str]:
+        """Every input path a job of ``stage`` would read now (``keep``: the
+        job's input function, asked next, takes them as they are)."""
+        patterns = self.input_patterns.get(stage)
+        if patterns is not None:   # (inputs as written, each a pattern of the rule's wildcards)
+            return [pattern.format(**values) for pattern in patterns]
+        names = self._wildcards_of(stage)
+        wildcards = Wildcards(fromdict={k: v for k, v in values.items() if k in names})
+        resolved = self.resolve(stage, wildcards)
+        if keep:
+            self._resolved[(stage, self._job_key(stage, wildcards))] = resolved
+        return [p for paths in resolved.values() for p in _as_list(paths)]
+
+    def _wildcards_of(self, stage: str) -> set[str]:
+        """The wildcards of a stage rule (the planning's values of a job
+        name more: the axis value of a funnel, a None instance)."""
+        if stage not in self._wildcard_names:
+            self._wildcard_names[stage] = set(self.workflow.get_rule(stage).wildcard_names)
+        return self._wildcard_names[stage]
+
+    def _job_key(self, stage: str, wildcards) -> tuple:
+        names = self._wildcards_of(stage)
+        return tuple(sorted((k, v) for k, v in wildcards.items() if k in names))
+
+    def resolve(self, stage: str, wildcards) -> dict:
+        """A stage job's inputs, by name, from its rule's items (as written)."""
+        if self._resolved:
+            kept = self._resolved.pop((stage, self._job_key(stage, wildcards)), None)
+            if kept is not None:
+                return kept
+        return {name: _resolve_item(item, wildcards) for name, item in self.items[stage]}
+
+    # --- the DAG --------------------------------------------------------------------
+    def await_checkpoint(self, stage: str, values: dict) -> None:
+        """Returns once the checkpoint job of ``stage`` with these wildcard
+        values ran; raises ``Waiting`` until it has (Snakemake then
+        re-evaluates the DAG)."""
+        rule = self.workflow.get_rule(stage)
+        checkpoints = self.workflow.globals["checkpoints"]
+        getattr(checkpoints, stage).get(**{name: values[name] for name in rule.wildcard_names})
+
+    def force(self, stage: str, values: dict) -> None:
+        """Make Snakemake run this job of ``stage`` whatever its outputs'
+        state, as ``--forcerun`` does, but for this one job: its outputs join
+        the DAG's forced files (the DAG being built now asks this job's input
+        function). Not in a job's own Snakemake process: it runs its job."""
+        if self.job_process:
+            return
+        rule = self.workflow.get_rule(stage)
+        self.workflow.dag.forcefiles.update(str(f.apply_wildcards(values)) for f in rule.output)
+
+    def forced_rules(self) -> tuple[bool, list[str]] | None:
+        """(``--forceall``, the ``--forcerun`` rules); None before the DAG
+        settings are known."""
+        dag = getattr(self.workflow, "dag_settings", None)
+        return None if dag is None else (dag.forceall, list(dag.forcerun))
+
+    def fill_resources(self, stage: str, resources: dict) -> None:
+        """Put a stage's resources into its rule; ``--set-resources`` still has the last word."""
+        from snakemake.resources import Resources
+        rule = self.workflow.get_rule(stage)
+        rule.resources.update(Resources.from_mapping(resources))
+        rule.resources.update(self.workflow.resource_settings._parsed_overwrite_resources.get(stage, {}))
+
+    def worker_class(self, stage: str) -> str | None:
+        """The worker class a stage rule names (``resources: worker=...``),
+        taken out of its resources."""
+        worker = self.workflow.get_rule(stage).resources._data.pop("worker", None)
+        return worker.value if worker is not None else None
+
+
+def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, mirror: str | None) -> str:
+    """Make a stage rule a step: its run function runs the step runner
+    (``runner_line``, braces doubled as in a rule's command) reading the
+    job's step spec (the ``step_param`` param, ``step_function``) and then
+    the rule's command as Snakemake formats it; its inputs, as written,
+    kept for ``wire_inputs``. Returns the worker class the rule names."""
+    rule = snake.workflow.get_rule(stage.name)
+    name, graph = rule.name, snake.graph
+    own_dir = graph.own_path(stage, "")
+    plain = [str(f) for f in rule.output
+             if not strip_wildcard_constraints(_pattern(f, snake.root)).startswith(own_dir)]
+    if plain:
+        raise StageError(f"rule {name}: every output of a stage rule is wp.out(...) (in its stage's "
+                         f"directory); not: {', '.join(plain)}")
+    if rule.shellcmd is None:
+        raise StageError(f"rule {name}: a stage rule runs a shell: command (waypost's step runner runs it, "
+                         "attempt by attempt); script:, run: and wrapper: are not supported")
+    if step_param in rule.params._names:
+        raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
+    if wspec.DELIMITER in rule.shellcmd:
+        raise StageError(f"rule {name}: its shell command holds {wspec.DELIMITER!r}, the line that ends "
+                         "waypost's here-document around it")
+    wildcards = set(rule.wildcard_names) - {"experiment", "instance", graph.axis_wc}
+    if wildcards:
+        raise StageError(f"rule {name}: wildcards other than waypost's ({', '.join(sorted(wildcards))}): "
+                         "a stage job is one experiment" + (f", {graph.axis.word}" if graph.axis else "")
+                         + " and instance")
+    items = _input_items(rule, snake.root)
+    for _, item in items:
+        for entry in (item if isinstance(item, list) else [item]):
+            if isinstance(entry, str):
+                stage.parents.update(graph.stage_of_path(entry))
+    for dependency in rule.dependencies.values():
+        if dependency in graph.stages:
+            stage.parents.add(dependency)
+    unknown = sorted(p for p in stage.parents if p not in graph.stages)
+    if unknown:
+        raise StageError(f"rule {name}: no stage {', '.join(map(repr, unknown))} (the stages are: "
+                         f"{', '.join(graph.stages)})")
+    snake.items[name] = items
+    snake.commands[name] = rule.shellcmd
+    # The step runner reads the job's step spec, then the rule's command
+    # as Snakemake formats it, from a quoted here-document: no argument
+    # carries the command (of any length), and its shell syntax stays the
+    # step's. ``exec``: the runner's status is the job's, and a
+    # ``shell.suffix()`` is run by the step's script only. The rule's
+    # ``shellcmd`` stays the user's: what Snakemake shows of the job (a
+    # failure's error block, ``--printshellcmds``, its metadata, reports).
+    step = (f"{_runner_head(runner_line)}\n{{{SPEC_LINE}}}\n"
+            f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
+    rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror,   # (braces as formatted)
+                                    step_param)
+    if mirror:
+        _map_param_functions(rule, mirror)
+    rule.set_params(**{step_param: step_function})
+    shell_exec = rule.resources._data.get("shell_exec")
+    if shell_exec is not None:
+        if not isinstance(shell_exec.value, str):
+            raise StageError(f"rule {name}: resources.shell_exec of a stage rule is a path to a shell, "
+                             "not a function")
+        snake.shell_exec[name] = shell_exec.value
+    return snake.worker_class(name) or wworkers.DEFAULT_CLASS
+
+
+def wire_inputs(snake: Snake, name: str, state) -> None:
+    """Give a wired stage rule (``wire``) its inputs, once every stage rule
+    is wired: one input function (``_job_inputs``, asking ``state``, the
+    state view), or, where that function could only ever give every job
+    the inputs the rule wrote (``StateView.inputs_as_written``), those, for
+    Snakemake to fill (fewer callables plan faster). A rule that reads
+    nothing needs the function only to force a job whose attempt is still
+    open."""
+    from snakemake.io import unpack
+    from snakemake.iocontainers import InputFiles
+    rule, items = snake.workflow.get_rule(name), snake.items[name]
+    if items:
+        function = snake.job_process or not state.inputs_as_written(name)
+    else:
+        function = not snake.job_process and (state.to_force(name) or state.waits_for_sources(name))
+    if not (items or function):
+        return
+    rule._input = InputFiles()
+    rule.dependencies = {}
+    if getattr(rule, "input_modifier", None) is None:   # a rule that had no input: of its own
+        rule.input_modifier = rule.output_modifier
+    if function:
+        rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
+        snake.input_functions.add(name)
+    else:
+        wildcards = set(rule.wildcard_names)
+        written = _as_written(items, wildcards)
+        rule.set_input(**written)
+        entries = [entry for item in written.values() for entry in (item if isinstance(item, list) else [item])]
+        if all(_fills(entry, wildcards) for entry in entries):
+            snake.input_patterns[name] = entries
+
+
+# The input of a reused job that waits for its source's outputs (StateView.reuse_plan).
+REUSE_SOURCE = "_waypost_reuse_source"
+
+
+def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
+    """The one input function of a stage rule: none for a job that is done
+    or reused (``StateView.needs_inputs``), else its rule's inputs. One
+    function per rule, not one per input: Snakemake inspects every callable
+    of every job, so fewer callables plan faster."""
+    def inputs(wildcards):
+        values = dict(wildcards.items())
+        source = state.reuse_after(stage, values)
+        if source:   # a reuse waiting for its source, which this run makes first
+            return {**{name: [] for name in names}, REUSE_SOURCE: source}
+        if not state.needs_inputs(stage, values, bool(names)):
+            return {name: [] for name in names}
+        return snake.resolve(stage, wildcards)
+
+    if not snake.has_checkpoints():
+        return presigned(inputs)
+
+    def waiting(wildcards):
+        try:
+            if state.parts_changed(stage, dict(wildcards.items())):
+                return snake.resolve(stage, wildcards)
+            return inputs(wildcards)
+        except Waiting:
+            return _waiting_inputs(snake, stage, wildcards)
+    return presigned(waiting)
+
+
+def _waiting_inputs(snake: Snake, stage: str, wildcards) -> dict:
+    """A job's inputs when some wait for a checkpoint (instances it finds:
+    ``wp.parts``, or the rule's own ``checkpoints.X.get``): each such input
+    is the checkpoint's output under its own name, as in plain Snakemake,
+    so the job waits for the checkpoint and Snakemake asks again once it ran."""
+    resolved = {}
+    for name, item in snake.items[stage]:
+        try:
+            resolved[name] = _resolve_item(item, wildcards)
+        except Waiting as exc:
+            resolved[name] = exc.targetfile
+    return resolved
+
+
+def _as_written(items: list[tuple[str, object]], wildcards: set[str]) -> dict:
+    """A rule's inputs (``_input_items``) by name, as its input function would
+    give them, for Snakemake to fill: a ``wp.stage`` input that is a
+    pattern of the rule's wildcards becomes that pattern (a function costs
+    Snakemake more per job than a pattern)."""
+    def written(item):
+        as_pattern = getattr(item, "as_pattern", None)
+        found = as_pattern("instance" in wildcards) if as_pattern else None
+        return found if _fills(found, wildcards) else item
+    return {label: [written(i) for i in item] if isinstance(item, list) else written(item) for label, item in items}
+
+
+def _fills(pattern, wildcards: set[str]) -> bool:
+    """Is ``pattern`` a path that ``str.format`` fills with a job's wildcard
+    values, each of its fields one of ``wildcards``?"""
+    return isinstance(pattern, str) and bool(_PLAIN_FIELDS.fullmatch(pattern)) \
+        and set(_FIELD.findall(pattern)) <= wildcards
+
+
+def _input_items(rule, root: str) -> list[tuple[str, object]]:
+    """A rule's inputs as written, in their order: (name, a pattern or a
+    function of the wildcards, or a list of them) each."""
+    items, ranges = [], {start: (label, end) for label, (start, end) in rule.input._names.items()}
+    index = 0
+    while index < len(rule.input):
+        label, end = ranges.get(index, (None, None))
+        end = index + 1 if end is None else end
+        group = [_pattern(item, root) for item in rule.input[index:end]]
+        for item in group:
+            if callable(item) and is_flagged(item, "unpack"):
+                raise StageError(f"rule {rule.name}: unpack() in a stage rule's input: name its inputs instead")
+        items.append((label or f"_{index}", group[0] if label and end - index == 1 else group))
+        index = end
+    return items
+
+
+def _pattern(path, root: str) -> str:
+    """A rule's file as the rule wrote it (on a gs:// root Snakemake makes
+    it a storage file whose query is its URL under ``root``)."""
+    if is_flagged(path, "storage_object"):
+        return path.storage_object.query[len(root.rstrip("/")) + 1:]
+    return path
+
+
+def _resolve_item(item, wildcards):
+    values = dict(wildcards.items())
+    if isinstance(item, list):
+        found = [path for entry in item for path in _as_list(
+            entry(wildcards) if callable(entry) else apply_wildcards(entry, values))]
+    else:
+        found = item(wildcards) if callable(item) else apply_wildcards(item, values)
+    # One path stays a string: Snakemake makes a list of each named list.
+    return found if isinstance(found, str) else list(found)
+
+
+def _map_param_functions(rule, mirror: str) -> None:
+    """On a bucket root: a params function that takes the job's ``input``
+    or ``output`` gets their local copies (``local_files``), as the
+    command does, so a path it builds (``--out={output.model}.tmp``) is
+    one the step can open."""
+    for index, param in enumerate(rule.params):
+        if not callable(param):
+            continue
+        takes = set(inspect.signature(param).parameters) & {"input", "output"}
+        if takes:
+            rule.params[index] = _with_local_files(param, takes, mirror)
+            for name, (start, end) in list(rule.params._names.items()):
+                if start == index and end is None:
+                    rule.params._set_name(name, index)   # a named param is an attribute too
+
+
+def local_files(files, mirror: str | None):
+    """A job's files (a Namedlist of plain strings, as a rule's run function
+    or a params function gets them) with each gs:// URL replaced, whole, by
+    its local copy under ``mirror``: what the step works on. ``files`` as
+    they are on a local root (``mirror`` None)."""
+    if not mirror:
+        return files
+    from snakemake.iocontainers import Namedlist
+
+    from waypost.stores.mirror import local_of
+    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f))
+
+
+def _with_local_files(function, names: set[str], mirror: str):
+    def mapped(*args, **kwargs):
+        for name in names:
+            if name in kwargs:
+                kwargs[name] = local_files(kwargs[name], mirror)
+        return function(*args, **kwargs)
+    mapped.__signature__ = inspect.signature(function)
+    return mapped
+
+
+def job_command(job, mirror: str | None) -> str:
+    """A stage job's step (``wire``'s runner line with the spec and the
+    rule's command), formatted as Snakemake formats ``job.shellcmd``, but
+    with the local copies of its files on a bucket root, and absolute paths
+    for a step run in its stage directory: the command a job the executor
+    submits runs."""
+    run = job.rule.run_func
+    step, spec_line = run.step, job.params[run.step_param]
+    in_stage = runs_in_stage_dir(spec_line)
+    names = {} if not (mirror or in_stage) else \
+        {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
+    if in_stage:
+        names = {name: absolute(files) for name, files in names.items()}
+    line = with_restart(spec_line, lambda text: job.format_wildcards(text, **names))
+    return job.format_wildcards(step, **names, **{SPEC_LINE: line})
+
+
+def runs_in_stage_dir(spec_line) -> bool:
+    """Does the job whose step spec is ``spec_line`` run its step in its
+    stage directory (its policy's ``workdir: stage``)?"""
+    if not isinstance(spec_line, str) or '"workdir"' not in spec_line:
+        return False
+    import json
+    return (json.loads(spec_line).get("policy") or {}).get("workdir") == "stage"
+
+
+def absolute(files):
+    """A job's files (as ``local_files`` gives them) as absolute paths: Snakemake
+    formats them relative to the workflow's working directory, and a step
+    run in its stage directory (``workdir: stage``) works from there."""
+    from snakemake.iocontainers import Namedlist
+    return Namedlist(toclone=files, custom_map=os.path.abspath)
+
+
+def with_restart(line: str, fill) -> str:
+    """A job's spec line (``line``) with its policy's restart command (a
+    shell command, not ``same``) formatted by ``fill``, as the job's own
+    command is: the same placeholders (``{input.x}``, ``{params.p}``,
+    ``{wildcards.instance}``, ``{threads}``, ``{resources.mem_mb}``,
+    ``{log}``), at the same time. A placeholder the job doesn't have is one
+    line naming the stage and ``policy.restart``."""
+    if '"restart":' not in line:   # (most policies have none: no JSON read)
+        return line
+    import json
+    fields = json.loads(line)
+    restart = (fields.get("policy") or {}).get("restart")
+    if not isinstance(restart, str) or restart == "same":
+        return line
+    try:
+        command = fill(restart)
+    except Exception as exc:   # what formatting raises: NameError, AttributeError, KeyError, IndexError, ...
+        cause = exc.__cause__ or exc
+        why = str(cause).split("\n")[0] or cause.__class__.__name__
+        raise WorkflowError(f"stage {fields.get('stage')}: policy.restart: {restart!r}: {why} (a restart "
+                            "command has the job's placeholders: {input}, {output}, {params}, {wildcards}, "
+                            "{threads}, {resources}, {log})") from None
+    return wspec.extend(line, {"restart_command": command})
+
+
+def fill_in(text: str, namespace: dict) -> str:
+    """``text`` formatted as Snakemake's ``shell`` formats a command, with
+    ``namespace`` (a rule function's arguments)."""
+    from snakemake.utils import QuotedFormatter, SequenceFormatter
+    formatter = SequenceFormatter(separator=" ", element_formatter=QuotedFormatter())
+    return formatter.format(text, **namespace)
+
+
+def _runner_head(runner_line: str) -> str:
+    """The step's first line: the runner, reading its here-document."""
+    return f"exec {runner_line} <<'{wspec.DELIMITER}'"
+
+
+def as_written(ran: str, runner: str) -> str:
+    """A step's command as Snakemake's ``shell`` ran it (its prefix, the
+    step runner ``runner`` reading its here-document, its suffix) with the
+    here-document replaced by the rule's command it carries: what plain
+    Snakemake runs for the rule, and says it ran when it fails."""
+    head, last = _runner_head(runner) + "\n", f"\n{wspec.DELIMITER}"
+    start, end = ran.find(head), ran.rfind(last)
+    after = ran[end + len(last):]   # the suffix, after the line that ends the here-document
+    if start < 0 or end < start or after[:1] not in ("", "\n"):
+        return ran
+    _, _, command = ran[start + len(head):end].partition("\n")   # (after the spec's line)
+    return (ran[:start] + command + after[1:]).strip()
+
+
+def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_param: str):
+    """A rule's run function that runs ``step`` (kept as its ``step``)
+    instead of the shell command it was written with (Snakemake compiles a
+    ``shell:`` into a function calling ``shell(...)``, which fills the
+    command's placeholders from that function's own arguments: the new one
+    takes the same, the marker of a rule's function included, so ``shell``
+    takes the job's threads, resources and environment from them as for any
+    rule). On a bucket root its files are their local copies first
+    (``local_files``); for a step run in its stage directory, absolute paths.
+
+    A failure reads as in plain Snakemake: the ``CalledProcessError`` names
+    the rule's command as it ran (``as_written``), not the runner, and the
+    call is where the rule's own was, in its Snakefile (``_shell_call``), so
+    Snakemake reports it as a failing rule's command, with no traceback."""
+    parameters = inspect.signature(original).parameters
+    lines = [f"def run({', '.join(str(p) for p in parameters.values())}):"]
+    if mirror:
+        lines.append("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
+                     "local_files(log, mirror)")
+    lines += ["    if runs_in_stage_dir(getattr(params, step_param, None)):",
+              "        input, output, log = absolute(input), absolute(output), absolute(log)"]
+    call = ("        shell(step, bench_record=bench_record, bench_iteration=bench_iteration, "
+            f"{SPEC_LINE}=with_restart(params.{step_param}, lambda text, job=locals(): fill_in(text, job)))")
+    lines += ["    try:", call, "    except CalledProcessError as failed:",
+              "        failed.cmd = as_written(failed.cmd, runner)", "        raise"]
+    filename, line = _shell_call(original)
+    padding = line - 1 - lines.index(call) if line else -1   # blank lines put the call on ``line``
+    if padding < 0:
+        filename, padding = f"<waypost step of {original.__name__}>", 0
+    from subprocess import CalledProcessError
+
+    from snakemake.shell import shell
+    namespace = {"shell": shell, "step": step, "runner": runner, "as_written": as_written,
+                 "CalledProcessError": CalledProcessError, "local_files": local_files, "mirror": mirror,
+                 "runs_in_stage_dir": runs_in_stage_dir, "absolute": absolute, "step_param": step_param,
+                 "with_restart": with_restart, "fill_in": fill_in}
+    exec(compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec"), namespace)
+    namespace["run"].step = step
+    namespace["run"].step_param = step_param
+    return namespace["run"]
+
+
+def _shell_call(function) -> tuple[str, int | None]:
+    """The file and line of a rule function's ``shell(...)`` call, in the
+    code Snakemake compiled the Snakefile into (None if it has none): a
+    failure there is the rule's (Snakemake finds the Snakefile's line for it)."""
+    import dis
+    for instruction in dis.get_instructions(function):
+        if instruction.opname == "LOAD_GLOBAL" and instruction.argval == "shell" and instruction.positions:
+            return function.__code__.co_filename, instruction.positions.lineno
+    return function.__code__.co_filename, None
+
+
+def _local_path(source) -> str:
+    """The path of a Snakemake source file or directory (a LocalSourceFile)."""
+    return getattr(source, "path", None) or str(source)
+
+
+def _as_list(found) -> list:
+    return [found] if isinstance(found, str) else list(found)

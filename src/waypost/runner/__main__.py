@@ -1,0 +1,3 @@
+from waypost.runner.main import main
+
+main()

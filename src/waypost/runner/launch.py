@@ -1,0 +1,20 @@
+"""The step runner, started without ``site``::
+
+    python -S .../waypost/runner/launch.py OPTIONS -- COMMAND ...
+
+is ``python -m waypost.runner OPTIONS -- COMMAND ...`` less the ~3 ms that
+``site`` (reading every installed package's ``.pth`` files) costs each step.
+The runner needs only the standard library and waypost, which is found in
+the directory above this file: put after the standard library, so nothing
+installed beside waypost can shadow a standard module.
+"""
+
+import os
+import sys
+
+del sys.path[0]   # this file's own directory: waypost's modules are imported as waypost.*
+sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from waypost.runner.main import run_and_exit  # noqa: E402
+
+run_and_exit()

@@ -1,0 +1,207 @@
+"""A stage's attempts as one runner holds them: every attempt so far, the
+series this runner goes on with, and how that series begins (from what the
+last runner left in the stage directory)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+
+from waypost.model import manifest
+from waypost.model import policy as wpolicy
+from waypost.runner.stagedir import StageDirectory
+from waypost.scheduler import slurm
+
+# ``Series._after_a_killed_runner``: neither recorded nor gone on: a new series.
+_NEW_SERIES = "new series"
+
+
+class Series:
+    """The attempts of one stage and the series under way."""
+
+    def __init__(self, run_id: str):
+        # The Snakemake run this job is part of.
+        self.run_id = run_id
+        self.history: list[dict] = []   # every attempt ever, this series last
+        self.number = 1
+        self.attempts: list[dict] = []   # this series'
+        self.base = 0                   # series before the last reset (waypost retry) don't count
+        self.previous_settings: dict | None = None   # the last manifest's settings (see diffs.resumed_work)
+        self.first = wpolicy.Start("cmd", "a first series", None)   # this series' first action, why, workspace
+        self.refusal = ""
+        self.leftover: str | None = None   # what was done of the step a killed runner left at work
+
+    def _go_on_with(self, number: int) -> None:
+        self.number = number
+        self.attempts = [a for a in self.history if a.get("series") == number]
+
+    def start(self, directory: StageDirectory, policy: wpolicy.Policy) -> str | None:
+        """Begin a new series, or go on with one whose runner was killed.
+
+        Returns None to go on (``self.first``: the first action and why),
+        "decided" when Snakemake retried a job whose series the policy had
+        already ended (its decision stands), "done" when the retried job's
+        work had succeeded after all, "given up" when the stage has had its
+        ``max_series`` (``self.refusal`` says why), "backoff" when its next
+        series may not start yet, and "record" when a series a killed runner
+        left must be recorded as the last one.
+        """
+        os.makedirs(directory.dir, exist_ok=True)
+        life = directory.life()
+        running = life.marker or None
+        previous = life.manifest
+        # What the work in the workspace was made under, for attempts that recorded none of their own.
+        self.previous_settings = (previous or {}).get("settings")
+        if life.error:
+            print(f"waypost: {life.error}; archiving it with the old workspace", file=sys.stderr)
+        self.base = (previous or {}).get("series_base", 0)
+        # Snakemake retrying this job within the same run (Slurm ended the
+        # last job, or the policy had ended the series), not a new run.
+        retried = (running or previous or {}).get("run") == self.run_id
+        if retried and directory.remote:
+            directory.remote.pull_workspace()   # only the engine's files were fetched
+        if running:
+            found = self._after_a_killed_runner(directory, policy, life, running, retried)
+            if found is not _NEW_SERIES:
+                return found
+        elif previous and retried and previous["state"] != "SUCCESS":
+            return "decided"
+        elif previous and retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
+            return "done"  # the step had finished when Slurm ended the job
+        elif previous:
+            self.history = list(previous["attempts"])
+        return self._begin(directory, policy, running, previous, retried)
+
+    def _after_a_killed_runner(self, directory: StageDirectory, policy: wpolicy.Policy, life, running: dict,
+                               retried: bool):
+        """The runner before us was killed mid-attempt (by Slurm at its time
+        limit, by preemption, with its node, or with Snakemake): its open
+        attempts closed, "record" when its series is finished after all,
+        None when that series goes on, else ``_NEW_SERIES``."""
+        self.history = running.get("attempts", [])
+        self.base = running.get("series_base", self.base)
+        left_open = [a for a in self.history if a.get("state") is None]
+        vanished = False
+        for attempt in left_open:   # the last is the one whose step may have been found at work
+            vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
+        last = self.history[-1] if self.history else {}
+        if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
+            # Its step had succeeded; the job ended while its manifest was
+            # being written: the series is finished, not run again.
+            self._go_on_with(running.get("series", 1))
+            return "record"
+        if vanished and self._resume_in_place(policy, life.has_files(), running.get("series", 1)):
+            if directory.remote and not retried:
+                directory.remote.pull_workspace()   # checkpoints and all
+            print(f"waypost: {directory.name}: series {self.number} goes on with {self.first[0]}: "
+                  f"{self.first[1]}", file=sys.stderr)
+            return None
+        if retried:   # the same series goes on
+            self._go_on_with(running.get("series", 1))
+            return None
+        return _NEW_SERIES
+
+    def _begin(self, directory: StageDirectory, policy: wpolicy.Policy, running: dict | None,
+               previous: dict | None, retried: bool) -> str | None:
+        """Begin the next series, as the policy says over the last one when
+        that one is unfinished; or say why none may begin ("given up",
+        "backoff", "record")."""
+        last_no = max((a.get("series", 1) for a in self.history), default=0)
+        last_series = [a for a in self.history if a.get("series", 1) == last_no]
+        unfinished = bool(last_series) and (running is not None or previous is None
+                                            or previous["state"] != "SUCCESS")
+        if unfinished:
+            refused = self._refused(policy, running, previous, last_no, last_series)
+            if refused:
+                return refused
+        self.number = 1 + last_no
+        self.first = wpolicy.begin_series(policy, last_series if unfinished else [])
+        if self.first[0] == "cmd":
+            directory.archive(self.history)
+        elif unfinished:
+            if directory.remote and not retried and (self.first[0] == "restart" or self.first.rerun != "new"):
+                directory.remote.pull_workspace()   # the series goes on in it: checkpoints and all
+            print(f"waypost: {directory.name}: series {self.number} starts with {self.first[0]}: {self.first[1]}",
+                  file=sys.stderr)
+        return None
+
+    def _refused(self, policy: wpolicy.Policy, running: dict | None, previous: dict | None, last_no: int,
+                 last_series: list[dict]) -> str | None:
+        """Why no series may follow the unfinished one ``last_no``: "given
+        up" (``self.refusal`` says why), "backoff", or "record" (a killed
+        runner's series was the last: record it so); None when one may."""
+        spent = last_no - self.base
+        if (previous or {}).get("given_up") and not running:
+            self.refusal = previous.get("reason") or f"given up after {spent} series"
+            return "given up"
+        if spent >= policy.max_series:
+            if running:
+                self.number, self.attempts = last_no, last_series
+                return "record"
+            self.refusal = f"given up after {spent} series (max_series {policy.max_series})"
+            return "given up"
+        not_before = (previous or {}).get("next_series_after") if not running else None
+        if not_before and manifest.iso_to_epoch(not_before) > time.time():
+            self.refusal = (f"series {last_no} ended {last_series[-1].get('state')}; the next may start "
+                            f"from {not_before} (series_backoff)")
+            return "backoff"
+        return None
+
+
+    def _resume_in_place(self, policy: wpolicy.Policy, has_work: bool, number: int) -> bool:
+        """The last attempt's runner vanished (``close_interrupted``): does
+        the same series go on in place (``runner_gone: resume``, and at
+        most ``RUNNER_GONE_LIMIT`` such attempts in a row)? If so,
+        ``self.first`` says with what: ``restart`` (the policy's restart
+        command) when the workspace holds work of the step, else ``cmd``.
+        The vanished attempt is marked ``interrupted_by``, its decision
+        says why, and it counts for nothing (``policy.counters``)."""
+        attempts = [a for a in self.history if a.get("series", 1) == number]
+        before = sum(1 for _ in itertools.takewhile(runner_gone, reversed(attempts[:-1])))
+        if policy.runner_gone != "resume" or not attempts or before >= RUNNER_GONE_LIMIT:
+            return False
+        self._go_on_with(number)
+        vanished = attempts[-1]
+        action = "restart" if has_work else "cmd"
+        why = (f"attempt {vanished['number']}'s runner was gone (its driver killed, its machine restarted): "
+               f"not the step's failure; series {number} goes on in place "
+               + ("with the work it left" if has_work else "(nothing left to resume)"))
+        vanished["interrupted_by"] = RUNNER_GONE
+        vanished["decision"] = {"action": action, "reason": why}
+        self.first = wpolicy.Start(action, why, None)
+        return True
+
+
+# Attempts in a row whose runner vanished that a series goes on after
+# (``runner_gone: resume``); the next one ends the series CANCELLED, as a
+# cancel does: a step that kills its own runner can't loop forever.
+RUNNER_GONE_LIMIT = 3
+RUNNER_GONE = "runner gone"
+
+
+def runner_gone(attempt: dict) -> bool:
+    """Was this attempt's runner gone, and its series went on after it in
+    place (not counted: ``policy.counters``)?"""
+    return attempt.get("interrupted_by") == RUNNER_GONE
+
+
+def close_interrupted(attempt: dict, leftover: str | None = None) -> bool:
+    """Fill in how an attempt whose runner died ended: Slurm's word when
+    it ran in a Slurm job, else CANCELLED (stopped from outside).
+    ``leftover``: what was done of its step, found at work without it.
+
+    True when, with no word from Slurm nor from its runner (which records
+    a signal it was sent), the runner vanished: its driver was killed, its
+    machine restarted, something SIGKILLed it. That was not the step's
+    failure (see ``Series._resume_in_place``)."""
+    state, detail = None, None
+    if attempt.get("slurm_job_id"):
+        state, detail = slurm.final_state(attempt["slurm_job_id"])
+    vanished = state is None and not attempt.get("error")
+    attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
+                   error=(attempt.get("error") or "the runner was killed during this attempt")
+                         + (f" (Slurm: {detail})" if detail else "")
+                         + (f"; {leftover}" if leftover else ""))
+    return vanished

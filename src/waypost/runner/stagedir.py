@@ -1,0 +1,168 @@
+"""A stage directory as the runner keeps it: its ``_running.json`` and the
+heartbeat, archived workspaces, the planner's markers, the root's registry of
+stages on hold, placeholders. On a gs:// root the step works in a local copy
+(``stores.mirror``) and what is written here is pushed to the bucket."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from waypost import stores
+from waypost.model import manifest, records, writes
+from waypost.model import spec as wspec
+from waypost.model.layout import LOGS, RUNNING, held_entry, stage_name, stage_root
+from waypost.state import lifecycle
+from waypost.stores.local import LocalStore
+
+
+class StageDirectory:
+    """One stage's directory (or its local copy), for one runner."""
+
+    def __init__(self, step: wspec.StepSpec):
+        self.stage_dir, self.instance = step.stage_dir, step.instance
+        self.remote = None
+        # The paths the step works with: on a bucket root, the local copies.
+        self.inputs, self.outputs = step.inputs, step.outputs
+        if stores.needs_mirror(step.stage_dir):   # only then: the runner starts at every step
+            from waypost.stores import mirror
+            self.remote, self.inputs, self.outputs = mirror.for_runner(step)
+        self.dir = self.remote.local if self.remote else step.stage_dir
+        # Where the stage dir is, as a store (disk, or a mount): archives and heartbeats, nothing read.
+        self.store = None if self.remote else stores.store_for(stage_root(step.stage_dir, step.instance), quiet=True,
+                                                               reads=False)
+        # Can a file here be appended to (disk, NFS, the local copy of a gs://
+        # root's stage), or only written whole (a bucket mount)?
+        self.appends = self.store is None or self.store.appends
+        # How the runner's lines name the stage: experiment/pair/stage[/instance].
+        self.name = stage_name(step.pair, step.experiment, step.stage, step.instance)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def life(self) -> lifecycle.Life:
+        """What the last runner left here, as the lifecycle reader reads it
+        (a marker is taken whether or not a manifest closed it, since a
+        local copy's dates are the copy's)."""
+        return lifecycle.read(LocalStore(self.dir), self.dir)
+
+    def save_running(self, series, lost_job: str | None = None, push: bool = True, group: dict | None = None) -> None:
+        """``_running.json``: this runner at work on ``series`` (``group``:
+        its step's process group, while a step runs); or, with ``lost_job``,
+        the series a Slurm job that ended left (gone, as sacct says it is).
+        ``push``: to the bucket too, on a gs:// root."""
+        marker = records.marker(
+            pid=None if lost_job else os.getpid(), host=None if lost_job else manifest.hostname(),
+            run=series.run_id, series=series.number, series_base=series.base,
+            outputs=[os.path.relpath(o, self.dir) for o in self.outputs],
+            slurm_job_id=lost_job or os.environ.get("SLURM_JOB_ID"), attempts=series.history, step_group=group)
+        manifest.write_json_atomic(self.path(RUNNING), records.checked("marker", marker, self.path(RUNNING)),
+                                   durable=False)  # a marker of work in progress: the manifest is what must survive a crash
+        if self.remote and push:
+            self.remote.push(self.outputs)
+
+    def heartbeat(self) -> None:
+        """Show that this runner is alive: refresh ``_running.json``'s time."""
+        try:
+            if self.remote:
+                os.utime(self.path(RUNNING))
+            else:
+                self.store.heartbeat(self.path(RUNNING))
+        except OSError:
+            return
+        if self.remote:
+            self.remote.put_marker(RUNNING, time.time())
+
+    def remove_running(self) -> None:
+        if os.path.exists(self.path(RUNNING)):
+            os.unlink(self.path(RUNNING))
+
+    def archive(self, history: list[dict], keep: tuple[str, ...] = ()) -> str | None:
+        """Move the workspace under ``.attempts/<n>/`` (but ``keep``), and point
+        the attempts of ``history`` that worked in it there."""
+        archived = self.remote.archive(keep) if self.remote else self.store.archive(self.dir, keep=keep)
+        if archived:
+            for old in history:
+                if old.get("workspace") == ".":
+                    old["workspace"] = archived
+                    for name in ("log", "script"):   # both under _logs/
+                        if old.get(name) and LOGS not in keep:
+                            old[name] = os.path.join(archived, old[name])
+            print(f"waypost: {self.name}: earlier workspace archived in {archived}", file=sys.stderr)
+        return archived
+
+    def clean(self) -> None:
+        """Remove what the failed attempts of this series left (only those:
+        a series starts from an archived, empty workspace)."""
+        for entry in manifest.workspace_entries(self.dir):
+            if manifest.is_engine_file(entry):
+                continue
+            path = self.path(entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                import shutil  # here: the runner starts at every step, most never need it
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+
+    def done(self) -> bool:
+        """Is the stage finished: a SUCCESS manifest whose outputs are there?"""
+        data = self.life().manifest
+        return bool(data) and data["state"] == "SUCCESS" and not manifest.verify_outputs(self.dir, data,
+                                                                                         checksums=False)
+
+    def recorded_job(self, job: str) -> str | None:
+        """Does a runner's record name this Slurm job: "open" (its attempt
+        has no end yet), "closed", or None."""
+        life = self.life()
+        attempts = [*((life.marker or {}).get("attempts") or []), *((life.manifest or {}).get("attempts") or [])]
+        states = [a.get("state") for a in attempts if isinstance(a, dict) and str(a.get("slurm_job_id")) == str(job)]
+        if not states:
+            return None
+        return "closed" if all(states) else "open"
+
+    def register_hold(self, until: float | None) -> None:
+        """Keep the root's registry of stages on hold (layout.HELD) true: an
+        entry dated ``until`` (0: given up), or none."""
+        entry = held_entry(stage_root(self.stage_dir, self.instance), self.stage_dir)
+        if self.remote:
+            self.remote.registry(entry, until)
+        elif until is not None:
+            with writes.writing(entry):
+                os.makedirs(os.path.dirname(entry), exist_ok=True)
+                open(entry, "w").close()
+                os.utime(entry, (until, until))
+        elif os.path.lexists(entry):
+            os.unlink(entry)
+
+    def set_marker(self, name: str, when: float | None, state: str) -> None:
+        """Write (dated ``when``, saying ``state``) or remove one of the
+        planner's markers.
+
+        ``_unfinished``: the stage ended without success but a funnel went on
+        over its placeholders; the next run redoes it from the time the marker
+        is dated (its series backoff). ``_provisional``: the stage succeeded
+        over parents that did not; the next run looks at them again. Neither
+        is an input of a job: the planner forces the job (see
+        ``waypost.snakemake``), so no timestamp has to beat another."""
+        path = self.path(name)
+        if when is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+                if self.remote:
+                    self.remote.remove_marker(name)
+            return
+        with writes.writing(path):
+            writes.whole(path, f"{state}\n".encode())
+            os.utime(path, (when, when))
+        if self.remote:
+            self.remote.put_marker(name, when)
+
+    def placeholders(self) -> None:
+        """Declared outputs Snakemake needs to see; empty where the step wrote
+        none. The manifest (not SUCCESS) and the marker say what they are."""
+        for path in self.outputs:
+            if not os.path.exists(path):
+                with writes.writing(path):
+                    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                    open(path, "wb").close()

@@ -1,0 +1,370 @@
+"""One series of attempts of one stage: where it begins, each attempt and
+the policy's decision after it, and the manifest at its end (see
+``waypost.runner`` for the whole)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from waypost.model import fingerprints, manifest, records
+from waypost.model import policy as wpolicy
+from waypost.model import spec as wspec
+from waypost.model.layout import LOGS, PROVISIONAL, RUNNING, UNFINISHED, stage_root
+from waypost.runner.series import Series
+from waypost.runner.stageattempt import StageAttempt
+from waypost.runner.stagedir import StageDirectory
+from waypost.state import leftovers, lifecycle
+from waypost.state.parents import describe_inputs, parent_state, producer_dir
+
+
+class LostJob:
+    """The executor's ``--lost-slurm-job`` mode: a Slurm job of the stage
+    ended without a runner recording it (killed pending, before or as it
+    started, never startable); record its end, run no command."""
+
+    def __init__(self, job: str, state: str = "CANCELLED", reason: str = "", last_chance: bool = False):
+        self.job, self.state, self.reason, self.last_chance = job, state, reason, last_chance
+
+
+class StageRun:
+    """One series of attempts of one stage."""
+
+    def __init__(self, step: wspec.StepSpec, lost: LostJob | None = None):
+        self.spec = step
+        self.lost = lost
+        self.directory = StageDirectory(step)
+        # The Snakemake run this job is part of (a runner started by hand: a run of its own).
+        self.series = Series(os.environ.get(manifest.RUN_ID_ENV) or manifest.new_run_id())
+        self.policy = wpolicy.Policy.from_config(step.policy)
+        self.received_signal: int | None = None
+        self.name = self.directory.name
+        # The inputs no stage of the root made (fingerprinted in the
+        # manifest), and what size and time said of each as the last attempt began.
+        root = stage_root(step.stage_dir, step.instance)
+        self.outside = [p for p in step.inputs if fingerprints.outside(p, root)]
+        self.outside_seen: dict[str, tuple | None] = {}
+
+    def start(self) -> str | None:
+        """Begin the series, or go on with one (see ``Series.start``)."""
+        return self.series.start(self.directory, self.policy)
+
+    def run_attempt(self, action: str, rerun: str | None = None) -> dict:
+        self.outside_seen = {path: fingerprints.look(path) for path in self.outside}
+        attempt = StageAttempt(self.spec, self.policy, self.directory, self.series, action, rerun)
+        record = attempt.run()
+        self.received_signal = attempt.received_signal
+        return record
+
+    def parents_block(self) -> list[str]:
+        """Parents whose state the policy's ``depends`` does not accept."""
+        blocked = []
+        for path in self.directory.inputs:
+            state = parent_state(producer_dir(path), path)
+            effective = "SUCCESS" if state == "ADOPTED" else state
+            if effective == "MISSING" or not self.policy.accepts(effective):
+                blocked.append(f"{os.path.dirname(path)} is {state}")
+        return sorted(set(blocked))
+
+    def prepare_workspace(self, action: str, rerun: str | None = None) -> None:
+        """The workspace a rerun gets: ``rerun``, the decision's mode (None: the policy's)."""
+        if action == "rerun":
+            mode = rerun or self.policy.rerun
+            if mode == "new":
+                self.directory.archive(self.series.history, keep=(LOGS, RUNNING))
+            elif mode == "clean":
+                self.directory.clean()
+
+    def pause(self, seconds: float) -> int | None:
+        """Wait ``seconds`` before the next attempt of the series (a cue's
+        ``delay``, the policy's ``attempt_delay``). The running marker is
+        saved first (the last attempt's decision in it) and its heartbeat
+        kept while the runner waits, so nobody takes the stage for
+        abandoned. SIGTERM, SIGINT or SIGHUP ends the wait: returns it."""
+        import signal
+
+        from waypost.runner.attempt import FORWARDED_SIGNALS, HEARTBEAT_S
+        self.directory.save_running(self.series)
+        print(f"waypost: {self.name}: waiting {seconds:g} s before the next attempt", file=sys.stderr)
+        end = time.monotonic() + seconds
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+        try:
+            while (left := end - time.monotonic()) > 0:
+                got = signal.sigtimedwait(FORWARDED_SIGNALS, min(left, HEARTBEAT_S))
+                if got is not None:
+                    return got.si_signo
+                self.directory.heartbeat()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        return None
+
+    def record_lost_job(self) -> int:
+        """Record a Slurm job of this stage whose end no runner recorded: one
+        cancelled while pending, killed before or as its runner started, or
+        never startable (``--lost-reason``). Its attempt joins the series and
+        the policy decides as after any attempt: the series goes on when
+        Snakemake submits the stage again, or ends here (its manifest) when
+        the policy fails it or Snakemake will not (``--last-chance``).
+        A job a runner did record is left to that record (an open attempt is
+        closed from sacct by the next runner, or here on the last chance)."""
+        job = self.lost.job
+        self.received_signal = None
+        live = lifecycle.live_attempt(self.spec.stage_dir)
+        if live and live.slurm_job != str(job):
+            # Another attempt is at work here (a dead driver's job, say): it
+            # records its own end; nothing of it is touched.
+            print(f"waypost: {self.name}: Slurm job {job} ended; an attempt is at work in {self.directory.dir} "
+                  f"({live.where}), left to it", file=sys.stderr)
+            return 0
+        recorded = self.directory.recorded_job(job)
+        if recorded:
+            # A runner recorded this job. Its series is either over (its
+            # manifest) or left open for the next job (an attempt Slurm ended,
+            # or one that needs a bigger allocation): on the last chance, end it.
+            if not self.lost.last_chance or not os.path.exists(self.directory.path(RUNNING)):
+                return 0
+            started = self.start()
+            if started == "record":     # its step had succeeded: the series is finished
+                return self.finish("SUCCESS")
+            if started is not None:
+                return 0
+            return self._decide_and_end(last_chance=True)
+        if self.start() is not None:      # done, decided, given up, on hold: nothing of ours to add
+            return 0
+        series = self.series.attempts
+        action = series[-1]["decision"]["action"] if series and series[-1].get("decision") \
+            else self.series.first[0]
+        now = manifest.now_iso()
+        reason = self.lost.reason or "the Slurm job ended before its step runner started"
+        record = records.attempt(
+            number=len(self.series.history) + 1, series=self.series.number, action=action, state=self.lost.state,
+            start=now, end=now, duration_s=0.0, host=None, run=self.series.run_id, slurm_job_id=job,
+            command=self.spec.command, worker={"pool": self.spec.pool, "class": self.spec.worker_class},
+            error=f"Slurm job {job} ended {self.lost.state} before its step ran: {reason}",
+            why=self.series.first[1] if len(series) == 0 else None)
+        self.series.history.append(record)
+        series.append(record)
+        return self._decide_and_end(last_chance=self.lost.last_chance, why=record["error"])
+
+    def _decide_and_end(self, last_chance: bool, why: str | None = None) -> int:
+        series = self.series.attempts
+        made = wpolicy.decision(self.policy, series)
+        action, reason = made["action"], made["reason"]
+        if action in ("cmd", "restart", "rerun") and last_chance:
+            action, reason = "fail", f"{reason}, but Snakemake's retries of this job are spent"
+            made = {"action": action, "reason": reason}
+        series[-1]["decision"] = made
+        print(f"waypost: {self.name} attempt {series[-1]['number']} ended {series[-1]['state']} "
+              f"(Slurm job {series[-1].get('slurm_job_id')}); next: {action} ({reason})", file=sys.stderr)
+        if action in ("cmd", "restart", "rerun"):
+            # the job Snakemake submits next goes on with the series
+            self.directory.save_running(self.series, lost_job=str(series[-1].get("slurm_job_id")))
+            if self.directory.remote:
+                self.directory.remote.close()
+            return 0
+        last = series[-1]["state"]
+        return self.finish("FAILED" if last == "SUCCESS" else last, reason=why,
+                           give_up=reason if action == "give_up" else None)
+
+    def run(self) -> int:
+        self.received_signal = None
+        if self.lost:
+            return self.record_lost_job()
+        directory, stage_dir = self.directory, self.spec.stage_dir
+        if directory.remote:
+            directory.remote.pull(directory.inputs)
+        # One live attempt per stage directory, whoever started it (a run
+        # whose driver died leaves its jobs at work): wait for it to end, as
+        # if this job were it, then go on from what it left; what a step
+        # whose runner is gone left at work is ended (``leftovers``).
+        # (On a bucket root ``pull`` just fetched the marker: without one
+        # there, there is nothing to ask the bucket about.)
+        live = None if directory.remote and not os.path.exists(directory.path(RUNNING)) else \
+            lifecycle.live_attempt(stage_dir, me=os.getpid())
+        if live and live.unknown:
+            # Whether it is still at work can't be known (another host, sacct
+            # silent): never taken for gone, nor waited on for a lease.
+            print(f"waypost: {self.name}: an attempt may still be at work in {stage_dir} "
+                  f"({live.where}); not starting a second one", file=sys.stderr)
+            return 75
+        waited = live and lifecycle.wait_until_gone(
+            stage_dir, me=os.getpid(),
+            say=lambda live: print(f"waypost: {self.name}: an attempt is at work in {stage_dir} "
+                                   f"({live.where}); waiting for it to end instead of starting a second one",
+                                   file=sys.stderr))
+        if live:
+            self.series.leftover = leftovers.end(lifecycle.at(stage_dir, me=os.getpid()), directory.dir)
+            if self.series.leftover:
+                print(f"waypost: {self.name}: {self.series.leftover}", file=sys.stderr)
+        if waited and directory.remote:
+            directory.remote.refresh()     # what it left
+        if waited and directory.done():
+            print(f"waypost: {self.name}: done by the attempt waited for ({waited.where})", file=sys.stderr)
+            return 0
+        started = self.start()
+        if started == "done":
+            print(f"waypost: {self.name}: already done (its job was ended after the step finished)",
+                  file=sys.stderr)
+            return 0
+        if started in ("given up", "backoff"):
+            print(f"waypost: {self.name}: {self.series.refusal}; not started"
+                  + ("; `waypost retry` or `waypost rerun` to try again" if started == "given up" else ""),
+                  file=sys.stderr)
+            if self.spec.tolerated:   # a funnel goes on over it, as when it ended
+                directory.placeholders()
+                return 0
+            return 1
+        series = self.series.attempts
+        if started == "record":
+            return self.finish(series[-1]["state"] or "CANCELLED")
+        if started == "decided":
+            print(f"waypost: {self.name}: the policy already ended this stage "
+                  "(Snakemake retried the job); not starting again", file=sys.stderr)
+            previous = manifest.read(directory.dir)
+            last = previous["attempts"][-1] if previous["attempts"] else {}
+            return last.get("exit_code") or 1
+        if not series:
+            blocked = self.parents_block()
+            if blocked:
+                return self.finish("SKIPPED", reason="parents not accepted by depends "
+                                   f"({self.policy.depends}): " + "; ".join(blocked))
+            made = {"action": self.series.first.action, "rerun": self.series.first.rerun}
+        elif series[-1].get("interrupted_by"):   # its runner vanished: the series goes on in place
+            made = series[-1]["decision"]
+        else:
+            made = series[-1]["decision"] = wpolicy.decision(self.policy, series)
+        action, reason = made["action"], made.get("reason")
+        while action in ("cmd", "restart", "rerun"):
+            stopped = self.pause(made["delay_s"]) if made.get("delay_s") else None
+            if stopped is not None:
+                return self._stopped_waiting(stopped, made["delay_s"])
+            self.prepare_workspace(action, made.get("rerun"))
+            record = self.run_attempt(action, made.get("rerun"))
+            if self.received_signal is not None and os.environ.get("SLURM_JOB_ID"):
+                # Slurm signals a job it ends for any reason (time limit,
+                # preemption, scancel): the next runner asks sacct which, and
+                # the policy decides then. Leave the attempt open.
+                record["state"] = None
+                record["error"] = f"signal {self.received_signal} from Slurm; sacct will say why"
+                directory.save_running(self.series)
+                print(f"waypost: {self.name}: Slurm is ending this job; "
+                      "the next attempt learns why from sacct", file=sys.stderr)
+                return 128 + self.received_signal
+            if self.received_signal is not None:
+                made = {"action": "fail", "reason": "cancelled from outside"}
+            else:
+                made = wpolicy.decision(self.policy, series)
+            record["decision"] = made
+            action, reason = made["action"], made["reason"]
+            print(f"waypost: {self.name}: next: {action} ({reason})", file=sys.stderr)
+            if action == "done":
+                # Before hashing the outputs and writing the manifest: a job
+                # ended meanwhile (its time limit) leaves a series the next
+                # runner finishes instead of running the step again.
+                directory.save_running(self.series, push=False)
+            if record["state"] == "OOM" and action in ("restart", "rerun") and os.environ.get("SLURM_JOB_ID") \
+                    and self.policy.memory_growth > 1:
+                # This allocation is too small: the next Slurm job, with
+                # memory_growth more, goes on with the series.
+                directory.save_running(self.series)
+                print(f"waypost: {self.name}: out of memory in Slurm job {os.environ['SLURM_JOB_ID']}; "
+                      "the next job (with more memory) goes on", file=sys.stderr)
+                return 1
+        last = series[-1]["state"]
+        final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
+        return self.finish(final, give_up=reason if action == "give_up" else None)
+
+    def _stopped_waiting(self, signum: int, delay: float) -> int:
+        """A signal ended the wait before the next attempt. Under Slurm
+        (which signals a job it ends) the series is left for the next job,
+        as after an attempt Slurm ended; else it was cancelled from outside,
+        and the series ends as the last attempt did."""
+        self.received_signal = signum
+        if os.environ.get("SLURM_JOB_ID"):
+            print(f"waypost: {self.name}: Slurm is ending this job during the wait; the next job goes on",
+                  file=sys.stderr)
+            return 128 + signum
+        last = self.series.attempts[-1]
+        last["decision"] = {"action": "fail",
+                            "reason": f"cancelled from outside during the {delay:g} s wait before the next attempt"}
+        print(f"waypost: {self.name}: next: fail ({last['decision']['reason']})", file=sys.stderr)
+        return self.finish("FAILED" if last["state"] == "SUCCESS" else last["state"])
+
+    def finish(self, state: str, reason: str | None = None, give_up: str | None = None) -> int:
+        """Write the manifest (last): the series ended ``state``. ``give_up``:
+        the policy gave the stage up for good (a ``give_up`` cue: why), so no
+        run starts another series until ``waypost retry``."""
+        directory, series = self.directory, self.series
+        outputs = manifest.describe_outputs(directory.dir, directory.outputs) if state == "SUCCESS" else []
+        inputs = describe_inputs(directory.inputs)
+        for item in inputs:
+            if item["path"] in self.outside:
+                item["fingerprint"] = fingerprints.take(item["path"], self.outside_seen.get(item["path"]))
+        if directory.remote:
+            inputs = directory.remote.locate(inputs)
+        record = records.manifest(
+            experiment=self.spec.experiment, pair=self.spec.pair, stage=self.spec.stage,
+            instance=self.spec.instance, state=state, created=manifest.now_iso(), attempts=series.history,
+            outputs=outputs, inputs=inputs, settings=self.spec.settings,
+            config_hash=self.spec.config_hash, code_version=self.spec.code_version, run=series.run_id,
+        )
+        if series.base:
+            record["series_base"] = series.base
+        # A stage that ran over parents that did not succeed (a funnel), or
+        # over provisional ones, is provisional: the next run looks at those
+        # parents again and redoes it when one of them is redone.
+        unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED") or i["provisional"]]
+        record["provisional"] = state == "SUCCESS" and bool(unsound)
+        now = time.time()
+        redo_from = now   # when the next run may redo a stage that ended without success
+        hold = None       # the root's registry (layout.HELD): until when it waits (0: given up)
+        if state != "SUCCESS" and series.attempts:
+            spent = series.number - series.base
+            if give_up:
+                record["given_up"] = True
+                hold = 0.0
+                reason = (f"{reason}; " if reason else "") + f"given up by {give_up}"
+            elif spent >= self.policy.max_series:
+                record["given_up"] = True
+                hold = 0.0
+                reason = (f"{reason}; " if reason else "") + \
+                    f"given up after {spent} series (max_series {self.policy.max_series})"
+            elif self.policy.backoff_seconds(spent):
+                redo_from = hold = now + self.policy.backoff_seconds(spent)
+                record["next_series_after"] = manifest.epoch_to_iso(redo_from)
+        if reason:
+            record["reason"] = reason
+            print(f"waypost: {self.name} {state}: {reason}", file=sys.stderr)
+        tolerated = state != "SUCCESS" and self.spec.tolerated and self.received_signal is None
+        if tolerated:
+            directory.placeholders()
+        path = manifest.manifest_path(directory.dir)
+        manifest.write_json_atomic(path, records.checked("manifest", record, path))
+        if directory.remote:  # outputs only where they count; the manifest last
+            directory.remote.push(directory.outputs, final=state == "SUCCESS" or tolerated)
+        # A skipped stage is looked at again when one of its parents is redone
+        # (a parent given up is not: nor is its consumer), a failed one is redone.
+        marked = series.attempts[-1]["state"] if series.attempts else "SKIPPED"
+        directory.set_marker(UNFINISHED, redo_from if tolerated and state != "SKIPPED"
+                             and not record.get("given_up") else None, marked)
+        directory.set_marker(PROVISIONAL, now if record["provisional"] or (tolerated and state == "SKIPPED")
+                             else None, marked)
+        directory.register_hold(hold)
+        directory.remove_running()
+        if directory.remote:
+            directory.remote.close()
+        if state == "SUCCESS":
+            return 0
+        if tolerated:
+            later = ("it is given up: `waypost retry` or `waypost rerun` to try again" if record.get("given_up")
+                     else "the next run redoes this stage")
+            print(f"waypost: {self.name} recorded as {state}; a downstream funnel accepts it, "
+                  f"so the run goes on ({later})", file=sys.stderr)
+            return 0
+        last = series.attempts[-1] if series.attempts else {}
+        if last.get("exit_code"):
+            return last["exit_code"]
+        if last.get("signal") or self.received_signal:
+            return 128 + (last.get("signal") or self.received_signal)
+        return 1

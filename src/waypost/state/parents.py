@@ -1,0 +1,62 @@
+"""The stages that made a step's inputs: where each input came from and in
+what state its producer ended (for ``depends`` and the manifest's inputs)."""
+
+from __future__ import annotations
+
+import os
+
+from waypost.model import manifest
+from waypost.model.layout import MANIFEST
+
+
+def _parent(stage_dir: str, path: str) -> tuple[str, dict]:
+    """The state of the stage that produced an input, and its manifest
+    (ADOPTED: placed by hand; MISSING: not there)."""
+    try:
+        data = manifest.read(stage_dir)
+    except manifest.ManifestError:
+        data = None
+    if data is not None:
+        return data["state"], data
+    return ("ADOPTED" if os.path.exists(path) else "MISSING"), {}
+
+
+def producer_dir(path: str, depth: int = 8) -> str:
+    """The stage directory that made an input: the nearest directory above
+    it with a manifest (a file in a ``directory()`` output, such as a
+    checkpoint's parts, is below its stage's directory); the input's own
+    directory when none has (placed by hand)."""
+    own = directory = os.path.dirname(path)
+    for _ in range(depth):
+        if os.path.exists(os.path.join(directory, MANIFEST)):
+            return directory
+        parent = os.path.dirname(directory)
+        if not parent or parent == directory:
+            break
+        directory = parent
+    return own
+
+
+def parent_state(stage_dir: str, path: str) -> str:
+    return _parent(stage_dir, path)[0]
+
+
+def describe_inputs(paths: list[str]) -> list[dict]:
+    """Each input with the manifest of the stage that produced it.
+
+    The checksum comes from that manifest (no re-hashing); an input without a
+    manifest was placed by hand (adopted).
+    """
+    described = []
+    for path in paths:
+        stage_dir = producer_dir(path)
+        state, data = _parent(stage_dir, path)
+        name = os.path.relpath(path, stage_dir)
+        described.append({
+            "path": path,
+            "manifest": os.path.join(stage_dir, MANIFEST) if data else None,
+            "state": state,
+            "sha256": next((o["sha256"] for o in data.get("outputs", []) if o["path"] == name), None),
+            "provisional": bool(data.get("provisional")),
+        })
+    return described

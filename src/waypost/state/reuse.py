@@ -1,0 +1,225 @@
+"""Reuse: a stage taken from another experiment, directory or bucket instead
+of computed.
+
+The job of a reused stage runs the step runner with ``reuse_from: SOURCE``
+in its step spec: instead of the step, the runner brings the source stage's
+outputs (the files its manifest lists) into the stage directory as copies,
+never links (a hard link would let a step that edits its output in place
+change the source): on disk a reflink where the filesystem makes one
+(``stores.local.copy_file``: Btrfs, XFS, ...; the attempt's ``how`` says
+``reflinked``), else a full copy (``copied``); from a bucket, a download;
+into a bucket, an upload, or a server-side copy from another gs://
+location (no bytes through the node: ``copied in the bucket``). Each is
+checked against the source manifest's size and sha256 (or listed crc32c),
+and the runner writes a manifest of its own with ``reused_from``. Files
+arrive under a temporary name and are renamed into place only once checked,
+so a killed copy never leaves an output that looks done.
+
+The cost is storage: a reused stage holds its own full copy of each output
+(a reflink shares the blocks until either file is rewritten), and in a bucket
+a server-side copy is a new object, stored and billed at its full size.
+
+A reuse of a stage of another experiment of the same config waits for it
+when that stage is to be made (``StateView.reuse_plan``): the run makes it
+first, then takes it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from waypost import stores
+from waypost.model import layout, manifest, records
+from waypost.model.layout import stage_root
+from waypost.state import lifecycle
+from waypost.stores import mirror
+
+
+def read_source(location: str) -> dict:
+    """The source stage's manifest (``manifest.load``: every path it lists
+    inside the source stage dir); ManifestError when there is none or it
+    can't be read or used."""
+    data = stores.manifest_at(location)
+    if data is None:
+        path = layout.join(location, layout.MANIFEST)
+        raise manifest.ManifestError(f"{path}: no manifest (not a finished waypost stage)")
+    return data
+
+
+def source_problem(location: str) -> str | None:
+    """Why a location can't be reused (None when it can)."""
+    try:
+        return unusable(read_source(location), location)
+    except manifest.ManifestError as exc:
+        return str(exc)
+
+
+def being_redone(location: str) -> bool:
+    """Is a source that can't be reused now on its way: its stage directory
+    there without a manifest, but with earlier runs archived (``waypost
+    rerun`` moved the last aside) or an attempt at work? A reuse of it waits
+    (see ``StateView.reuse_plan``); one of a source not there at all is a
+    mistake to say."""
+    try:
+        tree = stores.over(location)
+        life = lifecycle.read(tree, location)
+        return layout.MANIFEST not in life.entries and bool(life.live or tree.archives(location))
+    except (OSError, manifest.ManifestError):
+        return False
+
+
+def unusable(data: dict, location: str) -> str | None:
+    if data["state"] != "SUCCESS":
+        return f"{location}: the source stage is {data['state']}, not SUCCESS"
+    if data.get("provisional"):
+        return f"{location}: the source stage is provisional (it ran over failed parents)"
+    return None
+
+
+def take(args) -> int:
+    """Run a reuse job: the runner's work when the step spec has ``reuse_from``."""
+    remote, _, declared_outputs = mirror.for_runner(args)  # a gs:// stage dir: its engine files, locally
+    if remote:
+        remote.pull([])
+    stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
+    busy = lifecycle.live_attempt(stage_dir, me=os.getpid())
+    if busy:
+        print(f"waypost: {args.stage}: an attempt is still running in {stage_dir} ({busy.where})", file=sys.stderr)
+        return 75
+    started, started_iso = time.time(), manifest.now_iso()
+    try:
+        data = read_source(source)
+        problem = unusable(data, source)
+        if problem:
+            raise manifest.ManifestError(problem)
+    except manifest.ManifestError as exc:
+        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        return 1
+    os.makedirs(stage_dir, exist_ok=True)
+    try:
+        archived = remote.archive() if remote else stores.store_for(
+            stage_root(args.stage_dir, args.instance), quiet=True).archive(stage_dir)
+    except manifest.ManifestError as exc:   # an .attempts that is a link out of the stage dir
+        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        return 1
+    if archived:
+        print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
+    running = os.path.join(stage_dir, layout.RUNNING)
+    marker = records.marker(pid=os.getpid(), host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
+                            series=1, series_base=0, outputs=[o["path"] for o in data.get("outputs", [])],
+                            slurm_job_id=os.environ.get("SLURM_JOB_ID"), attempts=[])
+    manifest.write_json_atomic(running, records.checked("marker", marker, running), durable=False)
+    outputs = data.get("outputs", [])
+    try:
+        declared = {os.path.abspath(p) for p in declared_outputs}
+        brought = {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in outputs}
+        missing = {d for d in declared if d not in brought and not any(b.startswith(d + os.sep) for b in brought)}
+        if missing:   # (a directory() output: some file below it)
+            raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
+        if remote:
+            how, crc32cs = remote.copy_in(source, outputs)
+        else:
+            target = stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True)
+            how, crc32cs = target.bring(stores.store_for(source, quiet=True), source, stage_dir, outputs)
+    except (OSError, manifest.ManifestError) as exc:
+        os.unlink(running)
+        if remote:
+            remote.close()
+        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        return 1
+    ended = time.time()
+    attempt = records.attempt(number=1, series=1, action="reuse", state="SUCCESS", exit_code=0, start=started_iso,
+                              end=manifest.now_iso(), duration_s=round(ended - started, 3), host=manifest.hostname(),
+                              run=os.environ.get(manifest.RUN_ID_ENV), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+                              command=None, worker={"pool": None, "class": None}, how=how or "nothing")
+    attempt["decision"] = {"action": "done", "reason": f"reused from {source}"}
+    recorded = []
+    for o in outputs:
+        # The source's crc32c (from a source recorded before waypost kept them: the copy's, where it was read).
+        crc32c = o.get("crc32c") or crc32cs.get(o["path"])
+        recorded.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
+                        **({"crc32c": crc32c} if crc32c else {})})
+    record = records.manifest(
+        experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance, state="SUCCESS",
+        created=manifest.now_iso(), attempts=[attempt], outputs=recorded, inputs=[],
+        settings=data.get("settings") or {}, config_hash=data.get("config_hash") or "",
+        code_version=data.get("code_version") or "", reused_from=source,
+        run=os.environ.get(manifest.RUN_ID_ENV),
+        # The source's own record, so provenance survives the source being deleted.
+        reused_manifest={k: data.get(k) for k in ("experiment", "pair", "stage", "instance", "created",
+                                                  "reused_from", "adopted", "code_version")},
+        # When the work was made, not when it was linked: the source's time
+        # (its own source's, when it is a reused copy itself).
+        source_created=data.get("source_created") or data.get("created"))
+    path = manifest.manifest_path(stage_dir)
+    manifest.write_json_atomic(path, records.checked("manifest", record, path))
+    if remote:
+        remote.push(declared_outputs)  # the manifest (the outputs are there already)
+    os.unlink(running)
+    if remote:
+        remote.close()
+    print(f"waypost: {args.stage}: reused from {source} ({attempt['how']}, checksums match)", file=sys.stderr)
+    return 0
+
+
+def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str, upstream_of: str,
+             pairs: list[str] | None = None, source_root: str | None = None) -> tuple[dict, list[str]]:
+    """The ``reuse`` entries that make ``into`` take every stage upstream of
+    ``upstream_of`` from experiment ``source`` (under ``source_root``, default
+    the pipeline's root), and the problems that forbid it (a source stage
+    that isn't a finished SUCCESS)."""
+    from waypost.model import config as wconfig
+    from waypost.model import graph
+    from waypost.state import status
+
+    experiments = config["experiments"]
+    if into not in experiments:
+        raise wconfig.ConfigError(f"experiment {into!r} is not in the config; add experiments.{into} "
+                                  f"(with its pairs) first")
+    if upstream_of not in parents:
+        raise wconfig.ConfigError(f"unknown stage {upstream_of!r} (expected one of: {', '.join(parents)})")
+    chosen = pairs or experiments[into]["pairs"]
+    unknown = [p for p in chosen if p not in experiments[into]["pairs"]]
+    if unknown:
+        raise wconfig.ConfigError(f"pair(s) {', '.join(unknown)} not in experiment {into!r} "
+                                  f"(expected some of: {', '.join(experiments[into]['pairs'])})")
+    root = source_root or config["root"]
+    stages = [s for s in parents if s in graph.ancestors(parents, upstream_of)]
+    entries, problems = {}, []
+    tree = stores.store_for(root)  # a bucket: one listing, one batch read of the manifests
+    for stage in stages:
+        for pair in chosen:
+            cell = status.stage_cell(root, source, pair, stage, tree)
+            cells = [cell, *cell.get("instances", {}).values()]
+            unusable = [c["error"] for c in cells if c.get("error")]   # a manifest waypost won't use: why
+            if unusable:
+                problems += unusable
+            elif cell["state"] != "SUCCESS" or any(c.get("provisional") for c in cells):
+                problems.append(f"{layout.stage_dir(root, pair, source, stage)}: {cell['state']}"
+                                + (" (provisional)" if cell["state"] == "SUCCESS" else ""))
+        if source_root:
+            entries[stage] = {pair: layout.stage_dir(root, pair, source, stage) for pair in chosen}
+        elif pairs:
+            entries[stage] = {pair: source for pair in chosen}
+        else:
+            entries[stage] = source
+    return entries, problems
+
+
+def write_pointers(path: str, into: str, entries: dict, command: str) -> None:
+    """Merge ``entries`` into the reuse file of experiment ``into``."""
+    import yaml
+
+    from waypost.model import config as wconfig
+
+    existing = wconfig.load_yaml(path) if os.path.exists(path) else {}
+    merged = wconfig.merge(existing, {"experiments": {into: {"reuse": entries}}})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temp = path + ".tmp"
+    with open(temp, "w") as f:
+        f.write(f"# Reuse pointers of experiment {into}, merged over the config. Written by\n"
+                f"#   {command}\n# Delete this file (or an entry) to compute those stages again.\n")
+        yaml.safe_dump(merged, f, sort_keys=False)
+    os.replace(temp, path)
