@@ -3,7 +3,7 @@
 1. A no-op step through the runner, as Snakemake's shell runs a local
    stage job::
 
-       bash -c "set -euo pipefail; exec python -S .../waypost/launch.py <<'WAYPOST_STEP_…'
+       bash -c "set -euo pipefail; exec python -S .../waypost/runner/launch.py <<'WAYPOST_STEP_…'
        {step spec: stage e/p/s, stage_dir D, outputs [D/out]}
        echo x > D/out
        WAYPOST_STEP_…"

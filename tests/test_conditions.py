@@ -1,4 +1,4 @@
-"""The condition language of cues and `depends` (src/waypost/conditions.py):
+"""The condition language of cues and `depends` (src/waypost/model/conditions.py):
 parsing, clear errors, name checks, evaluation; plus property tests that
 round-trip random condition trees through text and check `evaluate` against
 an independent reference evaluator."""

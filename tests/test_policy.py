@@ -1,4 +1,4 @@
-"""Control policy (src/waypost/policy.py): building and validating a policy,
+"""Control policy (src/waypost/model/policy.py): building and validating a policy,
 `depends`, runtime growth, attempt counters, and the decision table of
 `decide` for the reference pipeline's training policy."""
 

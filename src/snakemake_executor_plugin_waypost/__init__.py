@@ -6,7 +6,7 @@ submission, with waypost's stage jobs run without a Snakemake in the job.
   runner's line with the step spec and the rule's command), so it is written
   to a step file in the executor's temporary directory (under
   ``.snakemake``, shared with the nodes, removed when the run ends) and the
-  job runs it directly (``waypost/jobstep.py``) instead of a second
+  job runs it directly (``waypost/scheduler/jobstep.py``) instead of a second
   Snakemake that re-parses the workflow to run one command. Other jobs go
   the plugin's way.
 - **Packing.** A worker class with ``pack: N`` in workers.yaml submits up to

@@ -8,7 +8,7 @@ own (the scheduler's start, the step daemon, the accounting). The job's time
 limit is N times the class's runtime; each stage's runner keeps its own.
 
 The first job of a bundle (its *leader*) is submitted as any job, with a
-command that runs the bundle's list (``waypost/jobstep.py --bundle LIST``);
+command that runs the bundle's list (``waypost/scheduler/jobstep.py --bundle LIST``);
 the others are reported submitted with the same Slurm job id. Each stage's
 end is its own: ``jobstep`` writes the exit status of each stage's step to
 its status file as the step ends, and the executor reads these, so a stage

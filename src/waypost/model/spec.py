@@ -3,7 +3,7 @@
 What a stage job runs with Snakemake's shell (wired by ``Pipeline.finish``;
 the rule's ``shell:`` stays its own, which Snakemake shows) is::
 
-    exec PYTHON -S .../waypost/launch.py <<'WAYPOST_STEP_…'
+    exec PYTHON -S .../waypost/runner/launch.py <<'WAYPOST_STEP_…'
     {"waypost_step": 1, "stage": …, "inputs": […], …}      ← the spec, one line of JSON
     the rule's own command, formatted by Snakemake          ← to the end of the here-document
     WAYPOST_STEP_…

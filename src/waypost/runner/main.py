@@ -4,7 +4,7 @@ Every stage job runs it, with the job's step on its standard input (see
 ``waypost.model.spec``: one line of JSON, the step spec, then the rule's command
 as Snakemake formatted it)::
 
-    exec python -S .../waypost/launch.py <<'WAYPOST_STEP_…'
+    exec python -S .../waypost/runner/launch.py <<'WAYPOST_STEP_…'
     {"waypost_step": 1, "stage": …}
     the rule's command
     WAYPOST_STEP_…
