@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from waypost.model import fingerprints, manifest, records
+from waypost.model import fingerprints, manifest, records, states
 from waypost.model import policy as wpolicy
 from waypost.model import spec as wspec
 from waypost.model.layout import LOGS, PROVISIONAL, RUNNING, UNFINISHED, stage_root
@@ -62,8 +62,8 @@ class StageRun:
         blocked = []
         for path in self.directory.inputs:
             state = parent_state(producer_dir(path), path)
-            effective = "SUCCESS" if state == "ADOPTED" else state
-            if effective == "MISSING" or not self.policy.accepts(effective):
+            effective = states.SUCCESS if state == states.INPUT_ADOPTED else state
+            if effective == states.INPUT_MISSING or not self.policy.accepts(effective):
                 blocked.append(f"{os.path.dirname(path)} is {state}")
         return sorted(set(blocked))
 
@@ -314,7 +314,7 @@ class StageRun:
         # A stage that ran over parents that did not succeed (a funnel), or
         # over provisional ones, is provisional: the next run looks at those
         # parents again and redoes it when one of them is redone.
-        unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED") or i["provisional"]]
+        unsound = [i["path"] for i in inputs if i["state"] not in states.SOUND_INPUTS or i["provisional"]]
         record["provisional"] = state == "SUCCESS" and bool(unsound)
         now = time.time()
         redo_from = now   # when the next run may redo a stage that ended without success
