@@ -21,6 +21,7 @@ from waypost.cli.status import cmd_status
 from waypost.cli.steer import cmd_adopt, cmd_prune, cmd_rerun, cmd_retry, cmd_verify
 from waypost.model import config as wconfig
 from waypost.model import graph, layout
+from waypost.model.errors import WaypostError
 
 EXIT_CODES = """exit codes (every command):
   0  fine
@@ -234,12 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     gcs.quiet_gcsfs_logging()
     try:
         return args.func(args)
-    except wconfig.ConfigError as exc:
+    except WaypostError as exc:  # a mistake or fault waypost recognised: its one line (anything else is a bug)
         print(f"waypost: {exc}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:  # StorageError, SteerError, GraphError: one clear line, nothing changed
-        print(f"waypost: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, wconfig.ConfigError) else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import operator
 import re
 from collections import namedtuple
 
+from waypost.model.errors import WaypostError
 from waypost.model.states import END_STATES as STATES
 
 COUNTERS = ("attempt", "attempt.restart", "attempt.rerun", "series")
@@ -44,7 +45,7 @@ TOKEN = re.compile(r"""
     )""", re.VERBOSE)
 
 
-class ConditionError(ValueError):
+class ConditionError(WaypostError, ValueError):
     """A condition that cannot be parsed or names something unknown."""
 
 

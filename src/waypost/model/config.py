@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import jsonschema
 
 from waypost.model import locations
+from waypost.model.errors import WaypostError
 from waypost.model.layout import ALL_PAIRS, NAME_RULE
 from waypost.model.layout import join as layout_join
 
@@ -63,7 +64,7 @@ class Axis:
         return cls(word, key or word + "s")
 
 
-class ConfigError(ValueError):
+class ConfigError(WaypostError, ValueError):
     """The config cannot be used; the message says where and why."""
 
 

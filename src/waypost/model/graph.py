@@ -15,13 +15,15 @@ import subprocess
 import sys
 import tempfile
 
+from waypost.model.errors import WaypostError
+
 GRAPH_FILE = os.path.join(".waypost", "stages.json")
 #: Set when only the workflow's facts are read, to the file they go to: the
 #: rules are read, nothing of the config is checked, no bucket is touched.
 FACTS_ONLY_ENV = "WAYPOST_FACTS_ONLY"
 
 
-class GraphError(RuntimeError):
+class GraphError(WaypostError, RuntimeError):
     pass
 
 

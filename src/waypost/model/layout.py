@@ -12,6 +12,7 @@ import os
 import re
 from functools import lru_cache
 
+from waypost.model.errors import WaypostError
 from waypost.model.locations import join  # a location below a root (a path or a URL)
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -46,7 +47,7 @@ CATALOG_DB = os.path.join(".waypost", "catalog.sqlite")
 ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS, UNFINISHED, PROVISIONAL}
 
 
-class NameError_(ValueError):
+class NameError_(WaypostError, ValueError):
     """A name that cannot be used as a path component."""
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 
 from waypost.model import trust, writes
+from waypost.model.errors import WaypostError
 from waypost.model.layout import ATTEMPTS, ENGINE_FILES, MANIFEST
 
 HASH_CHUNK = 1 << 20
@@ -31,7 +32,7 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{hostname()}-{os.getpid()}"
 
 
-class ManifestError(ValueError):
+class ManifestError(WaypostError, ValueError):
     """A manifest that cannot be read or does not have the expected shape."""
 
 

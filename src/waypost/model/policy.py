@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from waypost.model import conditions
+from waypost.model.errors import WaypostError
 
 ACTIONS = ("restart", "rerun", "fail", "give_up")
 RERUN_MODES = ("dirty", "clean", "new")
@@ -77,7 +78,7 @@ DEFAULTS = {
 }
 
 
-class PolicyError(ValueError):
+class PolicyError(WaypostError, ValueError):
     pass
 
 

@@ -21,13 +21,14 @@ import os
 from typing import Any, TypedDict
 
 from waypost import __version__, with_site
+from waypost.model.errors import WaypostError
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas", "records.schema.json")
 CHECK_ENV = "WAYPOST_CHECK_RECORDS"
 
 
-class RecordError(ValueError):
+class RecordError(WaypostError, ValueError):
     """A record waypost was about to write does not fit its schema."""
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 
+from waypost.model.errors import WaypostError
+
 VERSION = 1
 MAGIC = "waypost_step"
 # Ends the here-document that carries a job's step (a rule whose command
@@ -30,7 +32,7 @@ MAGIC = "waypost_step"
 DELIMITER = "WAYPOST_STEP_9c1e7f3a"
 
 
-class SpecError(ValueError):
+class SpecError(WaypostError, ValueError):
     """A step spec that can't be read: one clear line."""
 
 

@@ -14,15 +14,52 @@
   succeed: redone with them), ``reused`` (taken from another stage
   directory), ``adopted`` (files placed by hand, recorded with ``waypost
   adopt``).
+- **Input states** — what a step's input came from when no manifest stands
+  for it (its ``inputs`` entry in the manifest, what ``depends`` judges):
+  ``ADOPTED`` (a file placed by hand, taken as a success) or ``MISSING``
+  (not there).
+
+Every state is a member of one ``StrEnum``, ``State``: a member is its
+string (``State.SUCCESS == "SUCCESS"``), so records, JSON and messages carry
+the same text as before. The module-level names (``states.SUCCESS``) are the
+members, for the callers that name one.
 """
 
-SUCCESS = "SUCCESS"
-SKIPPED = "SKIPPED"     # an upstream end that ``depends`` did not accept blocked it
+from enum import StrEnum
+
+
+class State(StrEnum):
+    # end states, in the order the docs, messages and the schemas list them
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    PREEMPTED = "PREEMPTED"
+    HWFAILURE = "HWFAILURE"
+    OOM = "OOM"
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"     # an upstream end that ``depends`` did not accept blocked it
+    # lifecycle states
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    MISSING = "missing"
+    CORRUPT = "corrupt"
+    ADOPTED = "adopted"
+    # input states: an input without a manifest of the stage that made it
+    INPUT_ADOPTED = "ADOPTED"
+    INPUT_MISSING = "MISSING"
+
+
+SUCCESS, SKIPPED = State.SUCCESS, State.SKIPPED
 #: every end state, in the order the docs and messages list them
-END_STATES = (SUCCESS, "FAILED", "TIMEOUT", "PREEMPTED", "HWFAILURE", "OOM", "CANCELLED", SKIPPED)
+END_STATES = (SUCCESS, State.FAILED, State.TIMEOUT, State.PREEMPTED, State.HWFAILURE, State.OOM, State.CANCELLED,
+              SKIPPED)
 #: the end states of an attempt that ran and did not succeed
 FAILURES = tuple(s for s in END_STATES if s not in (SUCCESS, SKIPPED))
 
-RUNNING, INTERRUPTED, MISSING, CORRUPT, ADOPTED = "running", "interrupted", "missing", "corrupt", "adopted"
+RUNNING, INTERRUPTED, MISSING, CORRUPT, ADOPTED = (State.RUNNING, State.INTERRUPTED, State.MISSING, State.CORRUPT,
+                                                   State.ADOPTED)
 LIFECYCLE = (RUNNING, INTERRUPTED, MISSING, CORRUPT, ADOPTED)
+INPUT_ADOPTED, INPUT_MISSING = State.INPUT_ADOPTED, State.INPUT_MISSING
+#: the states of an input's producer that make it sound (a success, or a file placed by hand)
+SOUND_INPUTS = (SUCCESS, INPUT_ADOPTED)
 MARKS = ("given_up", "provisional", "reused", "adopted")

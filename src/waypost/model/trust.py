@@ -34,6 +34,7 @@ import re
 import stat
 
 from waypost.model import locations
+from waypost.model.errors import WaypostError
 
 # The most waypost reads of one manifest: a funnel over 10,000 inputs
 # records about 3 MB (290 bytes per input on disk, 350 in a bucket), so
@@ -47,7 +48,7 @@ MAX_DEPTH = 64
 MAX_PATH = 4096
 
 
-class Untrusted(ValueError):
+class Untrusted(WaypostError, ValueError):
     """A path, object name or file waypost refuses to use; the message says why."""
 
 

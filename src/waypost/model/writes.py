@@ -26,6 +26,8 @@ import errno
 import os
 import time
 
+from waypost.model.errors import WaypostError
+
 # The faults of a filesystem (not of waypost's): what each says to do.
 FAULTS = {
     errno.ENOSPC: "free space",
@@ -37,7 +39,7 @@ FAULTS = {
 WRITE_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
-class Unrecorded(OSError):
+class Unrecorded(WaypostError, OSError):
     """A fault of the filesystem while waypost wrote ``filename``: it was
     not written. An OSError still (code that tolerates a failed write, as a
     heartbeat does, goes on tolerating it)."""

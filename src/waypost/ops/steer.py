@@ -27,11 +27,12 @@ from waypost.model import layout, manifest, records, trust
 from waypost.model.config import check_instance_names, check_names, match_instances, stage_settings
 from waypost.model.config import reuse_source as config_reuse_source
 from waypost.model.config import source_of_instance as config_source_of_instance
+from waypost.model.errors import WaypostError
 from waypost.model.policy import Policy, begin_series, describe_start
 from waypost.state import lifecycle
 
 
-class SteerError(RuntimeError):
+class SteerError(WaypostError, RuntimeError):
     """Nothing was changed; the message says why."""
 
 

@@ -29,13 +29,14 @@ import re
 
 from waypost import stores
 from waypost.model import layout
+from waypost.model.errors import WaypostError
 from waypost.model.manifest import ManifestError
 from waypost.model.records import made_here
 
 _PATTERN = re.compile(r"((?:[^{}/]+/)*)([^{}/]*)\{(\w+)\}([^{}/]*)")
 
 
-class FanoutError(Exception):
+class FanoutError(WaypostError):
     """A fan-out written in a way waypost can't use; the message names the rule."""
 
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 from waypost.model import config as wconfig
 from waypost.model import layout
+from waypost.model.errors import WaypostError
 from waypost.planning import fanout
 
 
-class StageError(Exception):
+class StageError(WaypostError):
     """A stage rule written in a way waypost can't run; the message names the rule."""
 
 

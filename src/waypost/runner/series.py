@@ -1,6 +1,60 @@
 """A stage's attempts as one runner holds them: every attempt so far, the
 series this runner goes on with, and how that series begins (from what the
-last runner left in the stage directory)."""
+last runner left in the stage directory).
+
+The runner's state machine, as one table. ``Series.start`` reads the stage
+directory and says what comes ``Next`` (the first row that matches);
+``StageRun.run`` does it; within a series, each attempt's decision
+(``policy.decision``) says what follows it.
+
+=============================================  ==========  ==========================================
+the stage directory holds                      ``Next``    what ``StageRun.run`` does
+=============================================  ==========  ==========================================
+a running marker (its runner was killed;       RECORD      the manifest of that series (``finish``)
+its open attempts are closed): the last
+decision ``done`` and the outputs there
+
+... its runner vanished (no word from Slurm,   RUN         the same series goes on in place (restart
+no signal) and ``runner_gone: resume``                     when there is work, else cmd)
+
+... Snakemake retried the job (same run)       RUN         the same series goes on, as its last
+                                                           decision said
+
+a manifest this very run wrote, not SUCCESS    DECIDED     the policy's decision stands: the last
+(Snakemake retried the job)                                attempt's exit code
+
+a manifest this run wrote whose outputs are    DONE        nothing: exit 0
+there (Slurm ended the job after the step)
+
+an unfinished series (a manifest not          GIVEN_UP    nothing runs; exit 1 (0 and placeholders
+SUCCESS, no marker) marked ``given_up``                    when a funnel tolerates it)
+(``waypost retry`` clears it), or with its
+``max_series`` spent
+
+... ``max_series`` spent, a marker left        RECORD      the manifest of that series
+
+... its ``next_series_after`` not yet come     BACKOFF     as GIVEN_UP, until that time
+
+... else                                       RUN         a new series, as ``policy.begin_series``
+                                                           says over it (cmd, restart or rerun)
+
+nothing, or a SUCCESS manifest (redone)        RUN         a new series: cmd
+=============================================  ==========  ==========================================
+
+An attempt's decision, in the series ``RUN`` goes on with:
+
+==================  ===========================================================
+decision            what follows
+==================  ===========================================================
+cmd/restart/rerun   the next attempt of the series (after ``delay_s``; under
+                    Slurm an OOM with ``memory_growth`` leaves it to the next,
+                    bigger job, and a signal from Slurm leaves the attempt
+                    open for the next job, which asks sacct why)
+done                the manifest: SUCCESS
+fail                the manifest: the last attempt's state (the series ends)
+give_up             as fail, and the stage is given up (``given_up``)
+==================  ===========================================================
+"""
 
 from __future__ import annotations
 
@@ -8,11 +62,23 @@ import itertools
 import os
 import sys
 import time
+from enum import Enum
 
 from waypost.model import manifest
 from waypost.model import policy as wpolicy
 from waypost.runner.stagedir import StageDirectory
 from waypost.scheduler import slurm
+
+
+class Next(Enum):
+    """What ``Series.start`` found comes next (the table above)."""
+    RUN = "run"              # an attempt of the series (``Series.first``: with what and why)
+    RECORD = "record"        # a killed runner's series was the last: record it
+    DECIDED = "decided"      # the policy already ended this series (Snakemake retried the job)
+    DONE = "done"            # the retried job's work had succeeded after all
+    GIVEN_UP = "given up"    # ``max_series`` spent or given up (``Series.refusal`` says why)
+    BACKOFF = "backoff"      # the next series may not start yet (``Series.refusal`` says when)
+
 
 # ``Series._after_a_killed_runner``: neither recorded nor gone on: a new series.
 _NEW_SERIES = "new series"
@@ -37,17 +103,10 @@ class Series:
         self.number = number
         self.attempts = [a for a in self.history if a.get("series") == number]
 
-    def start(self, directory: StageDirectory, policy: wpolicy.Policy) -> str | None:
-        """Begin a new series, or go on with one whose runner was killed.
-
-        Returns None to go on (``self.first``: the first action and why),
-        "decided" when Snakemake retried a job whose series the policy had
-        already ended (its decision stands), "done" when the retried job's
-        work had succeeded after all, "given up" when the stage has had its
-        ``max_series`` (``self.refusal`` says why), "backoff" when its next
-        series may not start yet, and "record" when a series a killed runner
-        left must be recorded as the last one.
-        """
+    def start(self, directory: StageDirectory, policy: wpolicy.Policy) -> Next:
+        """Begin a new series, or go on with one whose runner was killed:
+        what comes next (the module's table). ``Next.RUN``: ``self.first``
+        says with what and why."""
         os.makedirs(directory.dir, exist_ok=True)
         life = directory.life()
         running = life.marker or None
@@ -67,19 +126,19 @@ class Series:
             if found is not _NEW_SERIES:
                 return found
         elif previous and retried and previous["state"] != "SUCCESS":
-            return "decided"
+            return Next.DECIDED
         elif previous and retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
-            return "done"  # the step had finished when Slurm ended the job
+            return Next.DONE  # the step had finished when Slurm ended the job
         elif previous:
             self.history = list(previous["attempts"])
         return self._begin(directory, policy, running, previous, retried)
 
     def _after_a_killed_runner(self, directory: StageDirectory, policy: wpolicy.Policy, life, running: dict,
-                               retried: bool):
+                               retried: bool) -> Next | str:
         """The runner before us was killed mid-attempt (by Slurm at its time
         limit, by preemption, with its node, or with Snakemake): its open
-        attempts closed, "record" when its series is finished after all,
-        None when that series goes on, else ``_NEW_SERIES``."""
+        attempts closed, ``Next.RECORD`` when its series is finished after
+        all, ``Next.RUN`` when that series goes on, else ``_NEW_SERIES``."""
         self.history = running.get("attempts", [])
         self.base = running.get("series_base", self.base)
         left_open = [a for a in self.history if a.get("state") is None]
@@ -91,23 +150,23 @@ class Series:
             # Its step had succeeded; the job ended while its manifest was
             # being written: the series is finished, not run again.
             self._go_on_with(running.get("series", 1))
-            return "record"
+            return Next.RECORD
         if vanished and self._resume_in_place(policy, life.has_files(), running.get("series", 1)):
             if directory.remote and not retried:
                 directory.remote.pull_workspace()   # checkpoints and all
             print(f"waypost: {directory.name}: series {self.number} goes on with {self.first[0]}: "
                   f"{self.first[1]}", file=sys.stderr)
-            return None
+            return Next.RUN
         if retried:   # the same series goes on
             self._go_on_with(running.get("series", 1))
-            return None
+            return Next.RUN
         return _NEW_SERIES
 
     def _begin(self, directory: StageDirectory, policy: wpolicy.Policy, running: dict | None,
-               previous: dict | None, retried: bool) -> str | None:
+               previous: dict | None, retried: bool) -> Next:
         """Begin the next series, as the policy says over the last one when
-        that one is unfinished; or say why none may begin ("given up",
-        "backoff", "record")."""
+        that one is unfinished (``Next.RUN``); or say why none may begin
+        (``GIVEN_UP``, ``BACKOFF``, ``RECORD``)."""
         last_no = max((a.get("series", 1) for a in self.history), default=0)
         last_series = [a for a in self.history if a.get("series", 1) == last_no]
         unfinished = bool(last_series) and (running is not None or previous is None
@@ -125,28 +184,29 @@ class Series:
                 directory.remote.pull_workspace()   # the series goes on in it: checkpoints and all
             print(f"waypost: {directory.name}: series {self.number} starts with {self.first[0]}: {self.first[1]}",
                   file=sys.stderr)
-        return None
+        return Next.RUN
 
     def _refused(self, policy: wpolicy.Policy, running: dict | None, previous: dict | None, last_no: int,
-                 last_series: list[dict]) -> str | None:
-        """Why no series may follow the unfinished one ``last_no``: "given
-        up" (``self.refusal`` says why), "backoff", or "record" (a killed
-        runner's series was the last: record it so); None when one may."""
+                 last_series: list[dict]) -> Next | None:
+        """Why no series may follow the unfinished one ``last_no``:
+        ``GIVEN_UP`` (``self.refusal`` says why), ``BACKOFF``, or ``RECORD``
+        (a killed runner's series was the last: record it so); None when one
+        may."""
         spent = last_no - self.base
         if (previous or {}).get("given_up") and not running:
             self.refusal = previous.get("reason") or f"given up after {spent} series"
-            return "given up"
+            return Next.GIVEN_UP
         if spent >= policy.max_series:
             if running:
                 self.number, self.attempts = last_no, last_series
-                return "record"
+                return Next.RECORD
             self.refusal = f"given up after {spent} series (max_series {policy.max_series})"
-            return "given up"
+            return Next.GIVEN_UP
         not_before = (previous or {}).get("next_series_after") if not running else None
         if not_before and manifest.iso_to_epoch(not_before) > time.time():
             self.refusal = (f"series {last_no} ended {last_series[-1].get('state')}; the next may start "
                             f"from {not_before} (series_backoff)")
-            return "backoff"
+            return Next.BACKOFF
         return None
 
 

@@ -8,11 +8,11 @@ import os
 import sys
 import time
 
-from waypost.model import fingerprints, manifest, records
+from waypost.model import fingerprints, manifest, records, states
 from waypost.model import policy as wpolicy
 from waypost.model import spec as wspec
 from waypost.model.layout import LOGS, PROVISIONAL, RUNNING, UNFINISHED, stage_root
-from waypost.runner.series import Series
+from waypost.runner.series import Next, Series
 from waypost.runner.stageattempt import StageAttempt
 from waypost.runner.stagedir import StageDirectory
 from waypost.state import leftovers, lifecycle
@@ -46,7 +46,7 @@ class StageRun:
         self.outside = [p for p in step.inputs if fingerprints.outside(p, root)]
         self.outside_seen: dict[str, tuple | None] = {}
 
-    def start(self) -> str | None:
+    def start(self) -> Next:
         """Begin the series, or go on with one (see ``Series.start``)."""
         return self.series.start(self.directory, self.policy)
 
@@ -62,8 +62,8 @@ class StageRun:
         blocked = []
         for path in self.directory.inputs:
             state = parent_state(producer_dir(path), path)
-            effective = "SUCCESS" if state == "ADOPTED" else state
-            if effective == "MISSING" or not self.policy.accepts(effective):
+            effective = states.SUCCESS if state == states.INPUT_ADOPTED else state
+            if effective == states.INPUT_MISSING or not self.policy.accepts(effective):
                 blocked.append(f"{os.path.dirname(path)} is {state}")
         return sorted(set(blocked))
 
@@ -125,12 +125,12 @@ class StageRun:
             if not self.lost.last_chance or not os.path.exists(self.directory.path(RUNNING)):
                 return 0
             started = self.start()
-            if started == "record":     # its step had succeeded: the series is finished
+            if started is Next.RECORD:     # its step had succeeded: the series is finished
                 return self.finish("SUCCESS")
-            if started is not None:
+            if started is not Next.RUN:
                 return 0
             return self._decide_and_end(last_chance=True)
-        if self.start() is not None:      # done, decided, given up, on hold: nothing of ours to add
+        if self.start() is not Next.RUN:      # done, decided, given up, on hold: nothing of ours to add
             return 0
         series = self.series.attempts
         action = series[-1]["decision"]["action"] if series and series[-1].get("decision") \
@@ -171,13 +171,34 @@ class StageRun:
         self.received_signal = None
         if self.lost:
             return self.record_lost_job()
+        if self.directory.remote:
+            self.directory.remote.pull(self.directory.inputs)
+        ended = self._after_a_live_attempt()
+        if ended is not None:
+            return ended
+        started = self.start()
+        if started is not Next.RUN:
+            return self._not_run(started)
+        series = self.series.attempts
+        if not series:
+            blocked = self.parents_block()
+            if blocked:
+                return self.finish("SKIPPED", reason="parents not accepted by depends "
+                                   f"({self.policy.depends}): " + "; ".join(blocked))
+            made = {"action": self.series.first.action, "rerun": self.series.first.rerun}
+        elif series[-1].get("interrupted_by"):   # its runner vanished: the series goes on in place
+            made = series[-1]["decision"]
+        else:
+            made = series[-1]["decision"] = wpolicy.decision(self.policy, series)
+        return self._attempts(made)
+
+    def _after_a_live_attempt(self) -> int | None:
+        """One live attempt per stage directory, whoever started it (a run
+        whose driver died leaves its jobs at work): wait for it to end, as
+        if this job were it, then go on from what it left (None); what a
+        step whose runner is gone left at work is ended (``leftovers``).
+        An exit status when this job ends here."""
         directory, stage_dir = self.directory, self.spec.stage_dir
-        if directory.remote:
-            directory.remote.pull(directory.inputs)
-        # One live attempt per stage directory, whoever started it (a run
-        # whose driver died leaves its jobs at work): wait for it to end, as
-        # if this job were it, then go on from what it left; what a step
-        # whose runner is gone left at work is ended (``leftovers``).
         # (On a bucket root ``pull`` just fetched the marker: without one
         # there, there is nothing to ask the bucket about.)
         live = None if directory.remote and not os.path.exists(directory.path(RUNNING)) else \
@@ -202,38 +223,35 @@ class StageRun:
         if waited and directory.done():
             print(f"waypost: {self.name}: done by the attempt waited for ({waited.where})", file=sys.stderr)
             return 0
-        started = self.start()
-        if started == "done":
+        return None
+
+    def _not_run(self, started: Next) -> int:
+        """What this job does when ``Series.start`` says no attempt runs (the table in series.py)."""
+        if started is Next.DONE:
             print(f"waypost: {self.name}: already done (its job was ended after the step finished)",
                   file=sys.stderr)
             return 0
-        if started in ("given up", "backoff"):
+        if started in (Next.GIVEN_UP, Next.BACKOFF):
             print(f"waypost: {self.name}: {self.series.refusal}; not started"
-                  + ("; `waypost retry` or `waypost rerun` to try again" if started == "given up" else ""),
+                  + ("; `waypost retry` or `waypost rerun` to try again" if started is Next.GIVEN_UP else ""),
                   file=sys.stderr)
             if self.spec.tolerated:   # a funnel goes on over it, as when it ended
-                directory.placeholders()
+                self.directory.placeholders()
                 return 0
             return 1
+        if started is Next.RECORD:
+            return self.finish(self.series.attempts[-1]["state"] or "CANCELLED")
+        print(f"waypost: {self.name}: the policy already ended this stage "
+              "(Snakemake retried the job); not starting again", file=sys.stderr)   # Next.DECIDED
+        previous = manifest.read(self.directory.dir)
+        last = previous["attempts"][-1] if previous["attempts"] else {}
+        return last.get("exit_code") or 1
+
+    def _attempts(self, made: dict) -> int:
+        """Run the series' attempts from the decision ``made`` until one
+        ends it (``done``, ``fail``, ``give_up``) or this job must leave it
+        to the next one."""
         series = self.series.attempts
-        if started == "record":
-            return self.finish(series[-1]["state"] or "CANCELLED")
-        if started == "decided":
-            print(f"waypost: {self.name}: the policy already ended this stage "
-                  "(Snakemake retried the job); not starting again", file=sys.stderr)
-            previous = manifest.read(directory.dir)
-            last = previous["attempts"][-1] if previous["attempts"] else {}
-            return last.get("exit_code") or 1
-        if not series:
-            blocked = self.parents_block()
-            if blocked:
-                return self.finish("SKIPPED", reason="parents not accepted by depends "
-                                   f"({self.policy.depends}): " + "; ".join(blocked))
-            made = {"action": self.series.first.action, "rerun": self.series.first.rerun}
-        elif series[-1].get("interrupted_by"):   # its runner vanished: the series goes on in place
-            made = series[-1]["decision"]
-        else:
-            made = series[-1]["decision"] = wpolicy.decision(self.policy, series)
         action, reason = made["action"], made.get("reason")
         while action in ("cmd", "restart", "rerun"):
             stopped = self.pause(made["delay_s"]) if made.get("delay_s") else None
@@ -242,15 +260,7 @@ class StageRun:
             self.prepare_workspace(action, made.get("rerun"))
             record = self.run_attempt(action, made.get("rerun"))
             if self.received_signal is not None and os.environ.get("SLURM_JOB_ID"):
-                # Slurm signals a job it ends for any reason (time limit,
-                # preemption, scancel): the next runner asks sacct which, and
-                # the policy decides then. Leave the attempt open.
-                record["state"] = None
-                record["error"] = f"signal {self.received_signal} from Slurm; sacct will say why"
-                directory.save_running(self.series)
-                print(f"waypost: {self.name}: Slurm is ending this job; "
-                      "the next attempt learns why from sacct", file=sys.stderr)
-                return 128 + self.received_signal
+                return self._ended_by_slurm(record)
             if self.received_signal is not None:
                 made = {"action": "fail", "reason": "cancelled from outside"}
             else:
@@ -262,18 +272,32 @@ class StageRun:
                 # Before hashing the outputs and writing the manifest: a job
                 # ended meanwhile (its time limit) leaves a series the next
                 # runner finishes instead of running the step again.
-                directory.save_running(self.series, push=False)
+                self.directory.save_running(self.series, push=False)
             if record["state"] == "OOM" and action in ("restart", "rerun") and os.environ.get("SLURM_JOB_ID") \
                     and self.policy.memory_growth > 1:
-                # This allocation is too small: the next Slurm job, with
-                # memory_growth more, goes on with the series.
-                directory.save_running(self.series)
-                print(f"waypost: {self.name}: out of memory in Slurm job {os.environ['SLURM_JOB_ID']}; "
-                      "the next job (with more memory) goes on", file=sys.stderr)
-                return 1
+                return self._out_of_memory()
         last = series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
         return self.finish(final, give_up=reason if action == "give_up" else None)
+
+    def _ended_by_slurm(self, record: dict) -> int:
+        """Slurm signals a job it ends for any reason (time limit,
+        preemption, scancel): the next runner asks sacct which, and the
+        policy decides then. Leave the attempt open."""
+        record["state"] = None
+        record["error"] = f"signal {self.received_signal} from Slurm; sacct will say why"
+        self.directory.save_running(self.series)
+        print(f"waypost: {self.name}: Slurm is ending this job; "
+              "the next attempt learns why from sacct", file=sys.stderr)
+        return 128 + self.received_signal
+
+    def _out_of_memory(self) -> int:
+        """This allocation is too small: the next Slurm job, with
+        memory_growth more, goes on with the series."""
+        self.directory.save_running(self.series)
+        print(f"waypost: {self.name}: out of memory in Slurm job {os.environ['SLURM_JOB_ID']}; "
+              "the next job (with more memory) goes on", file=sys.stderr)
+        return 1
 
     def _stopped_waiting(self, signum: int, delay: float) -> int:
         """A signal ended the wait before the next attempt. Under Slurm
@@ -297,12 +321,7 @@ class StageRun:
         run starts another series until ``waypost retry``."""
         directory, series = self.directory, self.series
         outputs = manifest.describe_outputs(directory.dir, directory.outputs) if state == "SUCCESS" else []
-        inputs = describe_inputs(directory.inputs)
-        for item in inputs:
-            if item["path"] in self.outside:
-                item["fingerprint"] = fingerprints.take(item["path"], self.outside_seen.get(item["path"]))
-        if directory.remote:
-            inputs = directory.remote.locate(inputs)
+        inputs = self._described_inputs()
         record = records.manifest(
             experiment=self.spec.experiment, pair=self.spec.pair, stage=self.spec.stage,
             instance=self.spec.instance, state=state, created=manifest.now_iso(), attempts=series.history,
@@ -314,25 +333,12 @@ class StageRun:
         # A stage that ran over parents that did not succeed (a funnel), or
         # over provisional ones, is provisional: the next run looks at those
         # parents again and redoes it when one of them is redone.
-        unsound = [i["path"] for i in inputs if i["state"] not in ("SUCCESS", "ADOPTED") or i["provisional"]]
+        unsound = [i["path"] for i in inputs if i["state"] not in states.SOUND_INPUTS or i["provisional"]]
         record["provisional"] = state == "SUCCESS" and bool(unsound)
         now = time.time()
-        redo_from = now   # when the next run may redo a stage that ended without success
-        hold = None       # the root's registry (layout.HELD): until when it waits (0: given up)
+        redo_from, hold = now, None
         if state != "SUCCESS" and series.attempts:
-            spent = series.number - series.base
-            if give_up:
-                record["given_up"] = True
-                hold = 0.0
-                reason = (f"{reason}; " if reason else "") + f"given up by {give_up}"
-            elif spent >= self.policy.max_series:
-                record["given_up"] = True
-                hold = 0.0
-                reason = (f"{reason}; " if reason else "") + \
-                    f"given up after {spent} series (max_series {self.policy.max_series})"
-            elif self.policy.backoff_seconds(spent):
-                redo_from = hold = now + self.policy.backoff_seconds(spent)
-                record["next_series_after"] = manifest.epoch_to_iso(redo_from)
+            reason, redo_from, hold = self._given_up_or_held(record, reason, give_up, now)
         if reason:
             record["reason"] = reason
             print(f"waypost: {self.name} {state}: {reason}", file=sys.stderr)
@@ -354,6 +360,44 @@ class StageRun:
         directory.remove_running()
         if directory.remote:
             directory.remote.close()
+        return self._exit_status(state, record, tolerated)
+
+    def _described_inputs(self) -> list[dict]:
+        """The manifest's inputs: each with its producer's manifest, an
+        input from outside the root with its fingerprint."""
+        inputs = describe_inputs(self.directory.inputs)
+        for item in inputs:
+            if item["path"] in self.outside:
+                item["fingerprint"] = fingerprints.take(item["path"], self.outside_seen.get(item["path"]))
+        if self.directory.remote:
+            inputs = self.directory.remote.locate(inputs)
+        return inputs
+
+    def _given_up_or_held(self, record: dict, reason: str | None, give_up: str | None,
+                          now: float) -> tuple[str | None, float, float | None]:
+        """A series that ended without success: given up (by a cue, or its
+        ``max_series`` spent) or held for its ``series_backoff``, marked in
+        ``record``. The reason to record, when the next run may redo the
+        stage, and the root's registry entry (``layout.HELD``: until when it
+        waits; 0: given up; None: it doesn't)."""
+        spent = self.series.number - self.series.base
+        if give_up:
+            record["given_up"] = True
+            return (f"{reason}; " if reason else "") + f"given up by {give_up}", now, 0.0
+        if spent >= self.policy.max_series:
+            record["given_up"] = True
+            return ((f"{reason}; " if reason else "")
+                    + f"given up after {spent} series (max_series {self.policy.max_series})"), now, 0.0
+        if self.policy.backoff_seconds(spent):
+            redo_from = now + self.policy.backoff_seconds(spent)
+            record["next_series_after"] = manifest.epoch_to_iso(redo_from)
+            return reason, redo_from, redo_from
+        return reason, now, None
+
+    def _exit_status(self, state: str, record: dict, tolerated: bool) -> int:
+        """The job's exit status once the manifest says ``state``: 0 for a
+        success or an end a downstream funnel accepts, else the last
+        attempt's."""
         if state == "SUCCESS":
             return 0
         if tolerated:
@@ -362,7 +406,7 @@ class StageRun:
             print(f"waypost: {self.name} recorded as {state}; a downstream funnel accepts it, "
                   f"so the run goes on ({later})", file=sys.stderr)
             return 0
-        last = series.attempts[-1] if series.attempts else {}
+        last = self.series.attempts[-1] if self.series.attempts else {}
         if last.get("exit_code"):
             return last["exit_code"]
         if last.get("signal") or self.received_signal:

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import os
 
-from waypost.model import manifest
+from waypost.model import manifest, states
 from waypost.model.layout import MANIFEST
 
 
 def _parent(stage_dir: str, path: str) -> tuple[str, dict]:
     """The state of the stage that produced an input, and its manifest
-    (ADOPTED: placed by hand; MISSING: not there)."""
+    (``states.INPUT_ADOPTED``: placed by hand; ``INPUT_MISSING``: not there)."""
     try:
         data = manifest.read(stage_dir)
     except manifest.ManifestError:
         data = None
     if data is not None:
         return data["state"], data
-    return ("ADOPTED" if os.path.exists(path) else "MISSING"), {}
+    return (states.INPUT_ADOPTED if os.path.exists(path) else states.INPUT_MISSING), {}
 
 
 def producer_dir(path: str, depth: int = 8) -> str:

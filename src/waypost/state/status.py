@@ -24,24 +24,26 @@ import gc
 from waypost import stores
 from waypost.model import layout, manifest
 from waypost.model.config import check_names
+from waypost.model.states import State
 from waypost.state import lifecycle
 
-DONE = ("SUCCESS", "adopted")
-FAILURES = ("FAILED", "TIMEOUT", "OOM", "HWFAILURE", "PREEMPTED", "CANCELLED")   # states.FAILURES, in the legend's order
-# Worst first: the order in which an aggregate cell picks its state.
-SEVERITY = ["corrupt", "FAILED", "OOM", "TIMEOUT", "HWFAILURE", "PREEMPTED", "CANCELLED", "SKIPPED",
-            "interrupted", "running", "missing", "adopted", "SUCCESS"]
+DONE = (State.SUCCESS, State.ADOPTED)
+#: states.FAILURES, in the legend's order (tests/test_states.py checks it is the same set)
+FAILURES = (State.FAILED, State.TIMEOUT, State.OOM, State.HWFAILURE, State.PREEMPTED, State.CANCELLED)
+# Worst first: the order in which an aggregate cell picks its state (every end and lifecycle state).
+SEVERITY = [State.CORRUPT, State.FAILED, State.OOM, State.TIMEOUT, State.HWFAILURE, State.PREEMPTED, State.CANCELLED,
+            State.SKIPPED, State.INTERRUPTED, State.RUNNING, State.MISSING, State.ADOPTED, State.SUCCESS]
 
 # How a state shows: label, rich style (terminal), CSS colour (HTML page).
 # The failure states, and any state not listed, show as FAILURE_LOOK.
 LOOKS = {
-    "SUCCESS": ("done", "green", "#2e7d32"),
-    "adopted": ("adopted", "cyan", "#00838f"),
-    "missing": ("missing", "bright_black", "#757575"),
-    "running": ("running", "yellow", "#b7950b"),
-    "interrupted": ("interrupted", "magenta", "#ad1fa3"),
-    "corrupt": ("corrupt", "bold red", "#c62828"),
-    "SKIPPED": ("skipped", "yellow", "#b7950b"),
+    State.SUCCESS: ("done", "green", "#2e7d32"),
+    State.ADOPTED: ("adopted", "cyan", "#00838f"),
+    State.MISSING: ("missing", "bright_black", "#757575"),
+    State.RUNNING: ("running", "yellow", "#b7950b"),
+    State.INTERRUPTED: ("interrupted", "magenta", "#ad1fa3"),
+    State.CORRUPT: ("corrupt", "bold red", "#c62828"),
+    State.SKIPPED: ("skipped", "yellow", "#b7950b"),
 }
 FAILURE_LOOK = ("bold red", "#c62828")
 LEGEND_MARKS = ("timeout 9 · done 191: instances by state, worst first  ×N: attempts\n"
@@ -93,9 +95,9 @@ def not_done(cell: dict) -> bool:
     not done, neither running nor never run (a directory with no attempt
     and no outputs gone)?"""
     state = cell["state"]
-    if state in DONE or state == "running":
+    if state in DONE or state == State.RUNNING:
         return False
-    return state != "missing" or bool(cell.get("history") or cell.get("missing_outputs"))
+    return state != State.MISSING or bool(cell.get("history") or cell.get("missing_outputs"))
 
 
 def why(cell: dict) -> str:
@@ -106,15 +108,15 @@ def why(cell: dict) -> str:
     state, history = cell["state"], cell.get("history") or []
     decision = (history[-1].get("decision") if history else None) or {}
     parts = []
-    if state == "corrupt":
+    if state == State.CORRUPT:
         parts.append(cell.get("error") or "its manifest can't be read")
-    elif state == "interrupted":
+    elif state == State.INTERRUPTED:
         parts.append("its runner is gone; the next run redoes it")
     elif cell.get("missing_outputs"):
         parts.append("outputs gone since it succeeded: " + ", ".join(cell["missing_outputs"]))
     elif decision.get("reason"):
         parts.append(decision["reason"])
-    if cell.get("reason") and state != "interrupted" and not cell.get("missing_outputs"):
+    if cell.get("reason") and state != State.INTERRUPTED and not cell.get("missing_outputs"):
         parts.append(cell["reason"])
     if cell.get("next_series_after") and not cell.get("given_up"):
         parts.append(f"next series not before {cell['next_series_after'][:19].replace('T', ' ')} UTC")
@@ -156,7 +158,7 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
         if attempts:
             cell["log"] = layout.join(stage_dir, attempts[-1].get("log") or "")
             cell["last"] = attempts[-1].get("state")
-        if cell["state"] == "missing" and data["state"] == "SUCCESS":
+        if cell["state"] == State.MISSING and data["state"] == State.SUCCESS:
             missing = life.missing_outputs()
             if missing:
                 cell["missing_outputs"] = missing

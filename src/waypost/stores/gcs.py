@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from functools import cache
 
+from waypost.model.errors import WaypostError
 from waypost.stores import SCHEME, is_bucket_url
 
 MTIME_KEY = "waypost-mtime"
@@ -24,7 +25,7 @@ def mtime_of(info: dict) -> float:
     return float(stamp) if stamp else info["mtime"].timestamp()
 
 
-class StorageError(RuntimeError):
+class StorageError(WaypostError, RuntimeError):
     """A root that cannot be reached: one clear line for the user."""
 
 

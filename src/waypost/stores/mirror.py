@@ -38,6 +38,7 @@ import threading
 
 from waypost.model import trust
 from waypost.model.layout import ATTEMPTS, MANIFEST, RUNNING
+from waypost.model.states import SOUND_INPUTS, SUCCESS
 from waypost.stores import SCHEME, gcs, is_bucket_url
 from waypost.stores.bucket import archive_objects
 
@@ -332,10 +333,10 @@ def blocking_manifests(text: bytes, url: str = "manifest") -> list[str]:
         data = parse(text, url)
     except ManifestError:
         return []
-    if data.get("state") == "SUCCESS":
+    if data.get("state") == SUCCESS:
         return []
     return [os.path.dirname(i["path"]) + "/" + MANIFEST for i in data.get("inputs") or []
-            if isinstance(i, dict) and i.get("state") not in ("SUCCESS", "ADOPTED")
+            if isinstance(i, dict) and i.get("state") not in SOUND_INPUTS
             and is_bucket_url(str(i.get("path")))]
 
 
