@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 
-from waypost.cli import planview, termwidth
+from waypost.cli import termwidth
 from waypost.cli.args import (
     DEFAULT_CONFIG,
     extra_args,
@@ -28,6 +28,7 @@ from waypost.stores.mirror import snakemake_options
 def cmd_plan(args) -> int:
     """What the next run would do and why, and the done stages that drifted:
     computed here, printed as JSON or by ``planview``."""
+    from waypost.cli import planview  # (rich, loaded only for the commands that print tables)
     from waypost.ops import plan
 
     cfg = load_config(args)
