@@ -1,3 +1,5 @@
+import sys
+
 from waypost.cli.main import main
 
-main()
+sys.exit(main())

@@ -1,3 +1,3 @@
-from waypost.runner.main import main
+from waypost.runner.main import run_and_exit
 
-main()
+run_and_exit()
