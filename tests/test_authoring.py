@@ -89,6 +89,27 @@ def test_init_from_the_installed_package_runs_reruns_one_stage_and_is_then_done(
     assert "1 passed" in own.stdout
 
 
+PAGES = """
+import sys
+from waypost.cli import findpage, statuspage
+grid = {"root": "results", "stages": ["fit"], "experiments": {"x": {"d": {"fit": {
+    "state": "FAILED", "attempts": 1, "path": "results/d/x/fit", "log": "fit.log", "reason": "exit 3", "history": []}}}}}
+data = findpage.build([], root="/data/results", experiments={"x": ["d"]}, roots=["/data/results"])
+sys.stdout.write(statuspage.render(grid) + findpage.render(data))
+"""
+
+
+def test_the_html_pages_render_from_the_installed_package_as_from_the_checkout(installed, tmp_path):
+    """The pages' CSS and JavaScript are package data files: a wheel without
+    them would fail here (or render pages without their script)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    from_wheel = subprocess.run([str(installed), "-c", PAGES], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert from_wheel.returncode == 0, from_wheel.stderr[-2000:]
+    here = run([sys.executable, "-c", PAGES], cwd=tmp_path, env={"PYTHONPATH": str(REPO / "src")})
+    assert from_wheel.stdout == here.stdout
+    assert "document.addEventListener(\"toggle\"" in here.stdout and "JSON.parse(document.getElementById" in here.stdout
+
+
 def test_init_refuses_a_directory_with_files(tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine")

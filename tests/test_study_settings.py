@@ -175,3 +175,12 @@ def test_a_points_step_spec_is_its_scopes_line_with_its_own_settings_and_hash():
         settings = {**base, **values}
         assert point_line(template, values) == spec.encode(
             {**fields, "settings": settings, "config_hash": settings_hash(settings)})
+
+
+def test_one_experiments_instance_overrides_do_not_reword_the_next_experiments_problems():
+    raw = {"experiments": {"left": {"per_instance": {"run-?": {"run": {"k": 2}}}},
+                           "right": {"reuse": {"run": {"nowhere": "left"}}}}}
+    with pytest.raises(wconfig.ConfigError) as caught:
+        wconfig.check_semantics(wconfig.prepare(raw, "/nonexistent", "g.yaml"), "g.yaml", None, ["run"], ["run"])
+    assert "experiments.right.reuse.run.nowhere: unknown axis value 'nowhere' (expected one of this " \
+           "experiment's axis values: none)" in str(caught.value)

@@ -19,30 +19,52 @@ from waypost.model import graph
 
 
 def cmd_find(args) -> int:
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
-
     from waypost.ops import catalog
 
     cfg = load_config(args)
     cat = catalog.Catalog(args.db)
     roots = catalog.roots_of(cfg) + (args.root or [])
-    unread = 0
-    if not args.no_refresh:
-        cat.forget_others(roots)
-        for root in roots:
-            try:
-                reach(root)
-                done = cat.refresh(root)
-            except Exception as exc:
-                print(f"waypost: catalog: {exc}", file=sys.stderr)
-                unread += 1
-                continue
-            for problem in done.problems:
-                print(f"waypost: catalog: skipped {problem}", file=sys.stderr)
+    unread = 0 if args.no_refresh else _refresh(cat, roots)
     if args.lineage:
         return render_lineage(cat.lineage(args.lineage), args.json) or (1 if unread else 0)
+    rows = _found(args, cfg, cat)
+    if args.html:
+        # The page is over the whole catalog (lineage needs every stage); the
+        # filters given here are its first view.
+        everything = cat.find(archived=not args.no_archived)
+        _compare_with_config(everything, cfg, args.against)
+        _write_find_page(args, cfg, roots, everything)
+    else:
+        _compare_with_config(rows, cfg, args.against)
+        if args.json:
+            json.dump(rows, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            termwidth.console(args.width).print(_find_table(rows, roots))
+    return 1 if unread else 0
+
+
+def _refresh(cat, roots: list[str]) -> int:
+    """The catalog brought up to date with each root (roots it no longer
+    has forgotten); how many roots could not be read (each said)."""
+    unread = 0
+    cat.forget_others(roots)
+    for root in roots:
+        try:
+            reach(root)
+            done = cat.refresh(root)
+        except Exception as exc:
+            print(f"waypost: catalog: {exc}", file=sys.stderr)
+            unread += 1
+            continue
+        for problem in done.problems:
+            print(f"waypost: catalog: skipped {problem}", file=sys.stderr)
+    return unread
+
+
+def _found(args, cfg: dict, cat) -> list[dict]:
+    """The catalog's rows find's filters select; a name that matches
+    nothing anywhere is a ConfigError (a typo, said as one)."""
     if args.stage and "/" in args.stage:   # stage/instance, as the tables show them
         args.stage, instance = args.stage.split("/", 1)
         args.instance = [*(args.instance or []), instance]
@@ -54,18 +76,15 @@ def cmd_find(args) -> int:
     if args.instance:   # each: one that is nowhere is a typo, whatever the others found
         wconfig.check_instance_names(cfg, args.instance, args.experiment if args.experiment in cfg["experiments"]
                                      else None, cat.instances())
-    if args.html:
-        # The page is over the whole catalog (lineage needs every stage); the
-        # filters given here are its first view.
-        everything = cat.find(archived=not args.no_archived)
-        _compare_with_config(everything, cfg, args.against)
-        _write_find_page(args, cfg, roots, everything)
-        return 1 if unread else 0
-    _compare_with_config(rows, cfg, args.against)
-    if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 1 if unread else 0
+    return rows
+
+
+def _find_table(rows: list[dict], roots: list[str]):
+    """find's table: a row per stage found, newest first."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
                   box=box.SIMPLE_HEAD)
     locations = [stores.shown(r["location"]) for r in rows]
@@ -75,19 +94,20 @@ def cmd_find(args) -> int:
         table.add_column(column, overflow="fold", min_width=widths.get(column))
     for row, location, name in zip(rows, locations, stages):
         text, style = clistatus.label({"state": "adopted" if row["adopted"] else row["state"]})
-        if row["differs"] is None:
-            differs = "–"
-        else:
-            differs = "same" if not row["differs"] else "; ".join(row["differs"])
-            differs = f"{differs} ({row['compared_with']})"
         table.add_row(row["experiment"], row["pair"], name,
                       f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else "")
                       + (f" (archived {row['archive']})" if row["archive"] else ""),
                       clistatus.when(row["source_created"] or row["created"]) + (" (reused)" if row["source_created"] else ""),
                       str(row["attempts"]),
-                      (row["config_hash"] or "–")[:8], escape(differs), escape(location))
-    termwidth.console(args.width).print(table)
-    return 1 if unread else 0
+                      (row["config_hash"] or "–")[:8], escape(_differs_text(row)), escape(location))
+    return table
+
+
+def _differs_text(row: dict) -> str:
+    """A row's "vs current config" cell: what differs, and from which experiment's settings."""
+    if row["differs"] is None:
+        return "–"
+    return ("same" if not row["differs"] else "; ".join(row["differs"])) + f" ({row['compared_with']})"
 
 
 def _compare_with_config(rows: list[dict], cfg: dict, against: str | None) -> None:

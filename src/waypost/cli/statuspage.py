@@ -10,44 +10,13 @@ from __future__ import annotations
 
 import html
 
+from waypost.cli import pages
 from waypost.state import status
 
-CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #222; }
-h1 { font-size: 1.4rem; margin: 0 0 .3rem; }
-h2 { font-size: 1.15rem; margin: 1.5rem 0 .5rem; }
-.root { color: #555; margin: 0 0 .8rem; }
-code, .path, .history { font-family: ui-monospace, monospace; font-size: 12px; }
-.legend { display: flex; flex-wrap: wrap; gap: .4rem; align-items: center; }
-.legend .marks { color: #555; margin-left: .6rem; white-space: pre; }
-.swatch { padding: .1rem .5rem; border-left: 4px solid var(--c); background: color-mix(in srgb, var(--c) 18%, white); }
-table.grid { border-collapse: collapse; }
-.grid th, .grid td { border: 1px solid #ccc; padding: .25rem .5rem; text-align: left; vertical-align: top; }
-.grid thead th { background: #f3f3f3; }
-.grid th[scope=row] { font-weight: 600; white-space: nowrap; }
-.cell { border-left: 4px solid var(--c) !important; background: color-mix(in srgb, var(--c) 18%, white);
-        min-width: 7rem; position: relative; }
-.cell summary { cursor: pointer; white-space: nowrap; }
-/* An open cell's details float over the grid instead of widening its column. */
-.more { position: absolute; z-index: 1; top: 100%; left: -4px; width: max-content; max-width: 70rem;
-        background: #fff; border: 1px solid #bbb; border-left: 4px solid var(--c);
-        box-shadow: 0 4px 14px rgba(0, 0, 0, .2); padding: .4rem .6rem; }
-.label { font-weight: 600; }
-/* a stage's instances in one state: "timeout 9", in that state's colour */
-.count { color: color-mix(in srgb, var(--c) 80%, black); white-space: nowrap; }
-.attempts { color: #555; font-size: 12px; }
-.more p { margin: .2rem 0; }
-.instance { border-left: 4px solid var(--c); padding-left: .4rem; margin-top: .5rem; }
-table.history { border-collapse: collapse; margin-top: .2rem; background: white; }
-.history th, .history td { border: 1px solid #ddd; padding: .1rem .35rem; white-space: nowrap; }
-"""
+CSS = pages.text("status.css")
 
 # One open cell at a time.
-SCRIPT = """
-document.addEventListener("toggle", (e) => {
-  if (e.target.open) document.querySelectorAll("details[open]").forEach((d) => { if (d !== e.target) d.open = false; });
-}, true);
-"""
+SCRIPT = pages.text("status.js")
 
 HISTORY_COLUMNS = ["#", "series", "action", "state", "exit", "checks", "next", "why", "secs", "limit", "host",
                    "slurm job", "log"]

@@ -321,81 +321,116 @@ def check_semantics(config: dict, source: str, axis: Axis | None = None, stages:
     (``instances``: experiment → names, when known; else its grid's
     points, when it has a grid), and policies that parse. ``config`` is in
     the engine's axis names (see ``prepare``)."""
-    from waypost.model.policy import Policy, PolicyError
-
-    word, key, per = (axis.word, axis.key, axis.per) if axis else ("axis value", "axis values", "per_" + "axis")
-    problems = []
-    known = stages if stages is not None else list(config["stages"])
-
-    def unknown_stage(where: str, stage: str) -> None:
-        if stage not in known:
-            problems.append(f"{source}: {where}: unknown stage {stage!r} "
-                            f"(expected one of the workflow's stages: {', '.join(known)})")
+    check = _SemanticCheck(config, source, axis, stages, instanced)
     if stages is not None:
         for stage in config.get("stages", {}):
-            unknown_stage(f"stages.{stage}", stage)
-    checked: dict[str, str | None] = {}
+            check.stage(f"stages.{stage}", stage)
     for name, experiment in config["experiments"].items():
-        pairs = experiment["pairs"]
-        per_pair = experiment.get("per_pair", {})
+        check.experiment(name, experiment, (instances or {}).get(name))
+    if check.problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(check.problems))
+
+
+class _SemanticCheck:
+    """check_semantics's problems, collected one part of the config at a time."""
+
+    def __init__(self, config: dict, source: str, axis: Axis | None, stages: list[str] | None,
+                 instanced: list[str] | None):
+        self.config, self.source, self.instanced = config, source, instanced
+        self.word, self.key, self.per = (axis.word, axis.key, axis.per) if axis else \
+            ("axis value", "axis values", "per_" + "axis")
+        self.known = stages if stages is not None else list(config["stages"])
+        self.problems: list[str] = []
+        self.policies: dict[str, str | None] = {}   # a policy's JSON → its error (None: it parses)
+
+    def problem(self, text: str) -> None:
+        self.problems.append(f"{self.source}: {text}")
+
+    def stage(self, where: str, stage: str) -> None:
+        if stage not in self.known:
+            self.problem(f"{where}: unknown stage {stage!r} "
+                         f"(expected one of the workflow's stages: {', '.join(self.known)})")
+
+    def experiment(self, name: str, experiment: dict, known_instances: list[str] | None) -> None:
         for stage in experiment.get("stages", {}):
-            unknown_stage(f"experiments.{name}.stages.{stage}", stage)
-        for pair, settings in per_pair.items():
+            self.stage(f"experiments.{name}.stages.{stage}", stage)
+        self.per_pair(name, experiment)
+        self.reuse(name, experiment)
+        if known_instances is None and POINTS_KEY in experiment:
+            known_instances = experiment[POINTS_KEY]
+        overrides = experiment.get("per_instance") or {}
+        for pattern, settings in overrides.items():
+            self.per_instance(name, experiment, pattern, settings, known_instances)
+        self.experiment_policies(name, experiment, overrides)
+
+    def per_pair(self, name: str, experiment: dict) -> None:
+        pairs = experiment["pairs"]
+        for pair, settings in experiment.get("per_pair", {}).items():
             if pair not in pairs:
-                problems.append(f"{source}: experiments.{name}.{per}.{pair}: unknown {word} {pair!r} "
-                                f"(expected one of this experiment's {key}: {', '.join(pairs)})")
+                self.problem(f"experiments.{name}.{self.per}.{pair}: unknown {self.word} {pair!r} "
+                             f"(expected one of this experiment's {self.key}: {', '.join(pairs)})")
             for stage in settings:
-                unknown_stage(f"experiments.{name}.{per}.{pair}.{stage}", stage)
+                self.stage(f"experiments.{name}.{self.per}.{pair}.{stage}", stage)
+
+    def reuse(self, name: str, experiment: dict) -> None:
+        pairs = experiment["pairs"]
         for stage, where in experiment.get("reuse", {}).items():
-            unknown_stage(f"experiments.{name}.reuse.{stage}", stage)
+            self.stage(f"experiments.{name}.reuse.{stage}", stage)
             for pair, origin in (where.items() if isinstance(where, dict) else [(None, where)]):
                 if pair is not None and pair not in pairs:
-                    problems.append(f"{source}: experiments.{name}.reuse.{stage}.{pair}: unknown {word} {pair!r} "
-                                    f"(expected one of this experiment's {key}: {', '.join(pairs) or 'none'})")
+                    self.problem(f"experiments.{name}.reuse.{stage}.{pair}: unknown {self.word} {pair!r} "
+                                 f"(expected one of this experiment's {self.key}: {', '.join(pairs) or 'none'})")
                 if origin == name:
-                    problems.append(f"{source}: experiments.{name}.reuse.{stage}: an experiment can't reuse its own stage")
-        overrides = experiment.get("per_instance") or {}
-        known_instances = (instances or {}).get(name)
-        if known_instances is None and "_points" in experiment:
-            known_instances = experiment["_points"]
-        for key, settings in overrides.items():
-            where = f"experiments.{name}.per_instance.{key}"
-            if not INSTANCE_PATTERN.fullmatch(key) or ".." in key:
-                problems.append(f"{source}: {where}: {key!r} is neither an instance name ({NAME_RULE}) nor a "
-                                "shell pattern of one (*, ?, [...])")
-                continue
-            if known_instances is not None and not any(_matches(key, i) for i in known_instances):
-                problems.append(f"{source}: {where}: names no instance of experiment {name} "
-                                f"({_some(known_instances, 'its instances')})")
-            for stage, values in (settings or {}).items():
-                unknown_stage(f"{where}.{stage}", stage)
-                if instanced is not None and stage in known and stage not in instanced:
-                    problems.append(f"{source}: {where}.{stage}: stage {stage} has no instances (per_instance is "
-                                    f"for the stages with instances: {', '.join(instanced) or 'none'})")
-                grid = bool(experiment.get("grid"))
-                for axis_name in sorted(set(values or {}) & set(parameters(experiment))):
-                    problems.append(f"{source}: {where}.{stage}.{axis_name}: {axis_name} is "
-                                    + ("an axis of the grid" if grid else "a parameter of the points")
-                                    + ": a point's value is in its name (change the "
-                                    + ("grid" if grid else "points") + " instead)")
+                    self.problem(f"experiments.{name}.reuse.{stage}: an experiment can't reuse its own stage")
+
+    def per_instance(self, name: str, experiment: dict, pattern: str, settings: dict | None,
+                     known_instances: list[str] | None) -> None:
+        where = f"experiments.{name}.per_instance.{pattern}"
+        if not INSTANCE_PATTERN.fullmatch(pattern) or ".." in pattern:
+            self.problem(f"{where}: {pattern!r} is neither an instance name ({NAME_RULE}) nor a "
+                         "shell pattern of one (*, ?, [...])")
+            return
+        if known_instances is not None and not any(_matches(pattern, i) for i in known_instances):
+            self.problem(f"{where}: names no instance of experiment {name} "
+                         f"({_some(known_instances, 'its instances')})")
+        grid = bool(experiment.get("grid"))
+        for stage, values in (settings or {}).items():
+            self.stage(f"{where}.{stage}", stage)
+            if self.instanced is not None and stage in self.known and stage not in self.instanced:
+                self.problem(f"{where}.{stage}: stage {stage} has no instances (per_instance is "
+                             f"for the stages with instances: {', '.join(self.instanced) or 'none'})")
+            for axis_name in sorted(set(values or {}) & set(parameters(experiment))):
+                self.problem(f"{where}.{stage}.{axis_name}: {axis_name} is "
+                             + ("an axis of the grid" if grid else "a parameter of the points")
+                             + ": a point's value is in its name (change the "
+                             + ("grid" if grid else "points") + " instead)")
+
+    def experiment_policies(self, name: str, experiment: dict, overrides: dict) -> None:
         # Axis values without overrides share their settings: check the first.
-        first_shared = next((pair for pair in pairs if pair not in per_pair), ALL_PAIRS)
-        scopes = [(first_shared, ()), *((pair, ()) for pair in per_pair), *((first_shared, (key,)) for key in overrides)]
+        per_pair = experiment.get("per_pair", {})
+        first_shared = next((pair for pair in experiment["pairs"] if pair not in per_pair), ALL_PAIRS)
+        scopes = [(first_shared, ()), *((pair, ()) for pair in per_pair),
+                  *((first_shared, (pattern,)) for pattern in overrides)]
         for pair, matched in scopes:
-            for stage in known:
-                policy = stage_settings(config, name, pair, stage, matched=matched)["policy"]
-                text = json.dumps(policy, sort_keys=True)
-                if text not in checked:
-                    try:
-                        Policy.from_config(policy)
-                        checked[text] = None
-                    except PolicyError as exc:
-                        checked[text] = str(exc)
-                        where = f"experiment {name}" + (f", {word} {pair}" if pair != ALL_PAIRS else "") \
-                            + (f", instance {matched[0]}" if matched else "")
-                        problems.append(f"{source}: policy of stage {stage} ({where}): {exc}")
-    if problems:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+            for stage in self.known:
+                self.policy(name, pair, stage, matched)
+
+    def policy(self, name: str, pair: str, stage: str, matched: tuple) -> None:
+        """One scope's policy parses (each distinct policy is parsed once)."""
+        from waypost.model.policy import Policy, PolicyError
+
+        policy = stage_settings(self.config, name, pair, stage, matched=matched)["policy"]
+        text = json.dumps(policy, sort_keys=True)
+        if text in self.policies:
+            return
+        try:
+            Policy.from_config(policy)
+            self.policies[text] = None
+        except PolicyError as exc:
+            self.policies[text] = str(exc)
+            where = f"experiment {name}" + (f", {self.word} {pair}" if pair != ALL_PAIRS else "") \
+                + (f", instance {matched[0]}" if matched else "")
+            self.problem(f"policy of stage {stage} ({where}): {exc}")
 
 
 # --- grids and instances ---------------------------------------------------

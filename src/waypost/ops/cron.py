@@ -128,20 +128,11 @@ def _has_snakemake_lock(workdir: str) -> bool:
 
 def run(profile: str | None, snakemake_args: list[str], config_path: str, workflow_dir: str,
         checksums: bool = True) -> int:
-    os.makedirs(RUNS, exist_ok=True)
-    lock = open(LOCK, "a+")  # noqa: SIM115 (held for the whole run, closed below)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        owner = lock.read().strip() or "?"
-        print(f"waypost cron: another run (pid {owner}) holds {LOCK}; nothing to do")
+    """One cron tick: under the cron lock, tidy the root, run Snakemake,
+    append the run's record to RUN_LOG and print its summary."""
+    lock = _take_lock()   # (held while this runs: released as run returns and the file closes)
+    if lock is None:
         return 0
-    lock.seek(0)
-    lock.truncate()
-    lock.write(str(os.getpid()))
-    lock.flush()
-
     try:
         cfg = graph.load_config(config_path, workflow_dir)
     except wconfig.ConfigError as exc:
@@ -149,26 +140,15 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         return 2
     root = cfg["root"]
     started_at = datetime.now(UTC)
-    stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
-    output = os.path.join(RUNS, f"{stamp}.log")
+    output = os.path.join(RUNS, f"{started_at.strftime('%Y%m%dT%H%M%SZ')}.log")
     command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile")] \
         + (["--profile", profile] if profile else []) + mirror.snakemake_options(root) + snakemake_args
     if config_path != "config/config.yaml":
         command += ["--configfile", config_path]
 
-    notes = _set_aside_interrupted(root)
-    verified = verify.verify(root, checksums=checksums)
-    for problem in verified:
-        notes.append(f"set aside {problem.stage_dir} ({problem.what}; archived in {problem.archived})")
-    if checksums and verified.sizes_only and verified.listed:
-        notes.append(verify.SIZES_ONLY.format(n=verified.sizes_only))
-    if _has_snakemake_lock(os.getcwd()):
-        alive = _snakemake_alive_here(os.getcwd())
-        if alive:
-            print(f"waypost cron: Snakemake (pid {', '.join(map(str, alive))}) is running here; nothing to do")
-            return 0
-        subprocess.run(command + ["--unlock"], capture_output=True, text=True)
-        notes.append("cleared a Snakemake lock left by a run that is gone")
+    notes = _tidy(root, checksums, command)
+    if notes is None:
+        return 0
     for note in notes:
         print(f"waypost cron: {note}")
 
@@ -181,35 +161,18 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
         except OSError as exc:
             print(f"waypost cron: cannot run Snakemake: {exc}", file=sys.stderr)
             return 2
-    after = _snapshot(root)
-    changed = {d: state for d, (created, state, _) in after.items() if before.get(d, (None,))[0] != created}
-    by_state: dict[str, int] = {}
-    for state in changed.values():
-        by_state[state] = by_state.get(state, 0) + 1
-    failed = sorted(_name(root, d) + f" {state}" for d, state in changed.items() if state != "SUCCESS")
-    given_up = sorted(_name(root, d) for d, (_, _, gave_up) in after.items() if gave_up)
-    job_errors = events.errors(events.read(reported))
-    nothing_to_do = proc.returncode == 0 and not changed
-    could_not_run = proc.returncode != 0 and not changed and not job_errors
     record = {
         "start": started_at.isoformat(timespec="seconds"),
         "end": datetime.now(UTC).isoformat(timespec="seconds"),
         "duration_s": round(time.monotonic() - start, 1),
         "command": command,
         "snakemake_exit": proc.returncode,
-        "jobs": len(changed),
-        "succeeded": by_state.get("SUCCESS", 0),
-        "failed": len(changed) - by_state.get("SUCCESS", 0),
-        "job_errors": len(job_errors),   # Snakemake's: jobs it saw fail (a stage's series may go on)
-        "by_state": by_state,
-        "failed_stages": failed,
-        "given_up": given_up,
-        "nothing_to_do": nothing_to_do,
+        **_outcome(root, before, _snapshot(root), events.errors(events.read(reported)), proc.returncode),
         "notes": notes,
         "log": output,
     }
     record["events"] = reported if os.path.exists(reported) else None
-    if nothing_to_do:  # keep the run log of runs that did something, not of every idle tick
+    if record["nothing_to_do"]:  # keep the run log of runs that did something, not of every idle tick
         os.unlink(output)
         record["log"] = None
         if record["events"]:
@@ -217,17 +180,82 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
             record["events"] = None
     with open(RUN_LOG, "a") as f:
         f.write(json.dumps(record) + "\n")
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "no stage changed"
-    print(f"waypost cron: {len(changed)} stage(s) ran ({summary}) in {record['duration_s']} s; "
-          f"snakemake exited {proc.returncode}" + (f"; log {output}" if record["log"] else ""))
-    if failed:
-        print("waypost cron: not successful this run: " + ", ".join(failed))
-    if given_up:
-        print(f"waypost cron: given up ({len(given_up)}; no run starts them again until "
-              "`waypost retry` or `waypost rerun`): " + ", ".join(given_up))
-    if could_not_run:
+    return _report(record, output)
+
+
+def _take_lock():
+    """The cron lock file, held (our pid written in it), or None when another
+    run holds it (said on stdout: a tick with nothing to do)."""
+    os.makedirs(RUNS, exist_ok=True)
+    lock = open(LOCK, "a+")  # noqa: SIM115 (held for the whole run)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        owner = lock.read().strip() or "?"
+        print(f"waypost cron: another run (pid {owner}) holds {LOCK}; nothing to do")
+        lock.close()
+        return None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
+def _tidy(root: str, checksums: bool, command: list[str]) -> list[str] | None:
+    """Before a run: interrupted attempts and outputs that fail verification
+    set aside, a lock left by a gone Snakemake cleared; notes of each. None
+    when a Snakemake is still running here (said on stdout: nothing to do)."""
+    notes = _set_aside_interrupted(root)
+    verified = verify.verify(root, checksums=checksums)
+    for problem in verified:
+        notes.append(f"set aside {problem.stage_dir} ({problem.what}; archived in {problem.archived})")
+    if checksums and verified.sizes_only and verified.listed:
+        notes.append(verify.SIZES_ONLY.format(n=verified.sizes_only))
+    if _has_snakemake_lock(os.getcwd()):
+        alive = _snakemake_alive_here(os.getcwd())
+        if alive:
+            print(f"waypost cron: Snakemake (pid {', '.join(map(str, alive))}) is running here; nothing to do")
+            return None
+        subprocess.run(command + ["--unlock"], capture_output=True, text=True)
+        notes.append("cleared a Snakemake lock left by a run that is gone")
+    return notes
+
+
+def _outcome(root: str, before: dict, after: dict, job_errors: list, returncode: int) -> dict:
+    """A run record's counts and names: the stage directories whose
+    manifest it changed (``before``/``after``: _snapshot), by state."""
+    changed = {d: state for d, (created, state, _) in after.items() if before.get(d, (None,))[0] != created}
+    by_state: dict[str, int] = {}
+    for state in changed.values():
+        by_state[state] = by_state.get(state, 0) + 1
+    return {
+        "jobs": len(changed),
+        "succeeded": by_state.get("SUCCESS", 0),
+        "failed": len(changed) - by_state.get("SUCCESS", 0),
+        "job_errors": len(job_errors),   # Snakemake's: jobs it saw fail (a stage's series may go on)
+        "by_state": by_state,
+        "failed_stages": sorted(_name(root, d) + f" {state}" for d, state in changed.items() if state != "SUCCESS"),
+        "given_up": sorted(_name(root, d) for d, (_, _, gave_up) in after.items() if gave_up),
+        "nothing_to_do": returncode == 0 and not changed,
+    }
+
+
+def _report(record: dict, output: str) -> int:
+    """The run's summary lines; its exit code (Snakemake's, when it could not
+    run at all: it failed with no stage changed and no job failed)."""
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(record["by_state"].items())) or "no stage changed"
+    print(f"waypost cron: {record['jobs']} stage(s) ran ({summary}) in {record['duration_s']} s; "
+          f"snakemake exited {record['snakemake_exit']}" + (f"; log {output}" if record["log"] else ""))
+    if record["failed_stages"]:
+        print("waypost cron: not successful this run: " + ", ".join(record["failed_stages"]))
+    if record["given_up"]:
+        print(f"waypost cron: given up ({len(record['given_up'])}; no run starts them again until "
+              "`waypost retry` or `waypost rerun`): " + ", ".join(record["given_up"]))
+    if record["snakemake_exit"] != 0 and not record["jobs"] and not record["job_errors"]:
         with open(output) as f:
             tail = f.read()[-2000:]
         print(f"waypost cron: Snakemake could not run; see {output}:\n" + tail, file=sys.stderr)
-        return proc.returncode
+        return record["snakemake_exit"]
     return 0

@@ -206,12 +206,23 @@ def class_mismatches(spec: dict, facts: dict) -> list[str]:
     if name not in partitions:
         return [f"partition {spec.get('partition')!r}: no such partition (the cluster has: "
                 f"{', '.join(partitions)})" if spec.get("partition") else "no partition given and none is the default"]
-    partition, problems = partitions[name], []
     nodes = [n for n in facts["nodes"] if name in n.get("Partitions", "").split(",")]
+    return [*_runtime_mismatch(spec, name, partitions[name]), *_node_size_mismatches(spec, name, nodes),
+            *_gpu_mismatch(spec, name, nodes), *_constraint_mismatch(spec, name, nodes),
+            *_unknown_names(spec, facts)]
+
+
+def _runtime_mismatch(spec: dict, name: str, partition: dict) -> list[str]:
     limit = minutes(partition.get("MaxTime", "UNLIMITED"))
     if spec.get("runtime") and limit is not None and spec["runtime"] > limit:
-        problems.append(f"runtime {spec['runtime']:g} min: over partition {name}'s MaxTime ({limit:g} min): "
-                        "Slurm would never start it (PartitionTimeLimit)")
+        return [f"runtime {spec['runtime']:g} min: over partition {name}'s MaxTime ({limit:g} min): "
+                "Slurm would never start it (PartitionTimeLimit)"]
+    return []
+
+
+def _node_size_mismatches(spec: dict, name: str, nodes: list[dict]) -> list[str]:
+    """cpus and mem_mb more than any node of the partition has."""
+    problems = []
     most_cpus = max((int(n.get("CPUTot", 0) or 0) for n in nodes), default=0)
     if spec.get("cpus") and spec["cpus"] > most_cpus:
         problems.append(f"cpus {spec['cpus']}: no node of partition {name} has that many (at most {most_cpus})")
@@ -219,23 +230,37 @@ def class_mismatches(spec: dict, facts: dict) -> list[str]:
     if spec.get("mem_mb") and spec["mem_mb"] > most_memory:
         problems.append(f"mem_mb {spec['mem_mb']}: no node of partition {name} has that much "
                         f"(at most {most_memory} MB)")
-    if spec.get("gpus"):
-        kind = "gpu" + (f":{spec['gpu_model']}" if spec.get("gpu_model") else "")
-        most = max((_gres(n.get("Gres", "")).get(kind, 0) for n in nodes), default=0)
-        if spec["gpus"] > most:
-            problems.append(f"gpus {spec['gpus']}" + (f" × {spec['gpu_model']}" if spec.get("gpu_model") else "")
-                            + f": no node of partition {name} has them (at most {most} {kind})")
-    if spec.get("constraint"):
-        features = set()
-        for n in nodes:
-            features |= set(n.get("AvailableFeatures", "").split(",")) - {"(null)", ""}
-        # ``a&b``, ``a|b``, ``[a*2&b*4]``: features joined, some with a node count
-        wanted = [f.split("*")[0] for f in re.split(r"[&|,\[\]()\s]+", spec["constraint"])]
-        missing = [f for f in wanted if f and f not in features]
-        if missing:
-            problems.append(f"constraint {spec['constraint']!r}: no node of partition {name} has "
-                            f"{', '.join(missing)} (they have: {', '.join(sorted(features)) or 'no features'})")
-    for key, known in (("account", facts.get("accounts")), ("qos", facts.get("qos"))):
-        if spec.get(key) and known is not None and spec[key] not in known:
-            problems.append(f"{key} {spec[key]!r}: Slurm does not know it (it has: {', '.join(sorted(known))})")
     return problems
+
+
+def _gpu_mismatch(spec: dict, name: str, nodes: list[dict]) -> list[str]:
+    if not spec.get("gpus"):
+        return []
+    kind = "gpu" + (f":{spec['gpu_model']}" if spec.get("gpu_model") else "")
+    most = max((_gres(n.get("Gres", "")).get(kind, 0) for n in nodes), default=0)
+    if spec["gpus"] > most:
+        return [f"gpus {spec['gpus']}" + (f" × {spec['gpu_model']}" if spec.get("gpu_model") else "")
+                + f": no node of partition {name} has them (at most {most} {kind})"]
+    return []
+
+
+def _constraint_mismatch(spec: dict, name: str, nodes: list[dict]) -> list[str]:
+    if not spec.get("constraint"):
+        return []
+    features = set()
+    for n in nodes:
+        features |= set(n.get("AvailableFeatures", "").split(",")) - {"(null)", ""}
+    # ``a&b``, ``a|b``, ``[a*2&b*4]``: features joined, some with a node count
+    wanted = [f.split("*")[0] for f in re.split(r"[&|,\[\]()\s]+", spec["constraint"])]
+    missing = [f for f in wanted if f and f not in features]
+    if missing:
+        return [f"constraint {spec['constraint']!r}: no node of partition {name} has "
+                f"{', '.join(missing)} (they have: {', '.join(sorted(features)) or 'no features'})"]
+    return []
+
+
+def _unknown_names(spec: dict, facts: dict) -> list[str]:
+    """An account or QOS Slurm does not know (when the facts list them)."""
+    return [f"{key} {spec[key]!r}: Slurm does not know it (it has: {', '.join(sorted(known))})"
+            for key, known in (("account", facts.get("accounts")), ("qos", facts.get("qos")))
+            if spec.get(key) and known is not None and spec[key] not in known]

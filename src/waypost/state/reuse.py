@@ -90,18 +90,9 @@ def take(args) -> int:
         return 75
     started, started_iso = time.time(), manifest.now_iso()
     try:
-        data = read_source(source)
-        problem = unusable(data, source)
-        if problem:
-            raise manifest.ManifestError(problem)
+        data = _usable_source(source)
+        archived = _archive_earlier(args, remote, stage_dir)
     except manifest.ManifestError as exc:
-        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
-        return 1
-    os.makedirs(stage_dir, exist_ok=True)
-    try:
-        archived = remote.archive() if remote else stores.store_for(
-            stage_root(args.stage_dir, args.instance), quiet=True).archive(stage_dir)
-    except manifest.ManifestError as exc:   # an .attempts that is a link out of the stage dir
         print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
         return 1
     if archived:
@@ -111,37 +102,76 @@ def take(args) -> int:
                             series=1, series_base=0, outputs=[o["path"] for o in data.get("outputs", [])],
                             slurm_job_id=os.environ.get("SLURM_JOB_ID"), attempts=[])
     manifest.write_json_atomic(running, records.checked("marker", marker, running), durable=False)
-    outputs = data.get("outputs", [])
     try:
-        declared = {os.path.abspath(p) for p in declared_outputs}
-        brought = {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in outputs}
-        missing = {d for d in declared if d not in brought and not any(b.startswith(d + os.sep) for b in brought)}
-        if missing:   # (a directory() output: some file below it)
-            raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
-        if remote:
-            how, crc32cs = remote.copy_in(source, outputs)
-        else:
-            target = stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True)
-            how, crc32cs = target.bring(stores.store_for(source, quiet=True), source, stage_dir, outputs)
+        how, crc32cs = _bring_outputs(args, remote, stage_dir, data.get("outputs", []), declared_outputs)
     except (OSError, manifest.ManifestError) as exc:
         os.unlink(running)
         if remote:
             remote.close()
         print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
         return 1
-    ended = time.time()
+    record = _reused_manifest(args, data, started, started_iso, how or "nothing", crc32cs)
+    path = manifest.manifest_path(stage_dir)
+    manifest.write_json_atomic(path, records.checked("manifest", record, path))
+    if remote:
+        remote.push(declared_outputs)  # the manifest (the outputs are there already)
+    os.unlink(running)
+    if remote:
+        remote.close()
+    print(f"waypost: {args.stage}: reused from {source} ({how or 'nothing'}, checksums match)", file=sys.stderr)
+    return 0
+
+
+def _usable_source(source: str) -> dict:
+    """The source stage's manifest; ManifestError when it can't be reused."""
+    data = read_source(source)
+    problem = unusable(data, source)
+    if problem:
+        raise manifest.ManifestError(problem)
+    return data
+
+
+def _archive_earlier(args, remote, stage_dir: str) -> str | None:
+    """The stage directory made, an earlier workspace in it archived (where
+    to, or None); ManifestError for an .attempts that is a link out of it."""
+    os.makedirs(stage_dir, exist_ok=True)
+    if remote:
+        return remote.archive()
+    return stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True).archive(stage_dir)
+
+
+def _bring_outputs(args, remote, stage_dir: str, outputs: list[dict], declared_outputs: list[str]) -> tuple:
+    """The source's outputs into ``stage_dir`` (how, and the crc32c of each
+    copy read); ManifestError when the source lacks an output the rule declares."""
+    source = args.reuse_from
+    declared = {os.path.abspath(p) for p in declared_outputs}
+    brought = {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in outputs}
+    missing = {d for d in declared if d not in brought and not any(b.startswith(d + os.sep) for b in brought)}
+    if missing:   # (a directory() output: some file below it)
+        raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
+    if remote:
+        return remote.copy_in(source, outputs)
+    target = stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True)
+    return target.bring(stores.store_for(source, quiet=True), source, stage_dir, outputs)
+
+
+def _reused_manifest(args, data: dict, started: float, started_iso: str, how: str, crc32cs: dict) -> dict:
+    """The reusing stage's manifest: one "reuse" attempt, the source's
+    outputs, settings and provenance."""
+    source = args.reuse_from
     attempt = records.attempt(number=1, series=1, action="reuse", state="SUCCESS", exit_code=0, start=started_iso,
-                              end=manifest.now_iso(), duration_s=round(ended - started, 3), host=manifest.hostname(),
-                              run=os.environ.get(manifest.RUN_ID_ENV), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-                              command=None, worker={"pool": None, "class": None}, how=how or "nothing")
+                              end=manifest.now_iso(), duration_s=round(time.time() - started, 3),
+                              host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
+                              slurm_job_id=os.environ.get("SLURM_JOB_ID"), command=None,
+                              worker={"pool": None, "class": None}, how=how)
     attempt["decision"] = {"action": "done", "reason": f"reused from {source}"}
     recorded = []
-    for o in outputs:
+    for o in data.get("outputs", []):
         # The source's crc32c (from a source recorded before waypost kept them: the copy's, where it was read).
         crc32c = o.get("crc32c") or crc32cs.get(o["path"])
         recorded.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
                         **({"crc32c": crc32c} if crc32c else {})})
-    record = records.manifest(
+    return records.manifest(
         experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance, state="SUCCESS",
         created=manifest.now_iso(), attempts=[attempt], outputs=recorded, inputs=[],
         settings=data.get("settings") or {}, config_hash=data.get("config_hash") or "",
@@ -153,15 +183,6 @@ def take(args) -> int:
         # When the work was made, not when it was linked: the source's time
         # (its own source's, when it is a reused copy itself).
         source_created=data.get("source_created") or data.get("created"))
-    path = manifest.manifest_path(stage_dir)
-    manifest.write_json_atomic(path, records.checked("manifest", record, path))
-    if remote:
-        remote.push(declared_outputs)  # the manifest (the outputs are there already)
-    os.unlink(running)
-    if remote:
-        remote.close()
-    print(f"waypost: {args.stage}: reused from {source} ({attempt['how']}, checksums match)", file=sys.stderr)
-    return 0
 
 
 def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str, upstream_of: str,
