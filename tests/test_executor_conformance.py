@@ -17,7 +17,10 @@ says so)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from snakemake.common.tests import TestWorkflowsLocalStorageBase
@@ -26,18 +29,18 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from snakemake_executor_plugin_waypost import ExecutorSettings
 
+SRC = Path(__file__).resolve().parent.parent / "src"
 # What Snakemake in a job needs to start (its rule ``c`` asks for 5 MB).
 ENOUGH_MEMORY = {"c": {"mem": "600MB"}}
-
-
-@pytest.fixture(autouse=True)
-def _cluster(slurm_cluster):
-    return slurm_cluster
 
 
 class TestWaypostExecutor(TestWorkflowsLocalStorageBase):
     __test__ = True
     latency_wait = 10
+
+    @pytest.fixture(autouse=True)
+    def _cluster(self, slurm_cluster):
+        return slurm_cluster
 
     def get_executor(self) -> str:
         return "waypost"
@@ -68,6 +71,27 @@ class TestWaypostExecutorAsShipped(TestWaypostExecutor):
     def get_resource_settings(self) -> settings.ResourceSettings:
         return settings.ResourceSettings()
 
+
+
+def test_an_untested_slurm_plugin_version_stops_the_run_with_one_line(tmp_path):
+    """Another version of the Slurm plugin installed (its dist-info first on
+    the path): the executor stops at its start, one line, nothing submitted."""
+    other = tmp_path / "site" / "snakemake_executor_plugin_slurm-3.1.0.dist-info"
+    other.mkdir(parents=True)
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: snakemake-executor-plugin-slurm\nVersion: 3.1.0\n")
+    work = tmp_path / "wf"
+    work.mkdir()
+    (work / "Snakefile").write_text('rule made:\n    output: "made.txt"\n    shell: "touch {output}"\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(SRC)])}
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--executor", "waypost", "--jobs", "1",
+                          "--waypost-no-account"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    said = [line for line in run.stderr.splitlines() if "snakemake-executor-plugin-slurm" in line]
+    assert run.returncode == 1, run.stderr
+    assert said == ["waypost: waypost's executor uses private parts of snakemake-executor-plugin-slurm, tested on "
+                    "2.8.x; 3.1.0 is installed: install a tested one "
+                    "(pip install 'snakemake-executor-plugin-slurm==2.8.*')"], run.stderr
+    assert "Traceback" not in run.stderr and not (work / "made.txt").exists()
+    assert not (work / ".snakemake" / "locks").exists() or not any((work / ".snakemake" / "locks").iterdir())
 
 
 def test_an_untested_slurm_plugin_version_is_one_clear_line():

@@ -88,8 +88,10 @@ class Executor(SlurmExecutor):
         try:
             slurm_private.check()
         except slurm_private.UntestedPlugin as exc:
-            from snakemake_interface_common.exceptions import WorkflowError
-            raise WorkflowError(str(exc)) from None
+            # one line, as waypost says a fault (a WorkflowError would add
+            # Snakemake's frame line); before any job is submitted
+            print(f"waypost: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
         super().__post_init__(*args, **kwargs)
         self._lost_checked: set[str] = set()
         self._bundles: dict[tuple, list] = {}   # a bundle's leader (bundles.key) → its jobs, until submitted

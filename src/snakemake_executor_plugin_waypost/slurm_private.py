@@ -30,7 +30,7 @@ def check(installed: str | None = None) -> None:
     version = installed if installed is not None else metadata.version(PLUGIN)
     if ".".join(version.split(".")[:2]) not in TESTED:
         raise UntestedPlugin(
-            f"waypost's executor drives private parts of {PLUGIN}, tested on {', '.join(v + '.x' for v in TESTED)}; "
+            f"waypost's executor uses private parts of {PLUGIN}, tested on {', '.join(v + '.x' for v in TESTED)}; "
             f"{version} is installed: install a tested one (pip install '{PLUGIN}=={TESTED[-1]}.*')")
 
 
