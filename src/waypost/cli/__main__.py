@@ -1,3 +1,3 @@
 from waypost.cli.main import main
 
-main()
+raise SystemExit(main())
