@@ -1,3 +1,3 @@
 from waypost.runner.main import main
 
-main()
+raise SystemExit(main())
