@@ -60,7 +60,7 @@ from waypost.scheduler import slurm as wslurm
 from waypost.snakemake import STEP_PARAM
 from waypost.state import lifecycle
 
-from . import bundles
+from . import bundles, slurm_private
 
 # The longest wait between two status rounds (the Slurm plugin's is 180 s).
 MAX_STATUS_INTERVAL = 30
@@ -85,6 +85,13 @@ def stage_job(job) -> bool:
 
 class Executor(SlurmExecutor):
     def __post_init__(self, *args, **kwargs):
+        try:
+            slurm_private.check()
+        except slurm_private.UntestedPlugin as exc:
+            # one line, as waypost says a fault (a WorkflowError would add
+            # Snakemake's frame line); before any job is submitted
+            print(f"waypost: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
         super().__post_init__(*args, **kwargs)
         self._lost_checked: set[str] = set()
         self._bundles: dict[tuple, list] = {}   # a bundle's leader (bundles.key) → its jobs, until submitted
@@ -122,11 +129,7 @@ class Executor(SlurmExecutor):
 
     # --- submission: packing, and no futile resubmission -----------------
     def run_jobs(self, jobs: list[JobExecutorInterface]):
-        if self._main_event_loop is None:        # as the Slurm plugin: submissions report to this loop
-            try:
-                self._main_event_loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self._main_event_loop = None
+        slurm_private.bind_event_loop(self)
         packs: dict[tuple, list] = {}
         bundled: dict[tuple, list] = {}
         for job in jobs:
@@ -140,16 +143,16 @@ class Executor(SlurmExecutor):
             bundle = int(job.resources.get("waypost_bundle", 1) or 1) if stage_job(job) else 1
             size = int(job.resources.get("waypost_pack", 1) or 1) if stage_job(job) else 1
             if size < 2 and bundle < 2:
-                self._submit_job(job)
+                slurm_private.submit_job(self, job)
                 continue
             request = tuple(sorted((k, str(v)) for k, v in job.resources.items() if not k.startswith("_")))
             (bundled if bundle >= 2 else packs).setdefault((job.rule.name, request, max(bundle, size)), []).append(job)
-        for groups, submit in ((packs, self._submit_array_jobs), (bundled, self._submit_bundle)):
+        for groups, submit in ((packs, self._submit_array), (bundled, self._submit_bundle)):
             for (_, _, size), group in groups.items():
                 for start in range(0, len(group), size):
                     chunk = group[start:start + size]
                     if len(chunk) == 1:
-                        self._submit_job(chunk[0])
+                        slurm_private.submit_job(self, chunk[0])
                     else:
                         submit(chunk)
 
@@ -159,7 +162,10 @@ class Executor(SlurmExecutor):
         self._bundles[bundles.key(members[0])] = members
         for job in members[1:]:
             self.run_job_pre(job)
-        self._submit_job(members[0])
+        slurm_private.submit_job(self, members[0])
+
+    def _submit_array(self, members: list) -> None:
+        slurm_private.submit_array(self, members)
 
     def report_job_submission(self, job_info) -> None:
         members = self._bundles.pop(bundles.key(job_info.job), None) if stage_job(job_info.job) else None
@@ -187,14 +193,14 @@ class Executor(SlurmExecutor):
         it, and no second one is submitted: one live attempt per stage
         directory. Its end is read from sacct like any job's."""
         live = lifecycle.live_attempt(self._stage_dir(job))
-        if live is None or live.slurm_job is None:
+        if live is None or live.job is None:
             return False   # none; or a process the job's runner waits for
         from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
         self.run_job_pre(job)
-        self.logger.info(f"waypost: {job.rule.name} {dict(job.wildcards.items())}: Slurm job {live.slurm_job} "
+        self.logger.info(f"waypost: {job.rule.name} {dict(job.wildcards.items())}: Slurm job {live.job} "
                          f"of an earlier run is still at work there ({live.where}); waiting for it instead of "
                          "submitting another")
-        self.report_job_submission(SubmittedJobInfo(job, external_jobid=live.slurm_job,
+        self.report_job_submission(SubmittedJobInfo(job, external_jobid=live.job,
                                                     aux={"waypost_adopted": True}))
         return True
 

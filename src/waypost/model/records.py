@@ -107,13 +107,25 @@ class Manifest(TypedDict, total=False):
     # note, provisional, given_up, next_series_after, series_base, reason
 
 
+#: the key under which attempts and running markers name the scheduler's job
+#: their runner ran in (Slurm's name: the records' JSON keeps it)
+JOB_KEY = "slurm_job_id"
+
+
+def job_of(record: dict) -> str | None:
+    """The scheduler's job an attempt or a running marker names, if any."""
+    job = record.get(JOB_KEY)
+    return str(job) if job else None
+
+
 def attempt(*, number: int, series: int, action: str, start: str, run: str | None, host: str | None,
             slurm_job_id: str | None, command: str | None, worker: dict, log: str | None = None,
             script: str | None = None, runtime_limit_s: float | None = None, state: str | None = None,
             exit_code: int | None = None, end: str | None = None, duration_s: float | None = None,
             why: str | None = None, error: str | None = None, how: str | None = None,
             settings: dict | None = None, config_hash: str | None = None, resumes: dict | None = None) -> Attempt:
-    """An attempt, open (``state`` None) until its end is filled in."""
+    """An attempt, open (``state`` None) until its end is filled in.
+    ``slurm_job_id``: the scheduler's job its runner ran in (``JOB_KEY``)."""
     record: Attempt = {
         "number": number, "series": series, "action": action, "state": state, "exit_code": exit_code,
         "signal": None, "checks": {}, "decision": None, "start": start, "end": end, "duration_s": duration_s,

@@ -64,10 +64,10 @@ import sys
 import time
 from enum import Enum
 
+from waypost import scheduler
 from waypost.model import manifest
 from waypost.model import policy as wpolicy
 from waypost.runner.stagedir import StageDirectory
-from waypost.scheduler import slurm
 
 
 class Next(Enum):
@@ -248,20 +248,23 @@ def runner_gone(attempt: dict) -> bool:
 
 
 def close_interrupted(attempt: dict, leftover: str | None = None) -> bool:
-    """Fill in how an attempt whose runner died ended: Slurm's word when
-    it ran in a Slurm job, else CANCELLED (stopped from outside).
-    ``leftover``: what was done of its step, found at work without it.
+    """Fill in how an attempt whose runner died ended: its scheduler's word
+    when it ran in a scheduler's job (Slurm's: sacct), else CANCELLED
+    (stopped from outside). ``leftover``: what was done of its step, found
+    at work without it.
 
-    True when, with no word from Slurm nor from its runner (which records
-    a signal it was sent), the runner vanished: its driver was killed, its
-    machine restarted, something SIGKILLed it. That was not the step's
-    failure (see ``Series._resume_in_place``)."""
-    state, detail = None, None
-    if attempt.get("slurm_job_id"):
-        state, detail = slurm.final_state(attempt["slurm_job_id"])
+    True when, with no word from the scheduler nor from its runner (which
+    records a signal it was sent), the runner vanished: its driver was
+    killed, its machine restarted, something SIGKILLed it. That was not the
+    step's failure (see ``Series._resume_in_place``)."""
+    state, detail, label = None, None, None
+    ran_in = scheduler.for_record(attempt)
+    if ran_in:
+        state, detail = ran_in[0].final_state(ran_in[1])
+        label = ran_in[0].label
     vanished = state is None and not attempt.get("error")
     attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
                    error=(attempt.get("error") or "the runner was killed during this attempt")
-                         + (f" (Slurm: {detail})" if detail else "")
+                         + (f" ({label}: {detail})" if detail else "")
                          + (f"; {leftover}" if leftover else ""))
     return vanished

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from waypost import stores
+from waypost import scheduler, stores
 from waypost.model import manifest, records, workers, writes
 from waypost.model import policy as wpolicy
 from waypost.model import spec as wspec
@@ -59,16 +59,17 @@ class StageAttempt:
 
     def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog) -> dict:
         spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
-        # Under Slurm the job's time limit is Slurm's to enforce (and report);
-        # in a bundle (several stages in one job) each stage keeps its own.
-        runtime = None if os.environ.get("SLURM_JOB_ID") and not os.environ.get("WAYPOST_BUNDLED") \
+        # In a scheduler's job (Slurm's) its time limit is the scheduler's to
+        # enforce (and report); in a bundle (several stages in one job) each
+        # stage keeps its own.
+        runtime = None if scheduler.current_job() and not os.environ.get("WAYPOST_BUNDLED") \
             else policy.runtime_seconds(in_series)
         previous = series.attempts[-1]["state"] if series.attempts else ""
         worker = workers.worker_env(os.environ, spec.worker_env)
         resumes = self._resumes_other_settings()
         record = records.attempt(
             number=number, series=series.number, action=action, start=manifest.now_iso(), run=series.run_id,
-            host=manifest.hostname(), slurm_job_id=os.environ.get("SLURM_JOB_ID"), command=command,
+            host=manifest.hostname(), slurm_job_id=scheduler.current_job(), command=command,
             worker={"pool": spec.pool, "class": spec.worker_class, **worker}, log=log_rel,
             script=script_rel, runtime_limit_s=runtime, settings=spec.settings,
             config_hash=spec.config_hash, resumes=resumes,

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from waypost import stores
+from waypost import scheduler, stores
 from waypost.model import manifest, records, writes
 from waypost.model import spec as wspec
 from waypost.model.layout import LOGS, RUNNING, held_entry, stage_name, stage_root
@@ -50,13 +50,13 @@ class StageDirectory:
     def save_running(self, series, lost_job: str | None = None, push: bool = True, group: dict | None = None) -> None:
         """``_running.json``: this runner at work on ``series`` (``group``:
         its step's process group, while a step runs); or, with ``lost_job``,
-        the series a Slurm job that ended left (gone, as sacct says it is).
+        the series a scheduler's job that ended left (gone, as its scheduler says).
         ``push``: to the bucket too, on a gs:// root."""
         marker = records.marker(
             pid=None if lost_job else os.getpid(), host=None if lost_job else manifest.hostname(),
             run=series.run_id, series=series.number, series_base=series.base,
             outputs=[os.path.relpath(o, self.dir) for o in self.outputs],
-            slurm_job_id=lost_job or os.environ.get("SLURM_JOB_ID"), attempts=series.history, step_group=group)
+            slurm_job_id=lost_job or scheduler.current_job(), attempts=series.history, step_group=group)
         manifest.write_json_atomic(self.path(RUNNING), records.checked("marker", marker, self.path(RUNNING)),
                                    durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote and push:

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+from waypost import scheduler as wscheduler
 from waypost.model import fingerprints, manifest, records, states
 from waypost.model import policy as wpolicy
 from waypost.model import spec as wspec
@@ -20,12 +21,15 @@ from waypost.state.parents import describe_inputs, parent_state, producer_dir
 
 
 class LostJob:
-    """The executor's ``--lost-slurm-job`` mode: a Slurm job of the stage
-    ended without a runner recording it (killed pending, before or as it
-    started, never startable); record its end, run no command."""
+    """The executor's ``--lost-slurm-job`` mode: a scheduler's job of the
+    stage (``scheduler``, by name: Slurm's) ended without a runner recording
+    it (killed pending, before or as it started, never startable); record its
+    end, run no command."""
 
-    def __init__(self, job: str, state: str = "CANCELLED", reason: str = "", last_chance: bool = False):
+    def __init__(self, job: str, state: str = "CANCELLED", reason: str = "", last_chance: bool = False,
+                 scheduler: str = "slurm"):
         self.job, self.state, self.reason, self.last_chance = job, state, reason, last_chance
+        self.scheduler = wscheduler.by_name(scheduler)
 
 
 class StageRun:
@@ -111,10 +115,10 @@ class StageRun:
         job = self.lost.job
         self.received_signal = None
         live = lifecycle.live_attempt(self.spec.stage_dir)
-        if live and live.slurm_job != str(job):
+        if live and live.job != str(job):
             # Another attempt is at work here (a dead driver's job, say): it
             # records its own end; nothing of it is touched.
-            print(f"waypost: {self.name}: Slurm job {job} ended; an attempt is at work in {self.directory.dir} "
+            print(f"waypost: {self.name}: {self.lost.scheduler.describe(job)} ended; an attempt is at work in {self.directory.dir} "
                   f"({live.where}), left to it", file=sys.stderr)
             return 0
         recorded = self.directory.recorded_job(job)
@@ -136,12 +140,12 @@ class StageRun:
         action = series[-1]["decision"]["action"] if series and series[-1].get("decision") \
             else self.series.first[0]
         now = manifest.now_iso()
-        reason = self.lost.reason or "the Slurm job ended before its step runner started"
+        reason = self.lost.reason or f"the {self.lost.scheduler.label} job ended before its step runner started"
         record = records.attempt(
             number=len(self.series.history) + 1, series=self.series.number, action=action, state=self.lost.state,
             start=now, end=now, duration_s=0.0, host=None, run=self.series.run_id, slurm_job_id=job,
             command=self.spec.command, worker={"pool": self.spec.pool, "class": self.spec.worker_class},
-            error=f"Slurm job {job} ended {self.lost.state} before its step ran: {reason}",
+            error=f"{self.lost.scheduler.describe(job)} ended {self.lost.state} before its step ran: {reason}",
             why=self.series.first[1] if len(series) == 0 else None)
         self.series.history.append(record)
         series.append(record)
@@ -155,11 +159,13 @@ class StageRun:
             action, reason = "fail", f"{reason}, but Snakemake's retries of this job are spent"
             made = {"action": action, "reason": reason}
         series[-1]["decision"] = made
+        ran_in = wscheduler.for_record(series[-1])
         print(f"waypost: {self.name} attempt {series[-1]['number']} ended {series[-1]['state']} "
-              f"(Slurm job {series[-1].get('slurm_job_id')}); next: {action} ({reason})", file=sys.stderr)
+              f"({ran_in[0].describe(ran_in[1]) if ran_in else 'no job'}); next: {action} ({reason})",
+              file=sys.stderr)
         if action in ("cmd", "restart", "rerun"):
             # the job Snakemake submits next goes on with the series
-            self.directory.save_running(self.series, lost_job=str(series[-1].get("slurm_job_id")))
+            self.directory.save_running(self.series, lost_job=ran_in[1] if ran_in else None)
             if self.directory.remote:
                 self.directory.remote.close()
             return 0
@@ -259,8 +265,9 @@ class StageRun:
                 return self._stopped_waiting(stopped, made["delay_s"])
             self.prepare_workspace(action, made.get("rerun"))
             record = self.run_attempt(action, made.get("rerun"))
-            if self.received_signal is not None and os.environ.get("SLURM_JOB_ID"):
-                return self._ended_by_slurm(record)
+            ending = wscheduler.current()
+            if self.received_signal is not None and ending:
+                return self._ended_by_scheduler(record, ending)
             if self.received_signal is not None:
                 made = {"action": "fail", "reason": "cancelled from outside"}
             else:
@@ -273,29 +280,29 @@ class StageRun:
                 # ended meanwhile (its time limit) leaves a series the next
                 # runner finishes instead of running the step again.
                 self.directory.save_running(self.series, push=False)
-            if record["state"] == "OOM" and action in ("restart", "rerun") and os.environ.get("SLURM_JOB_ID") \
+            if record["state"] == "OOM" and action in ("restart", "rerun") and ending \
                     and self.policy.memory_growth > 1:
-                return self._out_of_memory()
+                return self._out_of_memory(ending)
         last = series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
         return self.finish(final, give_up=reason if action == "give_up" else None)
 
-    def _ended_by_slurm(self, record: dict) -> int:
-        """Slurm signals a job it ends for any reason (time limit,
-        preemption, scancel): the next runner asks sacct which, and the
+    def _ended_by_scheduler(self, record: dict, ending) -> int:
+        """A scheduler (Slurm) signals a job it ends for any reason (time
+        limit, preemption, scancel): the next runner asks it which, and the
         policy decides then. Leave the attempt open."""
         record["state"] = None
-        record["error"] = f"signal {self.received_signal} from Slurm; sacct will say why"
+        record["error"] = f"signal {self.received_signal} from {ending.label}; {ending.accounting} will say why"
         self.directory.save_running(self.series)
-        print(f"waypost: {self.name}: Slurm is ending this job; "
-              "the next attempt learns why from sacct", file=sys.stderr)
+        print(f"waypost: {self.name}: {ending.label} is ending this job; "
+              f"the next attempt learns why from {ending.accounting}", file=sys.stderr)
         return 128 + self.received_signal
 
-    def _out_of_memory(self) -> int:
-        """This allocation is too small: the next Slurm job, with
-        memory_growth more, goes on with the series."""
+    def _out_of_memory(self, ending) -> int:
+        """This allocation is too small: the next job, with memory_growth
+        more, goes on with the series."""
         self.directory.save_running(self.series)
-        print(f"waypost: {self.name}: out of memory in Slurm job {os.environ['SLURM_JOB_ID']}; "
+        print(f"waypost: {self.name}: out of memory in {ending.describe(ending.job_in_env())}; "
               "the next job (with more memory) goes on", file=sys.stderr)
         return 1
 
@@ -305,8 +312,9 @@ class StageRun:
         as after an attempt Slurm ended; else it was cancelled from outside,
         and the series ends as the last attempt did."""
         self.received_signal = signum
-        if os.environ.get("SLURM_JOB_ID"):
-            print(f"waypost: {self.name}: Slurm is ending this job during the wait; the next job goes on",
+        ending = wscheduler.current()
+        if ending:
+            print(f"waypost: {self.name}: {ending.label} is ending this job during the wait; the next job goes on",
                   file=sys.stderr)
             return 128 + signum
         last = self.series.attempts[-1]

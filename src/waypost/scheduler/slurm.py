@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from waypost.scheduler.base import Scheduler
+
 # Slurm 22.05's job states (sacct ``State``, squeue ``%T``). A job in one of
 # these has not ended; UNKNOWN (slurmctld lost track for a moment) is not an
 # end either, and never a success: ask again.
@@ -137,6 +139,18 @@ def final_state(job_id: str) -> tuple[str | None, str | None]:
     if row is None:
         return None, None
     return row.ended, row.state
+
+
+class Slurm(Scheduler):
+    """Slurm as ``base.Scheduler``: its jobs' ends from sacct."""
+
+    name, label, accounting, job_env = "slurm", "Slurm", "sacct", "SLURM_JOB_ID"
+
+    def final_state(self, job: str) -> tuple[str | None, str | None]:
+        return final_state(job)
+
+
+SLURM = Slurm()
 
 
 # --- what the cluster offers (``waypost workers --check``) ----------------------

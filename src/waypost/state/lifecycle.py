@@ -14,7 +14,7 @@ their dates when they matter, the manifest, and the running marker with its
 liveness. An attempt's marker that is older than the manifest beside it was
 closed (its runner died between writing the manifest and removing the
 marker): the manifest has the last word. A live attempt is one whose
-process or Slurm job is alive, or whose step's processes are (its runner
+process or scheduler's job (Slurm's) is alive, or whose step's processes are (its runner
 gone, its process group not: ``orphaned``), or whose liveness can't be
 known yet: "unknown" is never "gone".
 """
@@ -26,28 +26,29 @@ import os
 import time
 from functools import cached_property
 
+from waypost import scheduler
 from waypost.model import manifest, states
 from waypost.model.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join
-from waypost.scheduler import slurm, stepgroup
+from waypost.scheduler import stepgroup
 
 # A ``_running.json`` whose heartbeat (its mtime, refreshed every minute by
 # the runner while the step runs) is older than this counts as left by a
 # runner that is gone, from any host. Until then a runner that can't be asked
-# (another host, no Slurm job; sacct not answering) may still be at work.
+# (another host, no scheduler's job; the scheduler not answering) may still be at work.
 LEASE_S = float(os.environ.get("WAYPOST_LEASE_SECONDS", "600"))
 
 
 class LiveAttempt:
     """An attempt at work (or not known to be gone) in a stage directory:
     ``where`` says whose (``pid 12 on host``, ``Slurm job 66 (RUNNING)``,
-    ``unknown: …``); ``slurm_job`` its Slurm job, if it runs in one;
+    ``unknown: …``); ``job`` its scheduler's job, if it runs in one;
     ``group`` the step's process group (``stepgroup.record``) when its
     runner is gone and that is what is at work."""
 
-    __slots__ = ("group", "pid", "slurm_job", "where")
+    __slots__ = ("group", "job", "pid", "where")
 
-    def __init__(self, where: str, slurm_job: str | None, pid: int | None, group: dict | None = None):
-        self.where, self.slurm_job, self.pid, self.group = where, slurm_job, pid, group
+    def __init__(self, where: str, job: str | None, pid: int | None, group: dict | None = None):
+        self.where, self.job, self.pid, self.group = where, job, pid, group
 
     @property
     def unknown(self) -> bool:
@@ -83,12 +84,12 @@ def _alive(pid: int) -> bool:
 def judge(info: dict, me: int | None = None, age: float | None = None) -> LiveAttempt | None:
     """Is the attempt a running marker (``info``; ``age``: seconds since its
     last heartbeat) records at work? A LiveAttempt when its process (on this
-    host, not ``me``) or its Slurm job is alive, or its runner's gone but
+    host, not ``me``) or its scheduler's job is alive, or its runner's gone but
     its step's process group lives on (on this host), or when that can't be
-    known yet (another host without a Slurm job, or sacct not answering,
-    while the heartbeat is younger than the lease); None when it is gone."""
-    pid, host, job = info.get("pid"), info.get("host"), info.get("slurm_job_id")
-    job = str(job) if job else None
+    known yet (another host without a scheduler's job, or the scheduler not
+    answering, while the heartbeat is younger than the lease); None when it is gone."""
+    pid, host = info.get("pid"), info.get("host")
+    sched, job = scheduler_of(info)
     pid = pid if isinstance(pid, int) else None
     if host == manifest.hostname() and pid and pid != me:
         if _alive(pid):
@@ -99,10 +100,10 @@ def judge(info: dict, me: int | None = None, age: float | None = None) -> LiveAt
             return LiveAttempt(f"its runner, pid {pid} on {host}, is gone but its step is not: "
                                + stepgroup.describe(group, left), job, pid, group)
         return None
-    if job and job != os.environ.get("SLURM_JOB_ID"):
-        state, raw = slurm.final_state(job)
+    if job and job != sched.job_in_env():
+        state, raw = sched.final_state(job)
         if state is None and raw:
-            return LiveAttempt(f"Slurm job {job} ({raw})", job, pid)
+            return LiveAttempt(f"{sched.describe(job)} ({raw})", job, pid)
         if state is not None:
             return None
     if host == manifest.hostname() and (not pid or pid == me):
@@ -110,8 +111,14 @@ def judge(info: dict, me: int | None = None, age: float | None = None) -> LiveAt
     if age is not None and age > LEASE_S:
         return None
     beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
-    return LiveAttempt(f"unknown: pid {pid} on {host}" + (f", Slurm job {job} (sacct did not answer)" if job else "")
-                       + f"{beat}; counted as gone once its heartbeat is {LEASE_S:.0f} s old", job, pid)
+    asked = f", {sched.describe(job)} ({sched.accounting} did not answer)" if job else ""
+    return LiveAttempt(f"unknown: pid {pid} on {host}{asked}{beat}; counted as gone once its heartbeat is "
+                       f"{LEASE_S:.0f} s old", job, pid)
+
+
+def scheduler_of(info: dict) -> tuple:
+    """(scheduler, job) a record names; (None, None) outside any."""
+    return scheduler.for_record(info) or (None, None)
 
 
 class Life:
@@ -303,7 +310,7 @@ def live_attempt(stage_dir: str, me: int | None = None) -> LiveAttempt | None:
 
 
 # How often a runner waiting for another attempt looks again: a process on
-# this host ends visibly at once; a Slurm job is asked of sacct.
+# this host ends visibly at once; a scheduler's job is asked of the scheduler.
 WAIT_LOCAL_S = 1.0
 WAIT_SLURM_S = float(os.environ.get("WAYPOST_WAIT_SLURM_SECONDS", "10"))
 
@@ -320,6 +327,6 @@ def wait_until_gone(stage_dir: str, me: int | None = None, say=None) -> LiveAtte
         say(first)
     current = first
     while current is not None and not current.orphaned:
-        time.sleep(WAIT_LOCAL_S if current.pid and not current.slurm_job else WAIT_SLURM_S)
+        time.sleep(WAIT_LOCAL_S if current.pid and not current.job else WAIT_SLURM_S)
         current = live_attempt(stage_dir, me)
     return first

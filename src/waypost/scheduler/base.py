@@ -1,0 +1,54 @@
+"""What waypost asks of a batch scheduler (Maestro-style: one small
+interface, one implementation per scheduler; Slurm's is ``slurm.SLURM``).
+
+Submitting is the Snakemake executor plugin's part
+(``snakemake_executor_plugin_waypost``); everything else that waypost
+needs to know about a job once it is submitted is asked here:
+
+- ``job_in_env``: the job the current process runs in (None: none of this
+  scheduler's);
+- ``final_state``: how a job ended, as a waypost end state
+  (``waypost.model.states``), with the scheduler's own word for it;
+- ``alive``: is a job pending or running (None: the scheduler can't say);
+- ``describe``: how messages name a job (``Slurm job 66``).
+
+A process with no scheduler's job is a process group on this machine
+(``stepgroup``): ``waypost.scheduler.current()`` is None there.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+
+
+class Scheduler(ABC):
+    #: how profiles and workers.yaml name it (an ``executor:``)
+    name: str
+    #: how messages name it (``Slurm is ending this job``)
+    label: str
+    #: where a job's end is read, as messages name it (``sacct will say why``)
+    accounting: str
+    #: the environment variable that holds the id of the job a process runs in
+    job_env: str
+
+    def job_in_env(self, environ: dict | None = None) -> str | None:
+        """The id of the job this process (or ``environ``'s) runs in; None
+        outside this scheduler's jobs."""
+        return (os.environ if environ is None else environ).get(self.job_env) or None
+
+    @abstractmethod
+    def final_state(self, job: str) -> tuple[str | None, str | None]:
+        """(waypost end state, the scheduler's state) of a job that ended;
+        (None, its state) while it has not; (None, None) when the scheduler
+        does not know the job or did not answer: unknown, never gone."""
+
+    def alive(self, job: str) -> bool | None:
+        """Is the job pending or running? None when that can't be known."""
+        state, raw = self.final_state(job)
+        if state is None and raw is None:
+            return None
+        return state is None
+
+    def describe(self, job: str) -> str:
+        return f"{self.label} job {job}"
