@@ -271,8 +271,9 @@ INPUT = st.fixed_dictionaries({}, optional={
                                        "{OUTSIDE}/_manifest.json", "../outside/_manifest.json"])),
     "state": field(st.sampled_from(["SUCCESS", "FAILED", "ADOPTED"])), "sha256": field(SHA | st.none()),
     "provisional": field(st.booleans())})
+# states as a manifest read from JSON holds them: plain strings (the compiled check reads parsed JSON)
 MANIFEST = st.fixed_dictionaries(
-    {"state": field(st.sampled_from(list(states.END_STATES))), "attempts": field(st.lists(ATTEMPT, max_size=2))},
+    {"state": field(st.sampled_from([s.value for s in states.END_STATES])), "attempts": field(st.lists(ATTEMPT, max_size=2))},
     optional={"outputs": field(st.lists(OUTPUT, max_size=3)), "inputs": field(st.lists(INPUT, max_size=2)),
               "experiment": field(st.just("e")), "pair": field(st.just("p")), "stage": field(st.just("s")),
               "instance": field(st.none()), "settings": field(st.dictionaries(st.text(max_size=4), JSON, max_size=2)),
