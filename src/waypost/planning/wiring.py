@@ -57,6 +57,9 @@ _FIELD = re.compile(r"\{(\w+)\}")
 # The step's placeholder for the job's spec line (its params, with the
 # policy's restart command formatted in: ``with_restart``).
 SPEC_LINE = "waypost_spec_line"
+# The one name a step's run function adds to those its command sees (the
+# Snakefile's globals and the rule function's arguments): its helpers.
+STEP_HELPERS = "waypost_step"
 
 
 def job_process(workflow) -> bool:
@@ -636,42 +639,55 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_p
     """A rule's run function that runs ``step`` (kept as its ``step``)
     instead of the shell command it was written with (Snakemake compiles a
     ``shell:`` into a function calling ``shell(...)``, which fills the
-    command's placeholders from that function's own arguments: the new one
-    takes the same, the marker of a rule's function included, so ``shell``
+    command's placeholders from that function's globals, the Snakefile's,
+    and its own arguments: the new one has the same globals and takes the
+    same arguments, the marker of a rule's function included, so ``shell``
     takes the job's threads, resources and environment from them as for any
-    rule). On a bucket root its files are their local copies first
-    (``local_files``); for a step run in its stage directory, absolute paths.
+    rule). Its own helpers come in one closure variable, ``STEP_HELPERS``:
+    nothing of waypost's shadows a Snakefile's name. On a bucket root its
+    files are their local copies first (``local_files``); for a step run in
+    its stage directory, absolute paths.
 
     A failure reads as in plain Snakemake: the ``CalledProcessError`` names
     the rule's command as it ran (``as_written``), not the runner, and the
     call is where the rule's own was, in its Snakefile (``_shell_call``), so
     Snakemake reports it as a failing rule's command, with no traceback."""
+    import types
+    from subprocess import CalledProcessError
+
+    from snakemake.shell import shell
     parameters = inspect.signature(original).parameters
-    lines = [f"def run({', '.join(str(p) for p in parameters.values())}):"]
+    h = STEP_HELPERS
+    lines = [f"def {STEP_HELPERS}_of({h}):",
+             f"  def run({', '.join(str(p) for p in parameters.values())}):"]
     if mirror:
-        lines.append("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
-                     "local_files(log, mirror)")
-    lines += ["    if runs_in_stage_dir(getattr(params, step_param, None)):",
-              "        input, output, log = absolute(input), absolute(output), absolute(log)"]
-    call = ("        shell(step, bench_record=bench_record, bench_iteration=bench_iteration, "
-            f"{SPEC_LINE}=with_restart(params.{step_param}, lambda text, job=locals(): fill_in(text, job)))")
-    lines += ["    try:", call, "    except CalledProcessError as failed:",
-              "        failed.cmd = as_written(failed.cmd, runner)", "        raise"]
+        lines.append(f"    input, output, log = {h}.local_files(input, {h}.mirror), "
+                     f"{h}.local_files(output, {h}.mirror), {h}.local_files(log, {h}.mirror)")
+    lines += [f"    if {h}.runs_in_stage_dir(getattr(params, {h}.step_param, None)):",
+              f"        input, output, log = {h}.absolute(input), {h}.absolute(output), {h}.absolute(log)"]
+    # (the restart command is formatted with the names the command has: the
+    # Snakefile's globals, then this function's arguments)
+    call = (f"        {h}.shell({h}.step, bench_record=bench_record, bench_iteration=bench_iteration, "
+            f"{SPEC_LINE}={h}.with_restart(params.{step_param}, "
+            f"lambda text, job={{**globals(), **locals()}}: {h}.fill_in(text, job)))")
+    lines += ["    try:", call, f"    except {h}.CalledProcessError as failed:",
+              f"        failed.cmd = {h}.as_written(failed.cmd, {h}.runner)", "        raise",
+              "  return run"]
     filename, line = _shell_call(original)
     padding = line - 1 - lines.index(call) if line else -1   # blank lines put the call on ``line``
     if padding < 0:
         filename, padding = f"<waypost step of {original.__name__}>", 0
-    from subprocess import CalledProcessError
-
-    from snakemake.shell import shell
-    namespace = {"shell": shell, "step": step, "runner": runner, "as_written": as_written,
-                 "CalledProcessError": CalledProcessError, "local_files": local_files, "mirror": mirror,
-                 "runs_in_stage_dir": runs_in_stage_dir, "absolute": absolute, "step_param": step_param,
-                 "with_restart": with_restart, "fill_in": fill_in}
-    exec(compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec"), namespace)
-    namespace["run"].step = step
-    namespace["run"].step_param = step_param
-    return namespace["run"]
+    helpers = types.SimpleNamespace(
+        shell=shell, step=step, runner=runner, as_written=as_written, CalledProcessError=CalledProcessError,
+        local_files=local_files, mirror=mirror, runs_in_stage_dir=runs_in_stage_dir, absolute=absolute,
+        step_param=step_param, with_restart=with_restart, fill_in=fill_in)
+    module = compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec")
+    # The rule's own globals: the Snakefile's namespace, as it is when the job runs.
+    (code,) = (c for c in module.co_consts if isinstance(c, types.CodeType))
+    run = types.FunctionType(code, original.__globals__)(helpers)
+    run.step = step
+    run.step_param = step_param
+    return run
 
 
 def _shell_call(function) -> tuple[str, int | None]:
