@@ -104,10 +104,11 @@ def test_a_restart_command_sees_the_snakefiles_globals(tmp_path):
 
 
 # A Snakefile that reads its config while Snakemake loads it: before
-# ``Pipeline`` (the config as Snakemake loaded it) and after (as waypost
+# ``Pipeline`` (the config its ``configfile:`` loaded) and after (as waypost
 # prepared it), at the top level, as many real Snakefiles do.
-READS_CONFIG = '''from waypost.snakemake import Pipeline
+READS_CONFIG = '''configfile: "config/config.yaml"
 assert config["experiments"]["north"]["sizes"], "the config names no sizes"
+from waypost.snakemake import Pipeline
 wp = Pipeline(config, workflow)
 SIZES = config["experiments"]["north"]["sizes"]
 LABEL = config["label"]

@@ -19,6 +19,7 @@ stage directory and no other.
 
 from __future__ import annotations
 
+import copy
 import os
 import shlex
 import sys
@@ -116,16 +117,28 @@ class Pipeline:
                 configfile = default_configfile
                 loaded, source = wconfig.with_reuse_files(wconfig.load_yaml(configfile), configfile)
             loaded = wconfig.merge(loaded, overrides)
-            if self.facts_only:   # the rules are what is asked for: any config will do
-                loaded = {"experiments": {}}
-            prepared = wconfig.prepare(loaded, self.snake.basedir, source, check=check and not self.facts_only,
-                                       axis=self.axis)
+            prepared = self._prepared(loaded, source, check)
         except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
             raise WorkflowError(str(exc)) from None
         self.configfile, self.source = configfile, source
         config.clear()
         config.update(prepared)
         return config
+
+    def _prepared(self, loaded: dict, source: str, check: bool) -> dict:
+        """The loaded config, validated and with its defaults. For the facts
+        pass (only the rules are asked for) it is the real one, unchecked: a
+        Snakefile may read its config while it is loaded, and whoever loads
+        the config next checks it and says what is wrong with it; one too
+        broken to prepare at all gives its place to none, and the rules are
+        still read."""
+        basedir = self.snake.basedir
+        if not self.facts_only:
+            return wconfig.prepare(loaded, basedir, source, check=check, axis=self.axis)
+        try:
+            return wconfig.prepare(copy.deepcopy(loaded), basedir, source, check=False, axis=self.axis)
+        except (wconfig.ConfigError, AttributeError, KeyError, TypeError, ValueError):
+            return wconfig.prepare({"experiments": {}}, basedir, source, check=False, axis=self.axis)
 
     # --- names -----------------------------------------------------------
     @property
