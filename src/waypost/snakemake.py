@@ -59,7 +59,13 @@ class Pipeline:
     The default config file is read here rather than by a ``configfile:``
     directive so that a YAML error names the file, line and column; config
     files given with ``--configfile`` are loaded by Snakemake as usual, and
-    ``--config KEY=VALUE`` overrides apply on top of either.
+    ``--config KEY=VALUE`` overrides apply on top of either. After it,
+    ``config`` is the config with its defaults (an axis's list under
+    ``pairs``), which the rest of the Snakefile may read as it is loaded,
+    under every ``waypost`` command. A stage rule's ``shell:`` is formatted
+    as Snakemake formats it, with the Snakefile's globals and the job's
+    ``{input}``, ``{params.p}``, ``{wildcards.w}``..., and so is a policy's
+    ``restart`` command.
     """
 
     def __init__(self, config: dict, workflow, axis: str | None = None, axis_key: str | None = None,
