@@ -1,0 +1,137 @@
+"""Plain Snakemake idioms in a waypost Snakefile, side by side with plain
+Snakemake: params functions that read ``input`` see a job's inputs whether
+or not waypost found the job done; an unnamed ``wp.each`` input; a
+constraint on ``wp.parts``' name, as ``glob_wildcards`` takes one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from test_series import tiny_pipeline
+
+# Each params function notes what it saw (rule, wildcards, inputs) in seen.log.
+SEEN = '''
+import os
+
+
+def noted(rule, value):
+    def function(wildcards, input):
+        with open("seen.log", "a") as log:
+            log.write(f"{rule} {' '.join(sorted(map(str, input)))} -> {value(input)}\\n")
+        return value(input)
+    return function
+
+
+first_name = lambda input: input[0].rsplit("/", 1)[-1].rsplit(".", 1)[0]
+'''
+
+STAGED = SEEN + '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+
+rule harvest:
+    output: grains=wp.out("grains.txt")
+    shell: "printf 'oat\\\\nrye\\\\n' > {output.grains}"
+
+
+rule mill:
+    input: grains=wp.stage("harvest", "grains.txt")
+    output: flour=wp.out("flour.txt")
+    params: n=noted("mill", len), stem=noted("mill", first_name)
+    shell: "echo {params.n} {params.stem} > {output.flour}"
+
+
+rule bake:
+    input: flour=wp.stage("mill", "flour.txt"), grains=wp.stage("harvest", "grains.txt")
+    output: bread=wp.out("bread.txt")
+    params: n=noted("bake", len), stem=noted("bake", first_name)
+    resources: units=noted("bake resources", len)
+    shell: "cat {input.flour} > {output.bread}; echo {params.n} {params.stem} >> {output.bread}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+# The same rules in plain Snakemake, with the paths waypost gives them.
+D = "out/_all/field"
+PLAIN = SEEN + f'''
+rule all:
+    input: "{D}/bake/bread.txt"
+
+
+rule harvest:
+    output: grains="{D}/harvest/grains.txt"
+    shell: "printf 'oat\\\\nrye\\\\n' > {{output.grains}}"
+
+
+rule mill:
+    input: grains="{D}/harvest/grains.txt"
+    output: flour="{D}/mill/flour.txt"
+    params: n=noted("mill", len), stem=noted("mill", first_name)
+    shell: "echo {{params.n}} {{params.stem}} > {{output.flour}}"
+
+
+rule bake:
+    input: flour="{D}/mill/flour.txt", grains="{D}/harvest/grains.txt"
+    output: bread="{D}/bake/bread.txt"
+    params: n=noted("bake", len), stem=noted("bake", first_name)
+    resources: units=noted("bake resources", len)
+    shell: "cat {{input.flour}} > {{output.bread}}; echo {{params.n}} {{params.stem}} >> {{output.bread}}"
+'''
+
+
+def plain_snakemake(workdir: Path, snakefile: str):
+    """Plain Snakemake (no waypost, no profile) on a Snakefile of the test's own in ``workdir``."""
+    workdir.mkdir(exist_ok=True)
+    (workdir / "Snakefile").write_text(snakefile)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=workdir,
+                              capture_output=True, text=True, timeout=300)
+    return run
+
+
+def seen(workdir: Path) -> set[str]:
+    """What the params functions saw since last asked."""
+    log = workdir / "seen.log"
+    lines = set(log.read_text().splitlines()) if log.exists() else set()
+    log.unlink(missing_ok=True)
+    return lines
+
+
+def test_params_functions_see_a_done_jobs_inputs_as_in_plain_snakemake(tmp_path: Path):
+    (tmp_path / "wp").mkdir()
+    staged = tiny_pipeline(tmp_path / "wp", STAGED, {"root": "out", "experiments": {"field": {}}})
+    plain = plain_snakemake(tmp_path / "plain", PLAIN)
+    bread = f"{D}/bake/bread.txt"
+    ran = {}
+    for name, run, work in (("waypost", staged, tmp_path / "wp"), ("plain", plain, tmp_path / "plain")):
+        first = run()
+        assert first.returncode == 0, first.stderr[-3000:]
+        flour = (work / D / "mill" / "flour.txt").read_text()
+        again = run(bread)   # every job done, the last one asked for: in the DAG
+        assert again.returncode == 0, again.stderr[-3000:]
+        (work / D / "mill" / "flour.txt").unlink()   # a middle output gone
+        third = run(bread)
+        assert third.returncode == 0, third.stderr[-3000:]
+        # What each params function saw, every time it was asked, and what
+        # it made of it: a done job's functions see its inputs all the same.
+        ran[name] = seen(work), (work / bread).read_text(), flour
+    assert ran["waypost"] == ran["plain"]
+    assert ran["plain"][1] == "1 grains\n2 flour\n"
+    assert any(line.startswith("bake resources grains") or line.startswith("bake resources out") for line in ran["plain"][0])
+    # asked for the last output only, neither remade the middle one; asked
+    # for everything, waypost redoes it (presence mode), with the same params
+    assert not (tmp_path / "plain" / D / "mill" / "flour.txt").exists()
+    assert not (tmp_path / "wp" / D / "mill" / "flour.txt").exists()
+    last = staged()
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert (tmp_path / "wp" / D / "mill" / "flour.txt").read_text() == ran["plain"][2]
+    assert seen(tmp_path / "wp") <= ran["plain"][0]
