@@ -126,7 +126,7 @@ def test_params_functions_see_a_done_jobs_inputs_as_in_plain_snakemake(tmp_path:
         ran[name] = seen(work), (work / bread).read_text(), flour
     assert ran["waypost"] == ran["plain"]
     assert ran["plain"][1] == "1 grains\n2 flour\n"
-    assert any(line.startswith("bake resources grains") or line.startswith("bake resources out") for line in ran["plain"][0])
+    assert any(line.startswith("bake resources out/") for line in ran["plain"][0])
     # asked for the last output only, neither remade the middle one; asked
     # for everything, waypost redoes it (presence mode), with the same params
     assert not (tmp_path / "plain" / D / "mill" / "flour.txt").exists()
@@ -135,3 +135,52 @@ def test_params_functions_see_a_done_jobs_inputs_as_in_plain_snakemake(tmp_path:
     assert last.returncode == 0, last.stderr[-3000:]
     assert (tmp_path / "wp" / D / "mill" / "flour.txt").read_text() == ran["plain"][2]
     assert seen(tmp_path / "wp") <= ran["plain"][0]
+
+
+UNNAMED = '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+
+rule sketch:
+    output: wp.out("sketch.txt", instances=["ink", "chalk", "coal"])
+    shell: "echo {wildcards.instance} > {output}"
+
+
+rule album:
+    input: wp.each("sketch", "sketch.txt"), wp.stage("cover", "cover.txt")
+    output: wp.out("album.txt")
+    shell: "cat {input} > {output}; echo {input[0]} >> {output}"
+
+
+rule catalogue:
+    input: sheets=[wp.each("sketch", "sketch.txt"), wp.stage("cover", "cover.txt")]
+    output: wp.out("catalogue.txt")
+    shell: "cat {input.sheets} > {output}; echo {input.sheets[0]} >> {output}"
+
+
+rule cover:
+    output: wp.out("cover.txt")
+    shell: "echo cover > {output}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def test_an_unnamed_each_input_is_every_instance_as_a_named_one_is(tmp_path: Path):
+    run = tiny_pipeline(tmp_path, UNNAMED, {"root": "out", "experiments": {"gallery": {}}})
+    first = run()
+    assert first.returncode == 0, first.stderr[-3000:]
+    made = "ink\nchalk\ncoal\ncover\nout/_all/gallery/sketch/ink/sketch.txt\n"
+    # unnamed, or a named list with wp.each in it: the instances in their order, as one named gets them
+    assert (tmp_path / "out/_all/gallery/album/album.txt").read_text() == made
+    assert (tmp_path / "out/_all/gallery/catalogue/catalogue.txt").read_text() == made
+    # done: the rule's unnamed inputs left out in presence mode, and asked again
+    again = run("out/_all/gallery/album/album.txt")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stdout + again.stderr

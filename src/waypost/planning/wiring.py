@@ -506,7 +506,14 @@ def _as_written(items: list[tuple[str, object]], wildcards: set[str]) -> dict:
         as_pattern = getattr(item, "as_pattern", None)
         found = as_pattern("instance" in wildcards) if as_pattern else None
         return found if _fills(found, wildcards) else item
-    return {label: [written(i) for i in item] if isinstance(item, list) else written(item) for label, item in items}
+
+    def listed(item: list):
+        entries = [written(i) for i in item]
+        if not any(callable(entry) for entry in entries):
+            return entries
+        # Snakemake takes no function inside a list: one function for the list
+        return presigned(lambda wildcards: _resolve_item(entries, wildcards))
+    return {label: listed(item) if isinstance(item, list) else written(item) for label, item in items}
 
 
 def _fills(pattern, wildcards: set[str]) -> bool:
@@ -528,7 +535,8 @@ def _input_items(rule, root: str) -> list[tuple[str, object]]:
         for item in group:
             if callable(item) and is_flagged(item, "unpack"):
                 raise StageError(f"rule {rule.name}: unpack() in a stage rule's input: name its inputs instead")
-        items.append((label or f"_{index}", group[0] if label and end - index == 1 else group))
+        # (an unnamed input is one item: Snakemake flattens a list written unnamed)
+        items.append((label or f"_{index}", group[0] if end - index == 1 else group))
         index = end
     return items
 
