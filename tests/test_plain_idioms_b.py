@@ -184,3 +184,60 @@ def test_an_unnamed_each_input_is_every_instance_as_a_named_one_is(tmp_path: Pat
     again = run("out/_all/gallery/album/album.txt")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+# A checkpoint leaves reference files beside its parts: only the numbered parts are parts.
+SHARDS = r'''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+
+checkpoint shard:
+    output: shards=directory(wp.out("shards"))
+    shell: "mkdir -p {output.shards} && cd {output.shards} && for i in 07 08 09; do echo line$i > rec.$i; echo ref > rec.$i.ref; done; echo x > rec.top"
+
+
+rule weigh:
+    input: shard=wp.stage("shard", "shards/rec.{part}")
+    output: weight=wp.out("weight.txt", instances=wp.parts("shard", PATTERN))
+    shell: "wc -c < {input.shard} > {output.weight}"
+
+
+rule scale:
+    input: weights=wp.each("weigh", "weight.txt")
+    output: total=wp.out("total.txt")
+    shell: "cat {input.weights} > {output.total}"
+
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def glob_parts(directory: Path, pattern: str) -> list[str]:
+    """What Snakemake's ``glob_wildcards`` finds in ``directory`` for ``pattern``."""
+    found = subprocess.run([sys.executable, "-c", "import sys; from snakemake.io import glob_wildcards; "
+                            "print(' '.join(sorted(glob_wildcards(sys.argv[1]).part)))",
+                            str(directory / pattern)], capture_output=True, text=True, check=True)
+    return found.stdout.split()
+
+
+def test_parts_take_a_wildcard_constraint_as_glob_wildcards_does(tmp_path: Path):
+    for name, pattern in (("numbered", r"shards/rec.{part,\d+}"), ("any", "shards/rec.{part}")):
+        work = tmp_path / name
+        work.mkdir()
+        run = tiny_pipeline(work, SHARDS.replace("PATTERN", repr(pattern)),
+                            {"root": "out", "experiments": {"ledger": {}}})
+        done = run()
+        assert done.returncode == 0, done.stderr[-3000:]
+        stage = work / "out/_all/ledger"
+        parts = sorted(p.name for p in (stage / "weigh").iterdir() if p.is_dir() and not p.name.startswith("_"))
+        assert parts == glob_parts(stage / "shard", pattern)
+        if name == "numbered":
+            assert parts == ["07", "08", "09"]
+            assert (stage / "scale/total.txt").read_text() == "7\n7\n7\n"
+        else:   # unconstrained, as before: every file after the prefix is a part
+            assert parts == ["07", "07.ref", "08", "08.ref", "09", "09.ref", "top"]
