@@ -458,7 +458,8 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
 
     def waiting(wildcards):
         try:
-            if state.parts_changed(stage, dict(wildcards.items())):
+            if not snake.keeping and state.parts_changed(stage, dict(wildcards.items())):
+                snake.emptied.discard(snake.emptied_key(stage, wildcards))
                 return snake.resolve(stage, wildcards)
             return inputs(wildcards)
         except Waiting:
