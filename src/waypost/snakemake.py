@@ -211,7 +211,9 @@ class Pipeline:
         the files a checkpoint stage (``checkpoint STAGE:``) wrote into its
         ``directory()`` output, found once it ran, named by what the one
         ``{name}`` in ``pattern`` matches (``"parts/{part}.txt"``: instance
-        ``00`` for ``parts/00.txt``). ``{part}`` is then a dimension: a
+        ``00`` for ``parts/00.txt``). A constraint says what a part's name
+        matches, as in ``glob_wildcards``: ``"parts/file.{part,\\d+}"`` leaves
+        ``parts/file.00.ref`` out. ``{part}`` is then a dimension: a
         job reads its own part as ``wp.stage(stage, "parts/{part}.txt")``.
         Found through Snakemake's ``checkpoints.<stage>.get(...)``: a dry run
         plans the checkpoint, and the jobs of the parts appear once it ran."""

@@ -14,6 +14,9 @@ pyproject.toml). Everything else is public:
   ``Rule.params._names`` and ``Namedlist._set_name`` (a params function
   replaced), ``Rule.resources._data``, ``Rule.input_modifier`` /
   ``output_modifier``: ``wire`` replaces a stage rule's inputs with one function;
+- ``Rule.expand_input``, and ``Rule.expand_params`` / ``expand_resources`` /
+  ``expand_priority`` (given a job's inputs), wrapped per stage rule:
+  ``_keep_inputs_for_functions``;
 - ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
   run function: ``_shell_run_func``;
 - ``snakemake.utils.SequenceFormatter`` and ``QuotedFormatter``: how
@@ -108,6 +111,8 @@ class Snake:
         self._resolved: dict[tuple, dict] = {}   # (stage, job) → its inputs, resolved ahead (inputs_now)
         self.input_patterns: dict[str, list[str]] = {}   # stage → its inputs as written, where all are patterns
         self._wildcard_names: dict[str, set] = {}
+        self.emptied: set[tuple] = set()   # (stage, job) whose input function gave no inputs (done, reused)
+        self.keeping = False   # the input functions give every job its inputs (``inputs_for_functions``)
 
     def attach(self, graph, root: str) -> None:
         self.graph, self.root = graph, root
@@ -266,6 +271,23 @@ class Snake:
         names = self._wildcards_of(stage)
         return tuple(sorted((k, v) for k, v in wildcards.items() if k in names))
 
+    def emptied_key(self, stage: str, wildcards) -> tuple:
+        return stage, self._job_key(stage, wildcards)
+
+    def inputs_for_functions(self, rule, wildcards, given):
+        """The inputs a job's params, resources and priority functions see:
+        ``given`` (Snakemake's), or, for a job whose input function gave none
+        because waypost decided it is done (or reused), the inputs its rule
+        wrote, expanded by Snakemake as for any job (named, flagged, on the
+        default storage): what they would see in plain Snakemake."""
+        if self.emptied_key(rule.name, wildcards) not in self.emptied:
+            return given
+        self.keeping = True
+        try:
+            return rule.expand_input(wildcards)[0]
+        finally:
+            self.keeping = False
+
     def resolve(self, stage: str, wildcards) -> dict:
         """A stage job's inputs, by name, from its rule's items (as written)."""
         if self._resolved:
@@ -401,6 +423,7 @@ def wire_inputs(snake: Snake, name: str, state) -> None:
     if function:
         rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
         snake.input_functions.add(name)
+        _keep_inputs_for_functions(snake, rule)
     else:
         wildcards = set(rule.wildcard_names)
         written = _as_written(items, wildcards)
@@ -420,12 +443,17 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
     function per rule, not one per input: Snakemake inspects every callable
     of every job, so fewer callables plan faster."""
     def inputs(wildcards):
-        values = dict(wildcards.items())
+        if snake.keeping:   # asked for a job's functions (``Snake.inputs_for_functions``)
+            return snake.resolve(stage, wildcards)
+        values, key = dict(wildcards.items()), snake.emptied_key(stage, wildcards)
         source = state.reuse_after(stage, values)
         if source:   # a reuse waiting for its source, which this run makes first
+            snake.emptied.add(key)
             return {**{name: [] for name in names}, REUSE_SOURCE: source}
         if not state.needs_inputs(stage, values, bool(names)):
+            snake.emptied.add(key)
             return {name: [] for name in names}
+        snake.emptied.discard(key)
         return snake.resolve(stage, wildcards)
 
     if not snake.has_checkpoints():
@@ -433,12 +461,30 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
 
     def waiting(wildcards):
         try:
-            if state.parts_changed(stage, dict(wildcards.items())):
+            if not snake.keeping and state.parts_changed(stage, dict(wildcards.items())):
+                snake.emptied.discard(snake.emptied_key(stage, wildcards))
                 return snake.resolve(stage, wildcards)
             return inputs(wildcards)
         except Waiting:
             return _waiting_inputs(snake, stage, wildcards)
     return presigned(waiting)
+
+
+def _keep_inputs_for_functions(snake: Snake, rule) -> None:
+    """A job's params, resources and priority functions see its inputs
+    whether or not the job's input function gave them (``Snake.inputs_for_functions``)."""
+    expand_params, expand_resources, expand_priority = rule.expand_params, rule.expand_resources, \
+        rule.expand_priority
+
+    def params(wildcards, input, *args, **kwargs):
+        return expand_params(wildcards, snake.inputs_for_functions(rule, wildcards, input), *args, **kwargs)
+
+    def resources(wildcards, input, *args, **kwargs):
+        return expand_resources(wildcards, snake.inputs_for_functions(rule, wildcards, input), *args, **kwargs)
+
+    def priority(wildcards, input, *args, **kwargs):
+        return expand_priority(wildcards, snake.inputs_for_functions(rule, wildcards, input), *args, **kwargs)
+    rule.expand_params, rule.expand_resources, rule.expand_priority = params, resources, priority
 
 
 def _waiting_inputs(snake: Snake, stage: str, wildcards) -> dict:
@@ -464,7 +510,14 @@ def _as_written(items: list[tuple[str, object]], wildcards: set[str]) -> dict:
         as_pattern = getattr(item, "as_pattern", None)
         found = as_pattern("instance" in wildcards) if as_pattern else None
         return found if _fills(found, wildcards) else item
-    return {label: [written(i) for i in item] if isinstance(item, list) else written(item) for label, item in items}
+
+    def listed(item: list):
+        entries = [written(i) for i in item]
+        if not any(callable(entry) for entry in entries):
+            return entries
+        # Snakemake takes no function inside a list: one function for the list
+        return presigned(lambda wildcards: _resolve_item(entries, wildcards))
+    return {label: listed(item) if isinstance(item, list) else written(item) for label, item in items}
 
 
 def _fills(pattern, wildcards: set[str]) -> bool:
@@ -486,7 +539,8 @@ def _input_items(rule, root: str) -> list[tuple[str, object]]:
         for item in group:
             if callable(item) and is_flagged(item, "unpack"):
                 raise StageError(f"rule {rule.name}: unpack() in a stage rule's input: name its inputs instead")
-        items.append((label or f"_{index}", group[0] if label and end - index == 1 else group))
+        # (an unnamed input is one item: Snakemake flattens a list written unnamed)
+        items.append((label or f"_{index}", group[0] if end - index == 1 else group))
         index = end
     return items
 
