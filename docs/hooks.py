@@ -31,8 +31,8 @@ import sys
 import tempfile
 
 from waypost.cli import main as cli
-from waypost.model import policy
 from waypost.model import config as wconfig
+from waypost.model import policy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(REPO, "docs")
