@@ -19,6 +19,7 @@ stage directory and no other.
 
 from __future__ import annotations
 
+import copy
 import os
 import shlex
 import sys
@@ -58,7 +59,13 @@ class Pipeline:
     The default config file is read here rather than by a ``configfile:``
     directive so that a YAML error names the file, line and column; config
     files given with ``--configfile`` are loaded by Snakemake as usual, and
-    ``--config KEY=VALUE`` overrides apply on top of either.
+    ``--config KEY=VALUE`` overrides apply on top of either. After it,
+    ``config`` is the config with its defaults (an axis's list under
+    ``pairs``), which the rest of the Snakefile may read as it is loaded,
+    under every ``waypost`` command. A stage rule's ``shell:`` is formatted
+    as Snakemake formats it, with the Snakefile's globals and the job's
+    ``{input}``, ``{params.p}``, ``{wildcards.w}``..., and so is a policy's
+    ``restart`` command.
     """
 
     def __init__(self, config: dict, workflow, axis: str | None = None, axis_key: str | None = None,
@@ -116,16 +123,28 @@ class Pipeline:
                 configfile = default_configfile
                 loaded, source = wconfig.with_reuse_files(wconfig.load_yaml(configfile), configfile)
             loaded = wconfig.merge(loaded, overrides)
-            if self.facts_only:   # the rules are what is asked for: any config will do
-                loaded = {"experiments": {}}
-            prepared = wconfig.prepare(loaded, self.snake.basedir, source, check=check and not self.facts_only,
-                                       axis=self.axis)
+            prepared = self._prepared(loaded, source, check)
         except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
             raise WorkflowError(str(exc)) from None
         self.configfile, self.source = configfile, source
         config.clear()
         config.update(prepared)
         return config
+
+    def _prepared(self, loaded: dict, source: str, check: bool) -> dict:
+        """The loaded config, validated and with its defaults. For the facts
+        pass (only the rules are asked for) it is the real one, unchecked: a
+        Snakefile may read its config while it is loaded, and whoever loads
+        the config next checks it and says what is wrong with it; one too
+        broken to prepare at all gives its place to none, and the rules are
+        still read."""
+        basedir = self.snake.basedir
+        if not self.facts_only:
+            return wconfig.prepare(loaded, basedir, source, check=check, axis=self.axis)
+        try:
+            return wconfig.prepare(copy.deepcopy(loaded), basedir, source, check=False, axis=self.axis)
+        except (wconfig.ConfigError, AttributeError, KeyError, TypeError, ValueError):
+            return wconfig.prepare({"experiments": {}}, basedir, source, check=False, axis=self.axis)
 
     # --- names -----------------------------------------------------------
     @property
@@ -192,7 +211,9 @@ class Pipeline:
         the files a checkpoint stage (``checkpoint STAGE:``) wrote into its
         ``directory()`` output, found once it ran, named by what the one
         ``{name}`` in ``pattern`` matches (``"parts/{part}.txt"``: instance
-        ``00`` for ``parts/00.txt``). ``{part}`` is then a dimension: a
+        ``00`` for ``parts/00.txt``). A constraint says what a part's name
+        matches, as in ``glob_wildcards``: ``"parts/file.{part,\\d+}"`` leaves
+        ``parts/file.00.ref`` out. ``{part}`` is then a dimension: a
         job reads its own part as ``wp.stage(stage, "parts/{part}.txt")``.
         Found through Snakemake's ``checkpoints.<stage>.get(...)``: a dry run
         plans the checkpoint, and the jobs of the parts appear once it ran."""

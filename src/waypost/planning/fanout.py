@@ -33,7 +33,9 @@ from waypost.model.errors import WaypostError
 from waypost.model.manifest import ManifestError
 from waypost.model.records import made_here
 
-_PATTERN = re.compile(r"((?:[^{}/]+/)*)([^{}/]*)\{(\w+)\}([^{}/]*)")
+# directories/, prefix, {name} or {name,constraint} (a regex, as in Snakemake's
+# wildcards: braces only as a repetition, ``\d{2}``), suffix
+_PATTERN = re.compile(r"((?:[^{}/]+/)*)([^{}/]*)\{(\w+)(?:\s*,\s*((?:[^{}]|\{\d+(?:,\d*)?\})+))?\}([^{}/]*)")
 
 
 class FanoutError(WaypostError):
@@ -86,12 +88,20 @@ class Parts:
         match = _PATTERN.fullmatch(pattern) if isinstance(pattern, str) else None
         if match is None or ".." in pattern.split("/"):
             raise FanoutError(f"{_where(rule)}wp.parts({stage!r}, {pattern!r}): expected a path in the stage's "
-                              "directory whose last part holds one {name}, as in 'parts/{part}.txt'")
+                              "directory whose last part holds one {name}, as in 'parts/{part}.txt' (or "
+                              "'parts/{part,\\d+}.txt': what a part's name matches)")
         self.pipeline, self.stage = pipeline, layout.check_name(stage, "stage")
         self.rule = rule   # the rule it is written in (or whose instances it is: wp.out)
         self.pattern = pattern
         self.directory = match.group(1).rstrip("/")
-        self.prefix, self.name, self.suffix = match.group(2), match.group(3), match.group(4)
+        self.prefix, self.name, self.suffix = match.group(2), match.group(3), match.group(5)
+        # A file is a part where its name is the prefix, a value, the suffix, as
+        # glob_wildcards matches it: the value anything, or what the constraint matches.
+        try:
+            self.entry = re.compile(re.escape(self.prefix) + f"({match.group(4) or '.+'})" + re.escape(self.suffix))
+        except re.error as exc:
+            raise FanoutError(f"{_where(rule)}wp.parts({stage!r}, {pattern!r}): the constraint of {{{self.name}}} "
+                              f"is not a regular expression ({exc})") from None
         self.dims = (self.name,)
         self._found: dict[str, list[str]] = {}   # checkpoint directory → its parts (once it ran)
 
@@ -117,11 +127,10 @@ class Parts:
         directory = layout.join(stage_dir, self.directory) if self.directory else stage_dir
         values = []
         for entry in store.entries(directory):
-            if entry.startswith(".") or not (entry.startswith(self.prefix) and entry.endswith(self.suffix)):
+            matched = None if entry.startswith(".") else self.entry.fullmatch(entry)
+            if matched is None:
                 continue
-            value = entry[len(self.prefix):len(entry) - len(self.suffix)] if self.suffix else entry[len(self.prefix):]
-            if not value:
-                continue
+            value = matched.group(1)
             if not layout.is_valid_name(value):
                 raise FanoutError(f"{layout.join(directory, entry)}: wp.parts({self.stage!r}, {self.pattern!r}): "
                                   f"{{{self.name}}} is {value!r}, which can't name an instance (expected "

@@ -14,6 +14,9 @@ pyproject.toml). Everything else is public:
   ``Rule.params._names`` and ``Namedlist._set_name`` (a params function
   replaced), ``Rule.resources._data``, ``Rule.input_modifier`` /
   ``output_modifier``: ``wire`` replaces a stage rule's inputs with one function;
+- ``Rule.expand_input``, and ``Rule.expand_params`` / ``expand_resources`` /
+  ``expand_priority`` (given a job's inputs), wrapped per stage rule:
+  ``_keep_inputs_for_functions``;
 - ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
   run function: ``_shell_run_func``;
 - ``snakemake.utils.SequenceFormatter`` and ``QuotedFormatter``: how
@@ -57,6 +60,9 @@ _FIELD = re.compile(r"\{(\w+)\}")
 # The step's placeholder for the job's spec line (its params, with the
 # policy's restart command formatted in: ``with_restart``).
 SPEC_LINE = "waypost_spec_line"
+# The one name a step's run function adds to those its command sees (the
+# Snakefile's globals and the rule function's arguments): its helpers.
+STEP_HELPERS = "waypost_step"
 
 
 def job_process(workflow) -> bool:
@@ -105,6 +111,8 @@ class Snake:
         self._resolved: dict[tuple, dict] = {}   # (stage, job) → its inputs, resolved ahead (inputs_now)
         self.input_patterns: dict[str, list[str]] = {}   # stage → its inputs as written, where all are patterns
         self._wildcard_names: dict[str, set] = {}
+        self.emptied: set[tuple] = set()   # (stage, job) whose input function gave no inputs (done, reused)
+        self.keeping = False   # the input functions give every job its inputs (``inputs_for_functions``)
 
     def attach(self, graph, root: str) -> None:
         self.graph, self.root = graph, root
@@ -263,6 +271,23 @@ class Snake:
         names = self._wildcards_of(stage)
         return tuple(sorted((k, v) for k, v in wildcards.items() if k in names))
 
+    def emptied_key(self, stage: str, wildcards) -> tuple:
+        return stage, self._job_key(stage, wildcards)
+
+    def inputs_for_functions(self, rule, wildcards, given):
+        """The inputs a job's params, resources and priority functions see:
+        ``given`` (Snakemake's), or, for a job whose input function gave none
+        because waypost decided it is done (or reused), the inputs its rule
+        wrote, expanded by Snakemake as for any job (named, flagged, on the
+        default storage): what they would see in plain Snakemake."""
+        if self.emptied_key(rule.name, wildcards) not in self.emptied:
+            return given
+        self.keeping = True
+        try:
+            return rule.expand_input(wildcards)[0]
+        finally:
+            self.keeping = False
+
     def resolve(self, stage: str, wildcards) -> dict:
         """A stage job's inputs, by name, from its rule's items (as written)."""
         if self._resolved:
@@ -398,6 +423,7 @@ def wire_inputs(snake: Snake, name: str, state) -> None:
     if function:
         rule.set_input(unpack(_job_inputs(snake, state, name, [label for label, _ in items])))
         snake.input_functions.add(name)
+        _keep_inputs_for_functions(snake, rule)
     else:
         wildcards = set(rule.wildcard_names)
         written = _as_written(items, wildcards)
@@ -417,12 +443,17 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
     function per rule, not one per input: Snakemake inspects every callable
     of every job, so fewer callables plan faster."""
     def inputs(wildcards):
-        values = dict(wildcards.items())
+        if snake.keeping:   # asked for a job's functions (``Snake.inputs_for_functions``)
+            return snake.resolve(stage, wildcards)
+        values, key = dict(wildcards.items()), snake.emptied_key(stage, wildcards)
         source = state.reuse_after(stage, values)
         if source:   # a reuse waiting for its source, which this run makes first
+            snake.emptied.add(key)
             return {**{name: [] for name in names}, REUSE_SOURCE: source}
         if not state.needs_inputs(stage, values, bool(names)):
+            snake.emptied.add(key)
             return {name: [] for name in names}
+        snake.emptied.discard(key)
         return snake.resolve(stage, wildcards)
 
     if not snake.has_checkpoints():
@@ -430,12 +461,30 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
 
     def waiting(wildcards):
         try:
-            if state.parts_changed(stage, dict(wildcards.items())):
+            if not snake.keeping and state.parts_changed(stage, dict(wildcards.items())):
+                snake.emptied.discard(snake.emptied_key(stage, wildcards))
                 return snake.resolve(stage, wildcards)
             return inputs(wildcards)
         except Waiting:
             return _waiting_inputs(snake, stage, wildcards)
     return presigned(waiting)
+
+
+def _keep_inputs_for_functions(snake: Snake, rule) -> None:
+    """A job's params, resources and priority functions see its inputs
+    whether or not the job's input function gave them (``Snake.inputs_for_functions``)."""
+    expand_params, expand_resources, expand_priority = rule.expand_params, rule.expand_resources, \
+        rule.expand_priority
+
+    def params(wildcards, input, *args, **kwargs):
+        return expand_params(wildcards, snake.inputs_for_functions(rule, wildcards, input), *args, **kwargs)
+
+    def resources(wildcards, input, *args, **kwargs):
+        return expand_resources(wildcards, snake.inputs_for_functions(rule, wildcards, input), *args, **kwargs)
+
+    def priority(wildcards, input, *args, **kwargs):
+        return expand_priority(wildcards, snake.inputs_for_functions(rule, wildcards, input), *args, **kwargs)
+    rule.expand_params, rule.expand_resources, rule.expand_priority = params, resources, priority
 
 
 def _waiting_inputs(snake: Snake, stage: str, wildcards) -> dict:
@@ -461,7 +510,14 @@ def _as_written(items: list[tuple[str, object]], wildcards: set[str]) -> dict:
         as_pattern = getattr(item, "as_pattern", None)
         found = as_pattern("instance" in wildcards) if as_pattern else None
         return found if _fills(found, wildcards) else item
-    return {label: [written(i) for i in item] if isinstance(item, list) else written(item) for label, item in items}
+
+    def listed(item: list):
+        entries = [written(i) for i in item]
+        if not any(callable(entry) for entry in entries):
+            return entries
+        # Snakemake takes no function inside a list: one function for the list
+        return presigned(lambda wildcards: _resolve_item(entries, wildcards))
+    return {label: listed(item) if isinstance(item, list) else written(item) for label, item in items}
 
 
 def _fills(pattern, wildcards: set[str]) -> bool:
@@ -483,7 +539,8 @@ def _input_items(rule, root: str) -> list[tuple[str, object]]:
         for item in group:
             if callable(item) and is_flagged(item, "unpack"):
                 raise StageError(f"rule {rule.name}: unpack() in a stage rule's input: name its inputs instead")
-        items.append((label or f"_{index}", group[0] if label and end - index == 1 else group))
+        # (an unnamed input is one item: Snakemake flattens a list written unnamed)
+        items.append((label or f"_{index}", group[0] if end - index == 1 else group))
         index = end
     return items
 
@@ -636,42 +693,55 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_p
     """A rule's run function that runs ``step`` (kept as its ``step``)
     instead of the shell command it was written with (Snakemake compiles a
     ``shell:`` into a function calling ``shell(...)``, which fills the
-    command's placeholders from that function's own arguments: the new one
-    takes the same, the marker of a rule's function included, so ``shell``
+    command's placeholders from that function's globals, the Snakefile's,
+    and its own arguments: the new one has the same globals and takes the
+    same arguments, the marker of a rule's function included, so ``shell``
     takes the job's threads, resources and environment from them as for any
-    rule). On a bucket root its files are their local copies first
-    (``local_files``); for a step run in its stage directory, absolute paths.
+    rule). Its own helpers come in one closure variable, ``STEP_HELPERS``:
+    nothing of waypost's shadows a Snakefile's name. On a bucket root its
+    files are their local copies first (``local_files``); for a step run in
+    its stage directory, absolute paths.
 
     A failure reads as in plain Snakemake: the ``CalledProcessError`` names
     the rule's command as it ran (``as_written``), not the runner, and the
     call is where the rule's own was, in its Snakefile (``_shell_call``), so
     Snakemake reports it as a failing rule's command, with no traceback."""
+    import types
+    from subprocess import CalledProcessError
+
+    from snakemake.shell import shell
     parameters = inspect.signature(original).parameters
-    lines = [f"def run({', '.join(str(p) for p in parameters.values())}):"]
+    h = STEP_HELPERS
+    lines = [f"def {STEP_HELPERS}_of({h}):",
+             f"  def run({', '.join(str(p) for p in parameters.values())}):"]
     if mirror:
-        lines.append("    input, output, log = local_files(input, mirror), local_files(output, mirror), "
-                     "local_files(log, mirror)")
-    lines += ["    if runs_in_stage_dir(getattr(params, step_param, None)):",
-              "        input, output, log = absolute(input), absolute(output), absolute(log)"]
-    call = ("        shell(step, bench_record=bench_record, bench_iteration=bench_iteration, "
-            f"{SPEC_LINE}=with_restart(params.{step_param}, lambda text, job=locals(): fill_in(text, job)))")
-    lines += ["    try:", call, "    except CalledProcessError as failed:",
-              "        failed.cmd = as_written(failed.cmd, runner)", "        raise"]
+        lines.append(f"    input, output, log = {h}.local_files(input, {h}.mirror), "
+                     f"{h}.local_files(output, {h}.mirror), {h}.local_files(log, {h}.mirror)")
+    lines += [f"    if {h}.runs_in_stage_dir(getattr(params, {h}.step_param, None)):",
+              f"        input, output, log = {h}.absolute(input), {h}.absolute(output), {h}.absolute(log)"]
+    # (the restart command is formatted with the names the command has: the
+    # Snakefile's globals, then this function's arguments)
+    call = (f"        {h}.shell({h}.step, bench_record=bench_record, bench_iteration=bench_iteration, "
+            f"{SPEC_LINE}={h}.with_restart(params.{step_param}, "
+            f"lambda text, job={{**globals(), **locals()}}: {h}.fill_in(text, job)))")
+    lines += ["    try:", call, f"    except {h}.CalledProcessError as failed:",
+              f"        failed.cmd = {h}.as_written(failed.cmd, {h}.runner)", "        raise",
+              "  return run"]
     filename, line = _shell_call(original)
     padding = line - 1 - lines.index(call) if line else -1   # blank lines put the call on ``line``
     if padding < 0:
         filename, padding = f"<waypost step of {original.__name__}>", 0
-    from subprocess import CalledProcessError
-
-    from snakemake.shell import shell
-    namespace = {"shell": shell, "step": step, "runner": runner, "as_written": as_written,
-                 "CalledProcessError": CalledProcessError, "local_files": local_files, "mirror": mirror,
-                 "runs_in_stage_dir": runs_in_stage_dir, "absolute": absolute, "step_param": step_param,
-                 "with_restart": with_restart, "fill_in": fill_in}
-    exec(compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec"), namespace)
-    namespace["run"].step = step
-    namespace["run"].step_param = step_param
-    return namespace["run"]
+    helpers = types.SimpleNamespace(
+        shell=shell, step=step, runner=runner, as_written=as_written, CalledProcessError=CalledProcessError,
+        local_files=local_files, mirror=mirror, runs_in_stage_dir=runs_in_stage_dir, absolute=absolute,
+        step_param=step_param, with_restart=with_restart, fill_in=fill_in)
+    module = compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec")
+    # The rule's own globals: the Snakefile's namespace, as it is when the job runs.
+    (code,) = (c for c in module.co_consts if isinstance(c, types.CodeType))
+    run = types.FunctionType(code, original.__globals__)(helpers)
+    run.step = step
+    run.step_param = step_param
+    return run
 
 
 def _shell_call(function) -> tuple[str, int | None]:
