@@ -291,8 +291,9 @@ class Pipeline:
         graph = self.graph
         try:
             for stage in graph.stages.values():
-                self.lines.default_class[stage.name] = wire(
-                    self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name), self.mirror)
+                named = wire(self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name),
+                             self.mirror)
+                self.lines.default_class[stage.name] = named or self._assigned_class(stage.name)
             graph.check(self.snake.is_checkpoint)
             self.fanout.follow(graph.stages)
             if self.facts_only:
@@ -314,6 +315,7 @@ class Pipeline:
                 wire_inputs(self.snake, stage, self.state)
                 self.snake.fill_resources(stage, self.resolver.resources(
                     stage, self.lines.default_class[stage], per_job and bool(fanout.checkpoint_parts(spec.instances))))
+            self._place_plain_rules()
         except (StageError, wconfig.ConfigError) as exc:   # (an unknown worker class: said before any job runs)
             raise WorkflowError(str(exc)) from None
         self._finished = True
@@ -326,6 +328,22 @@ class Pipeline:
         for line in self.state.reuse_plan().lines():
             print(f"waypost: {line}", file=sys.stderr)
         self._record_graph()
+
+    def _assigned_class(self, rule: str) -> str:
+        """The class of a rule that names none: workers.yaml's ``assign``
+        (by the rule's name, then by its own resources), else the default."""
+        return (wworkers.assigned_class(self.resolver.workers, rule, self.snake.own_resources(rule))
+                or wworkers.DEFAULT_CLASS)
+
+    def _place_plain_rules(self) -> None:
+        """Give every rule that runs a job and is not a stage (plain Snakemake
+        rules beside the stages) its worker class's resources in the pool,
+        the same way as a stage's class is found; what the rule wrote itself
+        stays. (No step runner: such a job's GPUS is the rule's own business.)"""
+        for rule in self.snake.job_rules(self.graph.stages):
+            name = self.snake.worker_class(rule) or self._assigned_class(rule)
+            spec = wworkers.worker_class(self.resolver.workers, self.resolver.pool, name, f"rule {rule}")
+            self.snake.fill_gaps(rule, wworkers.resources(spec))
 
     def _record_graph(self) -> None:
         """The workflow's facts for the ``waypost`` command (see ``waypost.model.graph``)."""
@@ -363,6 +381,7 @@ def _load_workers(pool: str, path: str, check: bool) -> dict:
                     if path == wworkers.PACKAGE_FILE else "")
             raise wconfig.ConfigError(f"config: pool {pool!r} is not in {path}{hint} "
                                       f"(expected one of: {', '.join(workers['pools'])})")
+        wworkers.check_assignments(workers, pool, path)
     except wconfig.ConfigError as exc:
         raise WorkflowError(str(exc)) from None
     return workers

@@ -42,7 +42,8 @@ WORKSPACE_FRACTION = 0.75
 DEFAULT_FILE = os.path.join("config", "workers.yaml")
 #: waypost's own pools (one ``local`` pool), for a pipeline without that file.
 PACKAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "defaults", "workers.yaml")
-#: The class of a stage whose rule names none (``resources: worker=...``).
+#: The class of a stage whose rule names none (``resources: worker=...``)
+#: and that workers.yaml's ``assign`` gives none.
 DEFAULT_CLASS = "cpu"
 
 
@@ -81,6 +82,38 @@ def worker_class(workers: dict, pool: str, name: str, source: str = "config") ->
         raise wconfig.ConfigError(f"{source}: worker class {name!r} is not in pool {pool!r} "
                                   f"(expected one of: {', '.join(classes)})")
     return classes[name]
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def assigned_class(workers: dict, rule: str, constants: dict) -> str | None:
+    """The class workers.yaml's ``assign`` gives a rule that names none
+    itself: the first entry whose ``rules`` (names or glob patterns) match
+    its name, else the first whose ``resources`` all equal the rule's own
+    (``constants``: the values it wrote, not functions). None: no entry does."""
+    import fnmatch   # here: the step runner imports this module at every step
+    entries = workers.get("assign") or []
+    for entry in entries:
+        if any(fnmatch.fnmatchcase(rule, pattern) for pattern in _listed(entry.get("rules", []))):
+            return entry["class"]
+    for entry in entries:
+        wanted = entry.get("resources")
+        if wanted and all(name in constants and str(constants[name]) in map(str, _listed(value))
+                          for name, value in wanted.items()):
+            return entry["class"]
+    return None
+
+
+def check_assignments(workers: dict, pool: str, path: str) -> None:
+    """Each class ``assign`` names is one of the pool's (said at load time)."""
+    from waypost.model import config as wconfig
+    classes = workers["pools"][pool]["classes"]
+    for index, entry in enumerate(workers.get("assign") or []):
+        if entry["class"] not in classes:
+            raise wconfig.ConfigError(f"{path}: assign[{index}].class: worker class {entry['class']!r} is not "
+                                      f"in pool {pool!r} (expected one of: {', '.join(classes)})")
 
 
 def resources(spec: dict, overrides: dict | None = None, attempt: int = 1,

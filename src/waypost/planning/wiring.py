@@ -51,7 +51,6 @@ from snakemake.iocontainers import Wildcards
 from waypost import stores
 from waypost.model import manifest
 from waypost.model import spec as wspec
-from waypost.model import workers as wworkers
 from waypost.planning.stagegraph import StageError, presigned
 
 Waiting = IncompleteCheckpointException   # an instance set a checkpoint still has to find
@@ -329,10 +328,29 @@ class Snake:
         rule.resources.update(self.workflow.resource_settings._parsed_overwrite_resources.get(stage, {}))
 
     def worker_class(self, stage: str) -> str | None:
-        """The worker class a stage rule names (``resources: worker=...``),
+        """The worker class a rule names (``resources: worker=...``),
         taken out of its resources."""
         worker = self.workflow.get_rule(stage).resources._data.pop("worker", None)
         return worker.value if worker is not None else None
+
+    def job_rules(self, but) -> list[str]:
+        """The rules other than ``but`` that run jobs (a command, ``run:``,
+        a script...; not a target rule like ``all``)."""
+        return [rule.name for rule in self.workflow.rules if rule.name not in but and not rule.norun]
+
+    def own_resources(self, name: str) -> dict:
+        """The resources a rule wrote itself (not Snakemake's defaults, nor its
+        internal ``_cores``/``_nodes``): name → value, None for a function."""
+        defaults = self.workflow.resource_settings._parsed_default_resources
+        return {key: (None if resource.is_evaluable() else resource.value)
+                for key, resource in self.workflow.get_rule(name).resources._data.items()
+                if not key.startswith("_") and defaults._data.get(key) != resource}
+
+    def fill_gaps(self, name: str, resources: dict) -> None:
+        """Put a worker class's resources into a rule that is not a stage,
+        where it wrote none of its own (its own, and ``--set-resources``, win)."""
+        own = self.own_resources(name)
+        self.fill_resources(name, {key: value for key, value in resources.items() if key not in own})
 
 
 def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, mirror: str | None) -> str:
@@ -340,7 +358,7 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     (``runner_line``, braces doubled as in a rule's command) reading the
     job's step spec (the ``step_param`` param, ``step_function``) and then
     the rule's command as Snakemake formats it; its inputs, as written,
-    kept for ``wire_inputs``. Returns the worker class the rule names."""
+    kept for ``wire_inputs``. Returns the worker class the rule names, if any."""
     rule = snake.workflow.get_rule(stage.name)
     name, graph = rule.name, snake.graph
     own_dir = graph.own_path(stage, "")
@@ -396,7 +414,7 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
             raise StageError(f"rule {name}: resources.shell_exec of a stage rule is a path to a shell, "
                              "not a function")
         snake.shell_exec[name] = shell_exec.value
-    return snake.worker_class(name) or wworkers.DEFAULT_CLASS
+    return snake.worker_class(name)
 
 
 def wire_inputs(snake: Snake, name: str, state) -> None:
