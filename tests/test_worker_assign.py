@@ -70,16 +70,17 @@ rule all:
 '''
 
 
-def classes(partition_small: str | None, partition_gpu: str | None, partition_two: str | None) -> dict:
+def classes(partition_small: str | None, partition_gpu: str | None, partition_two: str | None,
+            mem: int = 200) -> dict:
     def part(value: str | None) -> dict:
         return {"partition": value} if value else {}
     return {
-        "small": {**part(partition_small), "cpus": 1, "mem_mb": 210, "runtime": 7},
-        "cpu": {**part(partition_small), "cpus": 1, "mem_mb": 220, "runtime": 8},
+        "small": {**part(partition_small), "cpus": 1, "mem_mb": mem + 10, "runtime": 7},
+        "cpu": {**part(partition_small), "cpus": 1, "mem_mb": mem + 20, "runtime": 8},
         "one-gpu": {**part(partition_gpu), **({"gpus": 1, "gpu_model": "v100"} if partition_gpu else {}),
-                    "cpus": 1, "mem_mb": 230, "runtime": 9, "env": {"GPUS": "7", "WORKSPACE": 100}},
+                    "cpus": 1, "mem_mb": mem + 30, "runtime": 9, "env": {"GPUS": "7", "WORKSPACE": 100}},
         "two-gpu": {**part(partition_two), **({"gpus": 2, "gpu_model": "a100"} if partition_two else {}),
-                    "cpus": 1, "mem_mb": 240, "runtime": 11},
+                    "cpus": 1, "mem_mb": mem + 40, "runtime": 11},
     }
 
 
@@ -95,7 +96,8 @@ def pipeline(tmp_path: Path, assign: list) -> Path:
     (tmp_path / "workflow" / "Snakefile").write_text(SNAKEFILE)
     (tmp_path / "config").mkdir()
     pools = {"pools": {"local": {"executor": "local", "classes": classes(None, None, None)},
-                       "onprem": {"executor": "slurm", "classes": classes("cpu", "gpu-v100", "gpu-a100")}},
+                       # (a plain rule's Slurm job runs a Snakemake: ~600 MB)
+                       "onprem": {"executor": "slurm", "classes": classes("cpu", "gpu-v100", "gpu-a100", 1000)}},
              "assign": assign}
     (tmp_path / "config" / "workers.yaml").write_text(yaml.safe_dump(pools))
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump({"experiments": {"lab": {}}}))
@@ -183,4 +185,4 @@ def test_rules_without_a_worker_land_in_the_assigned_partition_on_slurm(slurm_cl
     stage = read_manifest(workdir / "results" / "_all" / "lab" / "embed")
     worker = stage["attempts"][-1]["worker"]
     assert worker["class"] == "one-gpu" and len(worker["GPUS"].split()) == 1, json.dumps(worker)
-    assert shown(workdir, "model")[:4] == ["fit_model", "240", "11", "gpu-a100"]
+    assert shown(workdir, "model")[:4] == ["fit_model", "1040", "11", "gpu-a100"]
