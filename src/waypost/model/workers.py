@@ -93,7 +93,7 @@ def assigned_class(workers: dict, rule: str, constants: dict) -> str | None:
     itself: the first entry whose ``rules`` (names or glob patterns) match
     its name, else the first whose ``resources`` all equal the rule's own
     (``constants``: the values it wrote, not functions). None: no entry does."""
-    import fnmatch   # here: the step runner imports this module at every step
+    import fnmatch  # here: the step runner imports this module at every step
     entries = workers.get("assign") or []
     for entry in entries:
         if any(fnmatch.fnmatchcase(rule, pattern) for pattern in _listed(entry.get("rules", []))):
