@@ -20,7 +20,8 @@ LOCAL = REPO / "profiles" / "local"
 FAST = ["--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5", "--waypost-no-account"]
 
 # A stage (gpu=1, no worker), plain rules: one with gpu=2 and no worker, two
-# matched by name (one also naming its worker), one with nothing at all. Each
+# matched by name (one also with gpu=2, one naming its worker), one with
+# nothing at all. Each
 # plain job writes the resources it was given.
 SNAKEFILE = '''
 from waypost.snakemake import Pipeline
@@ -46,6 +47,7 @@ rule fit_model:
 rule bench_speed:
     input: "plain/{experiment}/model.txt"
     output: "plain/{experiment}/speed.txt"
+    resources: gpu=2
     shell: SHOW
 
 
@@ -118,8 +120,8 @@ def test_rules_without_a_worker_get_the_assigned_class_locally(tmp_path):
     # (--resources gpu=2: the machine's GPUs, as a user would say; a gpu=2 job still runs)
     code, out = finish(start(workdir, LOCAL, "--cores", "2", "--resources", "gpu=2"), timeout=300)
     assert code == 0, out[-4000:]
-    # rule name, mem_mb, runtime: a resource mapping, a name glob, explicit
-    # worker= over a matching glob, the default class
+    # rule name, mem_mb, runtime: a resource mapping, a name glob over a
+    # resource mapping, explicit worker= over a matching glob, the default class
     assert shown(workdir, "model")[:3] == ["fit_model", "240", "11"]
     assert shown(workdir, "speed")[:3] == ["bench_speed", "230", "9"]
     assert shown(workdir, "pinned")[:3] == ["bench_pinned", "210", "7"]
@@ -177,7 +179,8 @@ def test_rules_without_a_worker_land_in_the_assigned_partition_on_slurm(slurm_cl
 
     fit = job("fit_model")   # gpu=2, no worker: the resource mapping
     assert fit["partition"] == "gpu-a100" and "gres/gpu:a100=2" in fit["tres"], fit
-    assert job("bench_speed")["partition"] == "gpu-v100"   # the name glob
+    speed = job("bench_speed")   # the name glob over gpu=2's mapping; its own gpu=2 stays
+    assert speed["partition"] == "gpu-v100" and "gres/gpu:v100=2" in speed["tres"], speed
     assert job("bench_pinned")["partition"] == "cpu"       # worker= wins over the glob
     assert job("tidy")["partition"] == "cpu"               # the default class
     embed = job("embed")                                   # a stage, gpu=1: the resource mapping
