@@ -17,6 +17,9 @@ DEFAULT_CONFIG = "config/config.yaml"
 def workflow_facts(args) -> dict:
     """The workflow's stages, funnels and axis (see graph), once per command."""
     if getattr(args, "_facts", None) is None:
+        if args.config == DEFAULT_CONFIG and not os.path.exists(args.config):
+            raise wconfig.ConfigError(f"{DEFAULT_CONFIG}: config file not found (give the pipeline's "
+                                      "config file with --config FILE)")
         wconfig.load_yaml(args.config)   # a missing or broken file: its own error first
         args._facts = graph.facts(args.config, args.workflow)
     return args._facts

@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_config(p):
         p.add_argument("--config", default=DEFAULT_CONFIG, help="config file (default: %(default)s)")
-        p.add_argument("--workflow", default="workflow", help="workflow dir with schemas/ (default: %(default)s)")
+        p.add_argument("--workflow", default=None, help="the directory of the Snakefile, and of its schemas/ "
+                       "(default: workflow/, or the current directory when it holds the Snakefile)")
         return p
 
     p = with_config(sub.add_parser("status", help=f"experiments × {words} × stages, from the stage directories"))
@@ -231,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `waypost find --json | head` ends quietly
     args = build_parser().parse_args(argv)
+    if getattr(args, "workflow", "") is None:
+        args.workflow = graph.default_workflow_dir()
     from waypost.stores import gcs
     gcs.quiet_gcsfs_logging()
     try:

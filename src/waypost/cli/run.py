@@ -90,7 +90,7 @@ def instances_on_disk(cfg: dict, facts: dict) -> dict[str, set[str]]:
 
 def cmd_run(args) -> int:
     """Snakemake up to a stage, for some experiments and pairs."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(args.workflow, "Snakefile"), "--profile", args.profile]
+    cmd = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(args.workflow), "--profile", args.profile]
     if args.config != DEFAULT_CONFIG:
         cmd += ["--configfile", args.config]
     cfg = load_config(args)

@@ -7,7 +7,9 @@ anything runs. waypost's own keys have their schema in the package
 workflow adds: its stages' settings, its own experiment keys. The two are
 merged here (``schema_for``) into one plain JSON schema of the kind
 ``snakemake.utils.validate`` takes, validated with jsonschema so the messages
-can be precise.
+can be precise. A workflow without a schema keeps its own top-level keys
+(an existing Snakefile's config, with waypost's keys added): only a key that
+looks like a misspelt waypost key is refused (``_misspelt_keys``).
 
 The experiment's axis (``pairs`` in the reference pipeline) is the
 workflow's word: the Snakefile names it (``Pipeline(..., axis="pair")``).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import hashlib
 import itertools
 import json
@@ -125,6 +128,8 @@ def schema_for(workflow_dir: str, axis: Axis | None) -> dict:
                               "rename it in the workflow's schema")
         defs[name] = sub
     root = {**own, "$defs": defs}
+    if not own:   # the pipeline's own keys, unknown to waypost (see _misspelt_keys)
+        schema["additionalProperties"] = True
     stage_base = defs["stage"]
     declared = {}
     for key, sub in (own.get("properties") or {}).items():
@@ -243,12 +248,28 @@ def validate(config: dict, schema: dict, source: str) -> None:
     import jsonschema  # here, as it is slow to import; and cluster jobs don't validate (see prepare)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = list(dict.fromkeys(f"{source}: {key}: {what}" for e in errors for key, what in _name_errors(e)))
+    lines = [f"{source}: {key}: {what}" for key, what in _misspelt_keys(config, schema)]
+    if errors or lines:
+        lines += list(dict.fromkeys(f"{source}: {key}: {what}" for e in errors for key, what in _name_errors(e)))
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines[:10]))
     with contextlib.suppress(OSError):   # read-only, or another process just wrote it
         os.makedirs(os.path.dirname(mark), exist_ok=True)
         open(mark, "x").close()
+
+
+def _misspelt_keys(config: dict, schema: dict):
+    """Top-level keys waypost doesn't know that look like one it does
+    (``experiment`` for ``experiments``), where the pipeline's own keys are
+    allowed (``schema_for``): a typo must not silently drop a setting."""
+    if schema.get("additionalProperties") is not True:
+        return
+    known = sorted(schema["properties"])
+    for key in config:
+        if isinstance(key, str) and key not in schema["properties"]:
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+            if near:
+                yield key, (f"unknown key {key!r}: did you mean {near[0]!r}? (the pipeline's own keys "
+                            "are kept, but this one is too close to one of waypost's)")
 
 
 def _resolve(schema: dict, root: dict) -> dict:

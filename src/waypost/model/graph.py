@@ -45,11 +45,35 @@ def _current(snakefile: str) -> dict | None:
     return data
 
 
+SNAKEFILE_NAMES = ("Snakefile", "snakefile")
+
+
+def snakefile_in(workflow_dir: str) -> str:
+    """The Snakefile of a workflow directory (``Snakefile`` or ``snakefile``,
+    as Snakemake looks for them); ``<dir>/Snakefile`` when there is none."""
+    for name in SNAKEFILE_NAMES:
+        path = os.path.join(workflow_dir, name)
+        if os.path.exists(path):
+            return path
+    return os.path.join(workflow_dir, SNAKEFILE_NAMES[0])
+
+
+def default_workflow_dir() -> str:
+    """Where the commands find the workflow when not told: ``workflow/`` (the
+    usual layout), else the current directory, as Snakemake's own search
+    (``Snakefile``, ``snakefile``, ``workflow/Snakefile``...)."""
+    if any(os.path.exists(os.path.join("workflow", name)) for name in SNAKEFILE_NAMES):
+        return "workflow"
+    if any(os.path.exists(name) for name in SNAKEFILE_NAMES):
+        return "."
+    return "workflow"
+
+
 def facts(config_path: str, workflow_dir: str) -> dict:
     """The workflow's facts (see the module's docstring). Reading them
     checks nothing of the config and touches no bucket: only the rules are
     asked for (the config is checked by whoever loads it next)."""
-    snakefile = os.path.join(workflow_dir, "Snakefile")
+    snakefile = snakefile_in(workflow_dir)
     data = _current(snakefile)
     if data is None:
         if not os.path.exists(snakefile):

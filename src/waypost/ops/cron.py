@@ -141,7 +141,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     root = cfg["root"]
     started_at = datetime.now(UTC)
     output = os.path.join(RUNS, f"{started_at.strftime('%Y%m%dT%H%M%SZ')}.log")
-    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile")] \
+    command = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(workflow_dir)] \
         + (["--profile", profile] if profile else []) + mirror.snakemake_options(root) + snakemake_args
     if config_path != "config/config.yaml":
         command += ["--configfile", config_path]

@@ -19,7 +19,7 @@ import tempfile
 
 from waypost import stores
 from waypost.model import config as wconfig
-from waypost.model import events, layout, manifest
+from waypost.model import events, graph, layout, manifest
 from waypost.model.diffs import resumed_work, settings_diff
 from waypost.ops.inputdrift import EDITED, InputEdits
 from waypost.state import lifecycle
@@ -29,7 +29,7 @@ def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: lis
     """Snakemake's dry run: (its exit status, its output, its events)."""
     with tempfile.TemporaryDirectory(prefix="waypost-plan-") as tmp:
         path = os.path.join(tmp, "events.jsonl")
-        cmd = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow_dir, "Snakefile"),
+        cmd = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(workflow_dir),
                "--profile", profile, "-n", *(["--configfile", config_path] if config_path else []), *extra,
                *events.snakemake_args(path)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, events.EVENTS_ENV: path})

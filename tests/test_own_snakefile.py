@@ -1,0 +1,108 @@
+"""A pipeline written in plain Snakemake style (examples/own-snakefile) runs
+with waypost's few added lines as plain Snakemake runs it without them, side
+by side: the same jobs, the same files, the same answer on a later run, and
+waypost's commands find its Snakefile and config where the pipeline keeps
+them (no workflow/ directory, its own config keys)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own-snakefile"
+MARK = "# waypost"
+
+
+def _copy(dest: Path, with_waypost: bool) -> Path:
+    shutil.copytree(EXAMPLE, dest)
+    if not with_waypost:
+        for name in ("Snakefile", "config.yaml"):
+            text = (dest / name).read_text()
+            (dest / name).write_text("".join(line for line in text.splitlines(keepends=True) if not line.rstrip().endswith(MARK)))
+    return dest
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _files(workdir: Path) -> dict[str, str]:
+    """The pipeline's outputs (not Snakemake's or waypost's own files)."""
+    return {str(p.relative_to(workdir)): p.read_text() for top in ("out", "raw")
+            for p in sorted((workdir / top).rglob("*")) if p.is_file() and p.name != ".snakemake_timestamp"}
+
+
+def _jobs(dry_run: subprocess.CompletedProcess) -> dict[str, int]:
+    """rule → jobs, from a dry run's job stats."""
+    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    text = dry_run.stdout + dry_run.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:", 1)[1]
+    return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.M) if rule != "total"}
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("own")
+    plain, wp = _copy(base / "plain", False), _copy(base / "wp", True)
+    added = [line for line in (wp / "Snakefile").read_text().splitlines() if line.endswith(MARK)]
+    assert len(added) == 3, added   # the import, Pipeline(config, workflow), finish()
+    assert _jobs(_snakemake(plain, "-n")) == _jobs(_snakemake(wp, "-n"))
+    for workdir in (plain, wp):
+        ran = _snakemake(workdir)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    return plain, wp
+
+
+def test_the_same_jobs_and_files_as_plain_snakemake(both):
+    plain, wp = both
+    assert _files(wp) == _files(plain)
+    assert "out/de/model.bin" in _files(plain) and "out/fr/parts/part.1.ref" in _files(plain)
+    assert not (wp / "out" / "de" / "scored").exists() or not any((wp / "out" / "de" / "scored").iterdir())  # temp()
+    assert _jobs(_snakemake(plain, "-n")) == _jobs(_snakemake(wp, "-n")) == {}
+
+
+def test_a_later_run_after_deleted_and_touched_files_redoes_what_plain_snakemake_redoes(both, tmp_path):
+    plain, wp = (shutil.copytree(d, tmp_path / d.name, symlinks=True) for d in both)
+    for workdir in (plain, wp):
+        (workdir / "out" / "fr" / "model.yml").unlink()    # one of a multiext's outputs
+        (workdir / "out" / "de" / "clean.txt").unlink()    # an intermediate whose consumers are done
+        (workdir / "raw" / "fr.txt").touch()               # newer, but read as ancient()
+    redo = _jobs(_snakemake(plain, "-n"))
+    assert redo == {"train": 1, "all": 1}
+    assert _jobs(_snakemake(wp, "-n")) == redo
+
+
+def test_waypost_commands_find_the_snakefile_and_config_where_the_pipeline_keeps_them(tmp_path):
+    wp = _copy(tmp_path / "wp", True)
+    cli = [sys.executable, "-m", "waypost.cli"]
+    ran = subprocess.run([*cli, "run", "--config", "config.yaml"], cwd=wp, capture_output=True, text=True,
+                         timeout=600)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    assert (wp / "out" / "report.txt").read_text().split() == ["out/de/clean.txt", "out/fr/clean.txt"]
+    plan = subprocess.run([*cli, "plan", "--config", "config.yaml"], cwd=wp, capture_output=True, text=True,
+                          timeout=300)
+    assert plan.returncode == 0 and "nothing to do" in plan.stdout, plan.stdout + plan.stderr
+    missing = subprocess.run([*cli, "status"], cwd=wp, capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("waypost: config/config.yaml: config file not found (give the "
+                                      "pipeline's config file with --config FILE)")
+
+
+def test_the_pipeline_keeps_its_own_config_keys_but_a_misspelt_waypost_key_is_one_line(tmp_path):
+    wp = _copy(tmp_path / "wp", True)
+    config = wp / "config.yaml"
+    config.write_text(config.read_text().replace("experiments:", "experiment:"))
+    ran = _snakemake(wp, "-n")
+    assert ran.returncode != 0
+    said = ran.stdout + ran.stderr
+    assert "config.yaml: experiment: unknown key 'experiment': did you mean 'experiments'?" in said
+    assert "Traceback" not in said
+    assert not (wp / "out").exists()
