@@ -106,3 +106,26 @@ def test_the_pipeline_keeps_its_own_config_keys_but_a_misspelt_waypost_key_is_on
     assert "config.yaml: experiment: unknown key 'experiment': did you mean 'experiments'?" in said
     assert "Traceback" not in said
     assert not (wp / "out").exists()
+
+
+def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_locally(both, slurm_cluster, tmp_path):
+    from conftest import REPO
+    plain, _ = both
+    wp = _copy(tmp_path / "wp", True)
+    # (--cores: threads: workflow.cores asks for it under any cluster executor, as in plain Snakemake)
+    fast = ["--cores", "2", "--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5",
+            "--waypost-no-account"]
+    ran = subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "onprem"), *fast],
+                         cwd=wp, capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert _files(wp) == _files(plain)
+    # Slurm ran them, the gpu=1 rule on the GPU partition (workers.yaml's assign), the rest on cpu.
+    rows = [line.split("|") for line in subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-S", "now-1hour", "-o", "Partition,Comment,WorkDir"],
+        capture_output=True, text=True, check=True).stdout.splitlines() if line.endswith(f"|{wp}")]
+    partitions = {}
+    for partition, comment, _ in rows:
+        rule = comment.removeprefix("rule_").rsplit("_wildcards_", 1)[0]
+        partitions.setdefault(rule, set()).add(partition)
+    assert partitions["train"] == {"gpu-v100"} and partitions["clean"] == {"cpu"}, rows
+    assert _jobs(_snakemake(wp, "-n")) == {}
