@@ -105,6 +105,29 @@ def test_a_points_settings_are_the_stages_its_grid_values_and_its_overrides_in_o
         assert of("sweep", "_all", "simulate", name) == wconfig.step_settings(config, "sweep", "_all", "simulate", name)
 
 
+def test_what_is_derived_from_a_config_is_beside_its_keys_and_survives_its_copies():
+    raw = example_config()
+    config = prepared(raw)
+    # the keys are the user's (with the engine's names and defaults): nothing waypost worked out
+    assert set(config) <= set(wconfig.engine_schema()["properties"]) | set(raw)
+    assert set(config["experiments"]["sweep"]) <= set(wconfig.engine_schema()["$defs"]["experiment"]["properties"]) \
+        | set(raw["experiments"]["sweep"]) | {"pairs", "per_pair"}
+    found = wconfig.derived(config)
+    assert found.axis is None and found.axis_words() is None
+    assert list(found.points_of("sweep"))[:2] == ["alpha0.5-cells50", "alpha0.5-cells150"]
+    assert found.parameters("sweep") == ("alpha", "cells")
+    for copied in (copy.deepcopy(config), wconfig.with_derived({**config}, config)):
+        assert wconfig.derived(copied) == found and copied == config
+    # a plain dict has nothing derived: no axis, no points
+    assert wconfig.derived(dict(config)).points_of("sweep") == {}
+    axis = wconfig.Axis.of("seed")
+    sweep = {"seeds": ["s1"], "grid": {"rate": [1, 2]}}
+    with_axis = wconfig.prepare({"root": "out", "experiments": {"x": sweep}}, "/nonexistent", "h.yaml", axis=axis)
+    assert wconfig.derived(with_axis).axis_words() == {"word": "seed", "key": "seeds"}
+    assert wconfig.axis_words(with_axis) == ("seed", "seeds")
+    assert "_axis" not in with_axis and "_points" not in with_axis["experiments"]["x"]
+
+
 def test_an_override_is_checked_like_any_setting_and_must_name_an_instance():
     raw = example_config()
     raw["experiments"]["sweep"]["per_instance"] = {

@@ -82,6 +82,8 @@ class Pipeline:
         check = not self.snake.remote
         workflow_dir = self.snake.basedir
         self.config = self._load_config(config, default_configfile, check)
+        self._snakefile_config = config   # the Snakefile's own ``config``: the same keys, kept in step
+        config = self.config
         self.root = config["root"]
         # On a gs:// root Snakemake sees stage files through waypost's storage
         # plugin: rules' paths are relative to the root (the storage prefix),
@@ -112,7 +114,7 @@ class Pipeline:
             constraints[self.axis.word] = layout.NAME_PATTERN
         self.snake.constrain(**constraints)
 
-    def _load_config(self, config: dict, default_configfile: str, check: bool) -> dict:
+    def _load_config(self, config: dict, default_configfile: str, check: bool) -> wconfig.Prepared:
         """One precedence with or without --configfile: the config file, then
         the reuse/ files beside it, then --config KEY=VALUE."""
         configfile, overrides = self.snake.config_sources()
@@ -128,10 +130,10 @@ class Pipeline:
             raise WorkflowError(str(exc)) from None
         self.configfile, self.source = configfile, source
         config.clear()
-        config.update(prepared)
-        return config
+        config.update(prepared)   # the Snakefile's ``config``: its keys (the derived values are beside them)
+        return prepared
 
-    def _prepared(self, loaded: dict, source: str, check: bool) -> dict:
+    def _prepared(self, loaded: dict, source: str, check: bool) -> wconfig.Prepared:
         """The loaded config, validated and with its defaults. For the facts
         pass (only the rules are asked for) it is the real one, unchecked: a
         Snakefile may read its config while it is loaded, and whoever loads
@@ -301,12 +303,14 @@ class Pipeline:
                 self._record_graph()
                 return
             instances, self._unchecked = self.resolver.override_instances(self.grid)
-            prepared = wconfig.complete(dict(self.config), self.snake.basedir, self.source, self.axis,
+            prepared = wconfig.complete(self.config, self.snake.basedir, self.source, self.axis,
                                         list(graph.stages), graph.instanced(), instances)
         except (StageError, wconfig.ConfigError) as exc:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
-        self.config.update(prepared)
+        self.config.update(prepared)   # (in place: the resolver and the rest hold it)
+        self._snakefile_config.clear()
+        self._snakefile_config.update(prepared)
         self.resolver.freeze({**instances, **self._unchecked})
         # (a checkpoint's parts, which per_instance overrides may name: per job)
         per_job = self.resolver.any_overridden()

@@ -42,7 +42,8 @@ def cmd_plan(args) -> int:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)
         return code
-    rows = plan.next_run(plan.parse_jobs(found, (cfg.get(wconfig.AXIS_KEY) or {}).get("word", "pair")), cfg)
+    axis = wconfig.derived(cfg).axis
+    rows = plan.next_run(plan.parse_jobs(found, axis.word if axis else "pair"), cfg)
     waiting = plan.reuse_held(found)   # (reused stages not in this run: their source is on its way elsewhere)
     if args.instance:
         rows = _only_instances(args, cfg, rows)
@@ -54,7 +55,7 @@ def cmd_plan(args) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        planview.render(termwidth.console(args.width), report, cfg.get(wconfig.AXIS_KEY), args.all_instances)
+        planview.render(termwidth.console(args.width), report, wconfig.derived(cfg).axis_words(), args.all_instances)
     return 1 if args.check and drifted else 0   # --check: drift is a problem found
 
 

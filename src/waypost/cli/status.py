@@ -421,7 +421,7 @@ def render_sizes(cfg: dict, args) -> int:
         table.add_column(column, justify="right" if column in ("archives", "size") else "left")
     for r in rows:
         stage = r["stage"] + (f"/{r['instance']}" if r["instance"] else "")
-        table.add_row(r["experiment"], pair_heading(r["pair"], cfg.get("_axis")), stage, str(r["archives"]),
+        table.add_row(r["experiment"], pair_heading(r["pair"], wconfig.derived(cfg).axis_words()), stage, str(r["archives"]),
                       prune.human(r["bytes"]))
     table.add_row("total", "", "", str(sum(r["archives"] for r in rows)), prune.human(total), style="bold")
     console.print(table)

@@ -29,7 +29,8 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -65,6 +66,59 @@ class Axis:
         if not word:
             return None
         return cls(word, key or word + "s")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What ``prepare`` works out from a config, kept beside it rather than
+    inside the user's keys: the workflow's ``axis`` (None: it has none) and
+    each experiment's ``points`` (experiment → instance name → the point's
+    values, in order; only the experiments with a parameter set). Every
+    process that needs them prepares the config itself (a cluster job's
+    Snakemake re-reads the Snakefile and the config files; the CLI and cron
+    load them with the workflow's facts): nothing of it is written anywhere."""
+    axis: Axis | None = None
+    points: Mapping[str, Mapping[str, dict]] = field(default_factory=dict)
+
+    def points_of(self, experiment: str) -> Mapping[str, dict]:
+        """An experiment's points (empty without a parameter set)."""
+        return self.points.get(experiment) or {}
+
+    def parameters(self, experiment: str) -> tuple[str, ...]:
+        """An experiment's parameters (of its points' set), in order."""
+        found = self.points.get(experiment)
+        return tuple(next(iter(found.values()))) if found else ()
+
+    def axis_words(self) -> dict[str, str] | None:
+        """The axis as JSON holds it (``waypost status --json``): word and key."""
+        return {"word": self.axis.word, "key": self.axis.key} if self.axis else None
+
+
+class Prepared(dict):
+    """A prepared config: the user's keys with their defaults (a plain
+    mapping: JSON writes it as it did), and ``derived`` beside them. Copies
+    (``copy.deepcopy``, ``with_derived``) keep ``derived``; ``dict(...)``
+    doesn't."""
+
+    derived: Derived
+
+    def __init__(self, config: Mapping, derived: Derived):
+        super().__init__(config)
+        self.derived = derived
+
+
+def derived(config: Mapping) -> Derived:
+    """The derived values of a prepared config (none for a plain dict: no
+    axis, no points)."""
+    return getattr(config, "derived", None) or _NOTHING_DERIVED
+
+
+_NOTHING_DERIVED = Derived()
+
+
+def with_derived(config: Mapping, like: Mapping) -> Prepared:
+    """``config`` carrying the derived values of ``like``."""
+    return Prepared(config, derived(like))
 
 
 class ConfigError(WaypostError, ValueError):
@@ -322,17 +376,12 @@ def _to_engine_axis(config: dict, axis: Axis | None) -> None:
         values = experiment.pop(axis.key) if axis else []
         overrides = experiment.pop(axis.per, {}) if axis else {}
         experiment["pairs"], experiment["per_pair"] = values, overrides
-    config[AXIS_KEY] = {"word": axis.word, "key": axis.key} if axis else None
 
 
-#: Where a prepared config keeps the workflow's words for its axis (None: it has none).
-AXIS_KEY = "_axis"
-
-
-def axis_words(config: dict) -> tuple[str, str]:
+def axis_words(config: Mapping) -> tuple[str, str]:
     """(one, many) of a prepared config's axis, for messages and headings."""
-    axis = config.get(AXIS_KEY)
-    return (axis["word"], axis["key"]) if axis else ("axis value", "axis values")
+    axis = derived(config).axis
+    return (axis.word, axis.key) if axis else ("axis value", "axis values")
 
 
 def check_semantics(config: dict, source: str, axis: Axis | None = None, stages: list[str] | None = None,
@@ -358,6 +407,7 @@ class _SemanticCheck:
     def __init__(self, config: dict, source: str, axis: Axis | None, stages: list[str] | None,
                  instanced: list[str] | None):
         self.config, self.source, self.instanced = config, source, instanced
+        self.derived = derived(config)
         self.word, self.key, self.per = (axis.word, axis.key, axis.per) if axis else \
             ("axis value", "axis values", "per_" + "axis")
         self.known = stages if stages is not None else list(config["stages"])
@@ -377,8 +427,8 @@ class _SemanticCheck:
             self.stage(f"experiments.{name}.stages.{stage}", stage)
         self.per_pair(name, experiment)
         self.reuse(name, experiment)
-        if known_instances is None and POINTS_KEY in experiment:
-            known_instances = experiment[POINTS_KEY]
+        if known_instances is None and name in self.derived.points:
+            known_instances = list(self.derived.points[name])
         overrides = experiment.get("per_instance") or {}
         for pattern, settings in overrides.items():
             self.per_instance(name, experiment, pattern, settings, known_instances)
@@ -420,7 +470,7 @@ class _SemanticCheck:
             if self.instanced is not None and stage in self.known and stage not in self.instanced:
                 self.problem(f"{where}.{stage}: stage {stage} has no instances (per_instance is "
                              f"for the stages with instances: {', '.join(self.instanced) or 'none'})")
-            for axis_name in sorted(set(values or {}) & set(parameters(experiment))):
+            for axis_name in sorted(set(values or {}) & set(self.derived.parameters(name))):
                 self.problem(f"{where}.{stage}.{axis_name}: {axis_name} is "
                              + ("an axis of the grid" if grid else "a parameter of the points")
                              + ": a point's value is in its name (change the "
@@ -458,8 +508,6 @@ class _SemanticCheck:
 
 #: An instance name, or a shell pattern of one (``per_instance`` keys, ``--instance``).
 INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9._*?\[\]!-]+")
-#: Where a prepared experiment keeps its grid's points: name → {axis: value}, in order.
-POINTS_KEY = "_points"
 #: The most points one grid may have.
 MAX_POINTS = 1_000_000
 
@@ -555,31 +603,27 @@ def source_file(source: str) -> str:
     return source.split(" + ")[0]
 
 
-def expand_grids(config: dict, source: str) -> None:
+def expand_grids(config: dict, source: str) -> dict[str, dict[str, dict]]:
     """Each experiment's parameter set (``grid``, ``zip``, ``table``,
-    ``sample``) as its points (``POINTS_KEY``): see ``waypost.model.paramsets``."""
+    ``sample``) as its points (``Derived.points``): see ``waypost.model.paramsets``."""
     from waypost.model import paramsets
     base = os.path.dirname(source_file(source))
+    found = {}
     for name, experiment in config["experiments"].items():
-        found = paramsets.points_of(experiment, f"{source}: experiments.{name}", base)
-        if found is not None:
-            experiment[POINTS_KEY] = found
+        points_of = paramsets.points_of(experiment, f"{source}: experiments.{name}", base)
+        if points_of is not None:
+            found[name] = points_of
+    return found
 
 
-def parameters(experiment: dict) -> tuple[str, ...]:
-    """A prepared experiment's parameters (of its points' set), in order."""
-    found = experiment.get(POINTS_KEY)
-    return tuple(next(iter(found.values()))) if found else ()
-
-
-def points(config: dict, experiment: str) -> dict[str, dict]:
+def points(config: Mapping, experiment: str) -> Mapping[str, dict]:
     """An experiment's grid points: instance name → values (empty without a grid)."""
-    return config["experiments"][experiment].get(POINTS_KEY) or {}
+    return derived(config).points_of(experiment)
 
 
-def grid_point(config: dict, experiment: str, instance: str | None) -> dict | None:
+def grid_point(config: Mapping, experiment: str, instance: str | None) -> dict | None:
     """The grid values of an instance that is a point of the experiment's grid."""
-    found = config["experiments"][experiment].get(POINTS_KEY)
+    found = derived(config).points.get(experiment)
     return found.get(instance) if found and instance is not None else None
 
 
@@ -596,8 +640,8 @@ def per_point_keys(config: dict, stage: str) -> set[str]:
     """The settings of ``stage`` that may differ from instance to instance:
     grid axes, and what a ``per_instance`` override sets for it."""
     keys = set()
-    for experiment in config["experiments"].values():
-        keys |= set(parameters(experiment))
+    for name, experiment in config["experiments"].items():
+        keys |= set(derived(config).parameters(name))
         for settings in (experiment.get("per_instance") or {}).values():
             keys |= set((settings or {}).get(stage) or {})
     return keys
@@ -641,7 +685,7 @@ def check_instance_names(config: dict, names: list[str] | None, experiments=None
 
 
 def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, axis: Axis | None = None,
-            stages: list[str] | None = None, instanced: list[str] | None = None) -> dict:
+            stages: list[str] | None = None, instanced: list[str] | None = None) -> Prepared:
     """Validate a loaded config and fill in its defaults, with the axis moved
     to the engine's names. ``stages``: the workflow's stages, when known
     (the Snakefile knows them once its rules are read: see
@@ -656,14 +700,14 @@ def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, ax
     if config.get("mounts"):   # for this process; its jobs get them in their step spec (stores.mounted)
         locations.declare_mounts(config["mounts"])
     _to_engine_axis(config, axis)
-    expand_grids(config, source)
+    config = Prepared(config, Derived(axis, expand_grids(config, source)))
     if stages is not None:
         check_semantics(config, source, axis, stages, instanced)
     return config
 
 
 def complete(config: dict, workflow_dir: str, source: str, axis: Axis | None, stages: list[str],
-             instanced: list[str] | None = None, instances: dict | None = None) -> dict:
+             instanced: list[str] | None = None, instances: dict | None = None) -> Prepared:
     """A prepared config (``prepare`` without ``stages``) once the workflow's
     stages are known: each has its settings with their defaults, in the
     workflow's order, and every stage name the config uses is checked;
@@ -671,13 +715,13 @@ def complete(config: dict, workflow_dir: str, source: str, axis: Axis | None, st
     the ``per_instance`` overrides must match."""
     schema = schema_for(os.path.abspath(workflow_dir), axis)
     filled = apply_defaults({"stages": config.get("stages", {})}, {**schema, "properties": {}}, stages)
-    config = {**config, "stages": filled["stages"]}
+    config = with_derived({**config, "stages": filled["stages"]}, config)
     check_semantics(config, source, axis, stages, instanced, instances)
     return config
 
 
 def load(path: str, workflow_dir: str, axis: Axis | None = None, stages: list[str] | None = None,
-         instanced: list[str] | None = None) -> dict:
+         instanced: list[str] | None = None) -> Prepared:
     config, source = with_reuse_files(load_yaml(path), path)
     return prepare(config, workflow_dir, source, axis=axis, stages=stages, instanced=instanced)
 

@@ -14,10 +14,13 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any, cast
 
 from waypost.model import trust, writes
 from waypost.model.errors import WaypostError
 from waypost.model.layout import ATTEMPTS, ENGINE_FILES, MANIFEST
+from waypost.model.records import Manifest
 
 HASH_CHUNK = 1 << 20
 
@@ -153,7 +156,7 @@ def hostname() -> str:
     return os.uname().nodename
 
 
-def write_json_atomic(path: str, data: dict, durable: bool = True) -> None:
+def write_json_atomic(path: str, data: Mapping[str, Any], durable: bool = True) -> None:
     """Temp file + rename (``writes.whole``): readers see the old file or
     the new one. With ``durable``, the data is on disk (fsync) before the rename."""
     writes.whole(path, dumps(data).encode(), durable=durable)
@@ -163,7 +166,7 @@ def manifest_path(stage_dir: str) -> str:
     return os.path.join(stage_dir, MANIFEST)
 
 
-def read(stage_dir: str) -> dict | None:
+def read(stage_dir: str) -> Manifest | None:
     """The manifest of a local stage directory; None when there is none.
 
     Raises ManifestError when the file exists but is not a usable manifest
@@ -182,7 +185,7 @@ def read(stage_dir: str) -> dict | None:
     return parse(text, path)
 
 
-def parse(text: bytes | str, path: str) -> dict:
+def parse(text: bytes | str, path: str) -> Manifest:
     """The one way waypost turns a manifest's bytes into a record: the
     manifest at ``path`` (its file or URL, for the messages) checked against
     the manifest schema (``schemas/manifest.schema.json``: the types and keys
@@ -208,7 +211,7 @@ def parse(text: bytes | str, path: str) -> dict:
     if fail is not None:
         where = path[:-len(MANIFEST) - 1] if path.endswith("/" + MANIFEST) else path
         raise ManifestError(f"{where}: {fail.message()}; {UNUSED}")
-    return data
+    return cast(Manifest, data)   # (the schema checked the types of the keys it has)
 
 
 def _no_constant(name: str):
@@ -453,7 +456,7 @@ def _validator():
     return _compiled
 
 
-def verify_outputs(stage_dir: str, data: dict, checksums: bool = True) -> list[str]:
+def verify_outputs(stage_dir: str, data: Manifest, checksums: bool = True) -> list[str]:
     """Problems with the outputs a manifest lists (missing, size or checksum)."""
     problems = []
     for out in data.get("outputs", []):

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict, TypeGuard, TypeVar
 
 from waypost import __version__, with_site
 from waypost.model.errors import WaypostError
@@ -103,8 +104,16 @@ class Manifest(TypedDict, total=False):
     reused_from: str | None
     adopted: bool
     waypost_version: str
-    # besides, as they apply: reused_manifest, source_created, adopted_by,
-    # note, provisional, given_up, next_series_after, series_base, reason
+    # besides, as they apply (manifest.schema.json has each):
+    reused_manifest: Manifest | None   # the source's own record, kept with a reused copy
+    source_created: str | None
+    adopted_by: str | None
+    note: str | None
+    provisional: bool | None   # made over parents that did not succeed
+    given_up: bool | None
+    next_series_after: str | None
+    series_base: int
+    reason: str | None
 
 
 #: the key under which attempts and running markers name the scheduler's job
@@ -112,7 +121,7 @@ class Manifest(TypedDict, total=False):
 JOB_KEY = "slurm_job_id"
 
 
-def job_of(record: dict) -> str | None:
+def job_of(record: Mapping[str, Any]) -> str | None:
     """The scheduler's job an attempt or a running marker names, if any."""
     job = record.get(JOB_KEY)
     return str(job) if job else None
@@ -171,10 +180,10 @@ def manifest(*, experiment: str, pair: str, stage: str, instance: str | None, st
 _validators: dict[str, Any] = {}
 
 
-def made_here(data: dict | None) -> bool:
+def made_here(data: Manifest | None) -> TypeGuard[Manifest]:
     """Does a manifest say its stage succeeded, made here (not reused, not
     adopted): the only kind whose recorded inputs say what it was made from?"""
-    return bool(data) and data.get("state") == "SUCCESS" and not data.get("reused_from") \
+    return data is not None and data.get("state") == "SUCCESS" and not data.get("reused_from") \
         and not data.get("adopted")
 
 
@@ -188,14 +197,17 @@ def _validator(kind: str):
     return _validators[kind]
 
 
-def problems(kind: str, record: dict) -> list[str]:
+def problems(kind: str, record: Mapping[str, Any]) -> list[str]:
     """Where ``record`` does not fit the schema of ``kind`` (``manifest``,
     ``marker``, ``attempt``): one line each, empty when it fits."""
     return [f"{'.'.join(map(str, e.absolute_path)) or kind}: {e.message}"
             for e in sorted(_validator(kind).iter_errors(record), key=lambda e: list(map(str, e.path)))]
 
 
-def checked(kind: str, record: dict, where: str) -> dict:
+_Record = TypeVar("_Record", bound=Mapping[str, Any])
+
+
+def checked(kind: str, record: _Record, where: str) -> _Record:
     """``record``, checked against its schema when ``WAYPOST_CHECK_RECORDS``
     is set (RecordError naming ``where`` and each problem); as it is otherwise."""
     if os.environ.get(CHECK_ENV):

@@ -31,6 +31,7 @@ from waypost import stores
 from waypost.model import layout, manifest
 from waypost.model.layout import CATALOG_DB
 from waypost.model.parallel import chunks, in_workers
+from waypost.model.records import Manifest
 from waypost.stores import gcs
 
 SCHEMA = """
@@ -102,7 +103,7 @@ def _workdir(root: str, paths: list[str]) -> str | None:
     return None
 
 
-def _inputs(root: str, data: dict) -> list[dict]:
+def _inputs(root: str, data: Manifest) -> list[dict]:
     """A manifest's inputs as {path, manifest, state}, a path relative to
     the run's working directory made absolute when that can be told (the
     catalog's locations are)."""
@@ -118,8 +119,9 @@ def _inputs(root: str, data: dict) -> list[dict]:
             for i in inputs]
 
 
-def _row(location: str, root: str, stamp: str, data: dict) -> tuple:
-    source = data.get("reused_manifest") if isinstance(data.get("reused_manifest"), dict) else {}
+def _row(location: str, root: str, stamp: str, data: Manifest) -> tuple:
+    reused = data.get("reused_manifest")
+    source = reused if isinstance(reused, dict) else {}
     return (location, root, stamp, data.get("experiment"), data.get("pair"), data.get("stage"),
             data.get("instance"), data.get("state"), data.get("created"), len(data.get("attempts") or []),
             data.get("config_hash"), data.get("code_version"), data.get("reused_from"),

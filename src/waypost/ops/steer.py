@@ -167,7 +167,7 @@ def _forget_hold(tree, directory: str) -> None:
 
 
 def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | None = None,
-          note: str | None = None, force: bool = False) -> dict:
+          note: str | None = None, force: bool = False) -> tuple[records.Manifest, dict | None]:
     """Write the manifest of a stage whose files were put there by hand (on
     a gs:// root: the objects are read for their sha256, their crc32c is
     the listing's)."""
@@ -201,7 +201,8 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
     return record, replaced
 
 
-def _set_aside_records(tree, stage_dir: str, files: list[str], previous: dict | None) -> dict | None:
+def _set_aside_records(tree, stage_dir: str, files: list[str],
+                       previous: records.Manifest | None) -> dict | None:
     """Before adopt writes its manifest: archive what the stage dir holds
     beside the files it adopts (the earlier manifest, its logs, an
     ``_unfinished`` mark: an adopted stage is done), the way a rerun

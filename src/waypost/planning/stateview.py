@@ -15,7 +15,7 @@ import sys
 
 from waypost import stores
 from waypost.model import events, layout, manifest
-from waypost.model.records import made_here
+from waypost.model.records import Manifest, made_here
 from waypost.planning import fanout
 from waypost.planning.resolver import Resolver
 from waypost.state import lifecycle
@@ -84,7 +84,7 @@ class StateView:
         life = self.life(stage_dir)
         return life.redo, life.recheck
 
-    def recorded(self, stage_dir: str) -> dict | None:
+    def recorded(self, stage_dir: str) -> Manifest | None:
         """A stage directory's manifest; None when there is none or it can't be read."""
         if stage_dir in self._nothing:
             return None

@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 
+from waypost.model.records import StepGroup
 from waypost.scheduler import stepgroup
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -207,7 +208,7 @@ class Attempt:
         self.heartbeat = heartbeat      # called every HEARTBEAT_S while the step runs
         self.started = started          # called with the step's group (stepgroup.record) before it runs
         self.orphaned = orphaned        # called by the watchdog once it ended the step of a runner gone
-        self.group: dict | None = None
+        self.group: StepGroup | None = None
         self.watchdog: int | None = None
         self._tell: int | None = None   # the pipe to the watchdog, until it is told the group
         self.command = command

@@ -65,7 +65,7 @@ import time
 from enum import Enum
 
 from waypost import scheduler
-from waypost.model import manifest
+from waypost.model import manifest, records
 from waypost.model import policy as wpolicy
 from waypost.runner.stagedir import StageDirectory
 
@@ -90,9 +90,9 @@ class Series:
     def __init__(self, run_id: str):
         # The Snakemake run this job is part of.
         self.run_id = run_id
-        self.history: list[dict] = []   # every attempt ever, this series last
+        self.history: list[records.Attempt] = []   # every attempt ever, this series last
         self.number = 1
-        self.attempts: list[dict] = []   # this series'
+        self.attempts: list[records.Attempt] = []   # this series'
         self.base = 0                   # series before the last reset (waypost retry) don't count
         self.previous_settings: dict | None = None   # the last manifest's settings (see diffs.resumed_work)
         self.first = wpolicy.Start("cmd", "a first series", None)   # this series' first action, why, workspace
@@ -163,7 +163,7 @@ class Series:
         return _NEW_SERIES
 
     def _begin(self, directory: StageDirectory, policy: wpolicy.Policy, running: dict | None,
-               previous: dict | None, retried: bool) -> Next:
+               previous: records.Manifest | None, retried: bool) -> Next:
         """Begin the next series, as the policy says over the last one when
         that one is unfinished (``Next.RUN``); or say why none may begin
         (``GIVEN_UP``, ``BACKOFF``, ``RECORD``)."""
@@ -186,14 +186,14 @@ class Series:
                   file=sys.stderr)
         return Next.RUN
 
-    def _refused(self, policy: wpolicy.Policy, running: dict | None, previous: dict | None, last_no: int,
-                 last_series: list[dict]) -> Next | None:
+    def _refused(self, policy: wpolicy.Policy, running: dict | None, previous: records.Manifest | None,
+                 last_no: int, last_series: list[records.Attempt]) -> Next | None:
         """Why no series may follow the unfinished one ``last_no``:
         ``GIVEN_UP`` (``self.refusal`` says why), ``BACKOFF``, or ``RECORD``
         (a killed runner's series was the last: record it so); None when one
         may."""
         spent = last_no - self.base
-        if (previous or {}).get("given_up") and not running:
+        if previous is not None and previous.get("given_up") and not running:
             self.refusal = previous.get("reason") or f"given up after {spent} series"
             return Next.GIVEN_UP
         if spent >= policy.max_series:
@@ -247,7 +247,7 @@ def runner_gone(attempt: dict) -> bool:
     return attempt.get("interrupted_by") == RUNNER_GONE
 
 
-def close_interrupted(attempt: dict, leftover: str | None = None) -> bool:
+def close_interrupted(attempt: records.Attempt, leftover: str | None = None) -> bool:
     """Fill in how an attempt whose runner died ended: its scheduler's word
     when it ran in a scheduler's job (Slurm's: sacct), else CANCELLED
     (stopped from outside). ``leftover``: what was done of its step, found
@@ -263,8 +263,8 @@ def close_interrupted(attempt: dict, leftover: str | None = None) -> bool:
         state, detail = ran_in[0].final_state(ran_in[1])
         label = ran_in[0].label
     vanished = state is None and not attempt.get("error")
-    attempt.update(state=state or "CANCELLED", end=attempt.get("end") or manifest.now_iso(),
-                   error=(attempt.get("error") or "the runner was killed during this attempt")
-                         + (f" ({label}: {detail})" if detail else "")
-                         + (f"; {leftover}" if leftover else ""))
+    attempt.update({"state": state or "CANCELLED", "end": attempt.get("end") or manifest.now_iso(),
+                    "error": (attempt.get("error") or "the runner was killed during this attempt")
+                    + (f" ({label}: {detail})" if detail else "")
+                    + (f"; {leftover}" if leftover else "")})
     return vanished

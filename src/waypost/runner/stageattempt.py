@@ -28,7 +28,7 @@ class StageAttempt:
         self.rerun = rerun   # a rerun's workspace mode, as decided (None: the policy's)
         self.received_signal: int | None = None   # the signal that ended it from outside, if one did
 
-    def run(self) -> dict:
+    def run(self) -> records.Attempt:
         """Run the attempt and return its record (in the series' history)."""
         spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
         number = len(series.history) + 1
@@ -57,7 +57,7 @@ class StageAttempt:
         log.close()
         return record
 
-    def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog) -> dict:
+    def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog) -> records.Attempt:
         spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
         # In a scheduler's job (Slurm's) its time limit is the scheduler's to
         # enforce (and report); in a bundle (several stages in one job) each

@@ -47,7 +47,8 @@ class StageDirectory:
         local copy's dates are the copy's)."""
         return lifecycle.read(LocalStore(self.dir), self.dir)
 
-    def save_running(self, series, lost_job: str | None = None, push: bool = True, group: dict | None = None) -> None:
+    def save_running(self, series, lost_job: str | None = None, push: bool = True,
+                     group: records.StepGroup | None = None) -> None:
         """``_running.json``: this runner at work on ``series`` (``group``:
         its step's process group, while a step runs); or, with ``lost_job``,
         the series a scheduler's job that ended left (gone, as its scheduler says).
@@ -78,7 +79,7 @@ class StageDirectory:
         if os.path.exists(self.path(RUNNING)):
             os.unlink(self.path(RUNNING))
 
-    def archive(self, history: list[dict], keep: tuple[str, ...] = ()) -> str | None:
+    def archive(self, history: list[records.Attempt], keep: tuple[str, ...] = ()) -> str | None:
         """Move the workspace under ``.attempts/<n>/`` (but ``keep``), and point
         the attempts of ``history`` that worked in it there."""
         archived = self.remote.archive(keep) if self.remote else self.store.archive(self.dir, keep=keep)
@@ -108,7 +109,7 @@ class StageDirectory:
     def done(self) -> bool:
         """Is the stage finished: a SUCCESS manifest whose outputs are there?"""
         data = self.life().manifest
-        return bool(data) and data["state"] == "SUCCESS" and not manifest.verify_outputs(self.dir, data,
+        return data is not None and data["state"] == "SUCCESS" and not manifest.verify_outputs(self.dir, data,
                                                                                          checksums=False)
 
     def recorded_job(self, job: str) -> str | None:

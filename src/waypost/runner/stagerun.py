@@ -54,7 +54,7 @@ class StageRun:
         """Begin the series, or go on with one (see ``Series.start``)."""
         return self.series.start(self.directory, self.policy)
 
-    def run_attempt(self, action: str, rerun: str | None = None) -> dict:
+    def run_attempt(self, action: str, rerun: str | None = None) -> records.Attempt:
         self.outside_seen = {path: fingerprints.look(path) for path in self.outside}
         attempt = StageAttempt(self.spec, self.policy, self.directory, self.series, action, rerun)
         record = attempt.run()
@@ -287,7 +287,7 @@ class StageRun:
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
         return self.finish(final, give_up=reason if action == "give_up" else None)
 
-    def _ended_by_scheduler(self, record: dict, ending) -> int:
+    def _ended_by_scheduler(self, record: records.Attempt, ending) -> int:
         """A scheduler (Slurm) signals a job it ends for any reason (time
         limit, preemption, scancel): the next runner asks it which, and the
         policy decides then. Leave the attempt open."""
@@ -381,7 +381,7 @@ class StageRun:
             inputs = self.directory.remote.locate(inputs)
         return inputs
 
-    def _given_up_or_held(self, record: dict, reason: str | None, give_up: str | None,
+    def _given_up_or_held(self, record: records.Manifest, reason: str | None, give_up: str | None,
                           now: float) -> tuple[str | None, float, float | None]:
         """A series that ended without success: given up (by a cue, or its
         ``max_series`` spent) or held for its ``series_backoff``, marked in
@@ -402,7 +402,7 @@ class StageRun:
             return reason, redo_from, redo_from
         return reason, now, None
 
-    def _exit_status(self, state: str, record: dict, tolerated: bool) -> int:
+    def _exit_status(self, state: str, record: records.Manifest, tolerated: bool) -> int:
         """The job's exit status once the manifest says ``state``: 0 for a
         success or an end a downstream funnel accepts, else the last
         attempt's."""

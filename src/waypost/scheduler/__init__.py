@@ -10,6 +10,9 @@ implementing ``base.Scheduler``, listed in ``SCHEDULERS``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from waypost.model import records
 from waypost.scheduler.base import Scheduler
 from waypost.scheduler.slurm import SLURM
@@ -37,7 +40,7 @@ def by_name(name: str) -> Scheduler:
     return found
 
 
-def for_record(record: dict) -> tuple[Scheduler, str] | None:
+def for_record(record: Mapping[str, Any]) -> tuple[Scheduler, str] | None:
     """The scheduler and job an attempt or running marker names (None: it
     ran outside any). Records name their job under one key
     (``records.job_of``), which has always been Slurm's."""

@@ -16,6 +16,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from waypost.model.records import StepGroup
 
 # How often ``end`` looks whether the group is gone, and how long it waits
 # for the processes of a group it sent SIGKILL.
@@ -33,7 +37,7 @@ def _stat(pid: int) -> tuple[bytes, int, int] | None:
     return fields[0], int(fields[2]), int(fields[19])
 
 
-def record(pid: int, grace: float) -> dict:
+def record(pid: int, grace: float) -> StepGroup:
     """What the running marker keeps of the group ``pid`` leads: its id,
     its leader's start time and the seconds between SIGTERM and SIGKILL
     that whoever ends it gives it (the attempt's ``kill_grace``)."""

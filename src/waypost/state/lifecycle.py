@@ -29,6 +29,7 @@ from functools import cached_property
 from waypost import scheduler
 from waypost.model import manifest, states
 from waypost.model.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join
+from waypost.model.records import Manifest
 from waypost.scheduler import stepgroup
 
 # A ``_running.json`` whose heartbeat (its mtime, refreshed every minute by
@@ -144,7 +145,7 @@ class Life:
         return self.store.mtime(join(self.dir, name))
 
     @cached_property
-    def _manifest(self) -> tuple[dict | None, str | None]:
+    def _manifest(self) -> tuple[Manifest | None, str | None]:
         if MANIFEST not in self._engine:
             return None, None
         try:
@@ -153,7 +154,7 @@ class Life:
             return None, str(exc)
 
     @property
-    def manifest(self) -> dict | None:
+    def manifest(self) -> Manifest | None:
         """The manifest (None without one, or when it can't be used: see ``error``)."""
         return self._manifest[0]
 
@@ -250,7 +251,7 @@ class Life:
         """Did run ``run_id``'s policy end this stage's series (its manifest,
         written in that run, is not SUCCESS, and no attempt goes on)?"""
         data = self.manifest
-        return (not self.open_attempt and bool(data) and run_id is not None and data.get("run") == run_id
+        return (not self.open_attempt and data is not None and run_id is not None and data.get("run") == run_id
                 and data["state"] != states.SUCCESS)
 
     def missing_outputs(self) -> list[str]:

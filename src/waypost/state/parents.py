@@ -7,9 +7,10 @@ import os
 
 from waypost.model import manifest, states
 from waypost.model.layout import MANIFEST
+from waypost.model.records import Manifest
 
 
-def _parent(stage_dir: str, path: str) -> tuple[str, dict]:
+def _parent(stage_dir: str, path: str) -> tuple[str, Manifest | dict]:
     """The state of the stage that produced an input, and its manifest
     (``states.INPUT_ADOPTED``: placed by hand; ``INPUT_MISSING``: not there)."""
     try:

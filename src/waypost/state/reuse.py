@@ -37,7 +37,7 @@ from waypost.state import lifecycle
 from waypost.stores import mirror
 
 
-def read_source(location: str) -> dict:
+def read_source(location: str) -> records.Manifest:
     """The source stage's manifest (``manifest.load``: every path it lists
     inside the source stage dir); ManifestError when there is none or it
     can't be read or used."""
@@ -70,7 +70,7 @@ def being_redone(location: str) -> bool:
         return False
 
 
-def unusable(data: dict, location: str) -> str | None:
+def unusable(data: records.Manifest, location: str) -> str | None:
     if data["state"] != "SUCCESS":
         return f"{location}: the source stage is {data['state']}, not SUCCESS"
     if data.get("provisional"):
@@ -122,7 +122,7 @@ def take(args) -> int:
     return 0
 
 
-def _usable_source(source: str) -> dict:
+def _usable_source(source: str) -> records.Manifest:
     """The source stage's manifest; ManifestError when it can't be reused."""
     data = read_source(source)
     problem = unusable(data, source)
@@ -155,7 +155,8 @@ def _bring_outputs(args, remote, stage_dir: str, outputs: list[dict], declared_o
     return target.bring(stores.store_for(source, quiet=True), source, stage_dir, outputs)
 
 
-def _reused_manifest(args, data: dict, started: float, started_iso: str, how: str, crc32cs: dict) -> dict:
+def _reused_manifest(args, data: records.Manifest, started: float, started_iso: str, how: str,
+                     crc32cs: dict) -> records.Manifest:
     """The reusing stage's manifest: one "reuse" attempt, the source's
     outputs, settings and provenance."""
     source = args.reuse_from

@@ -23,7 +23,7 @@ import gc
 
 from waypost import stores
 from waypost.model import layout, manifest
-from waypost.model.config import check_names
+from waypost.model.config import check_names, derived
 from waypost.model.states import State
 from waypost.state import lifecycle
 
@@ -268,7 +268,7 @@ def collect(config: dict, funnels: list[str], experiment: str | None = None, pai
     grid: dict[str, dict] = {name: {} for name in experiments}
     for (name, p, _), row in zip(tasks, rows):
         grid[name][p] = row
-    return {"root": root, "stages": stages, "axis": config.get("_axis"), "experiments": grid}
+    return {"root": root, "stages": stages, "axis": derived(config).axis_words(), "experiments": grid}
 
 
 def column_heading(pair: str, axis: dict | None) -> str:

@@ -11,6 +11,8 @@ spells locations (a path or a bucket's URL) with ``waypost.model.locations``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from waypost.model.locations import (  # noqa: F401  (the stores' callers spell locations with these)
     SCHEME,
     absolute,
@@ -26,8 +28,11 @@ from waypost.model.locations import (  # noqa: F401  (the stores' callers spell 
     split_url,
 )
 
+if TYPE_CHECKING:
+    from waypost.model.records import Manifest
 
-def manifest_at(location: str) -> dict | None:
+
+def manifest_at(location: str) -> Manifest | None:
     """The manifest of one stage directory anywhere (a path or a bucket's
     URL), read alone; None when there is none; ManifestError when it is
     unusable or can't be read."""

@@ -18,6 +18,7 @@ import abc
 
 from waypost.model import layout, manifest
 from waypost.model.layout import LOGS, MANIFEST
+from waypost.model.records import Manifest
 
 
 def archive_number(names, unfinished) -> int:
@@ -126,7 +127,7 @@ class StageStore(abc.ABC):
 
     # --- engine records ------------------------------------------------------
     @abc.abstractmethod
-    def manifest(self, directory: str) -> dict | None:
+    def manifest(self, directory: str) -> Manifest | None:
         """A directory's manifest; None if none; ManifestError if unusable."""
 
     @abc.abstractmethod

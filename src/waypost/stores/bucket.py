@@ -158,7 +158,7 @@ class BucketStore(StageStore):
                                 if n in big else got[f"{self.base}/{n}"] for n in names}
         return self._read[leaf]
 
-    def manifest(self, directory: str) -> dict | None:
+    def manifest(self, directory: str) -> records.Manifest | None:
         rel = self._rel(directory)
         url = layout.join(directory.rstrip("/"), MANIFEST)
         if rel is None:  # another root's (an input from elsewhere): read it alone
@@ -340,7 +340,7 @@ def _stamp(info: dict) -> str:
     return str(info.get("generation") or f"{info.get('updated')}:{info.get('size')}")
 
 
-def read_manifest(directory: str) -> dict | None:
+def read_manifest(directory: str) -> records.Manifest | None:
     """The manifest of one stage directory in a bucket, read alone (at most
     ``trust.MAX_MANIFEST_BYTES``); None when there is none."""
     url = layout.join(directory.rstrip("/"), MANIFEST)

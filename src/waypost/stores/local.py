@@ -82,7 +82,7 @@ class LocalStore(StageStore):
     def marker_dirs(self, leaf: str = MANIFEST) -> list[str]:
         return sorted(manifests_under(self.root, leaf=leaf))
 
-    def manifest(self, directory: str) -> dict | None:
+    def manifest(self, directory: str) -> records.Manifest | None:
         """A directory's manifest; None if none; ManifestError if unusable."""
         return manifest.read(directory)
 
@@ -372,7 +372,7 @@ class LocalSnapshot(LocalStore):
         except OSError:   # a dangling link
             return None
 
-    def manifest(self, directory: str) -> dict | None:
+    def manifest(self, directory: str) -> records.Manifest | None:
         return manifest.read(directory) if MANIFEST in self._listing(directory) else None
 
     def mtime(self, path: str) -> float:
