@@ -9,11 +9,7 @@ dies, this process does the rest itself.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
 
 def cpus() -> int:
@@ -31,6 +27,12 @@ def in_workers(load, root: str, parts: list[list], parallel: bool):
     workers = min(cpus(), len(parts), 16) if parallel else 1
     pool = futures = None
     if workers > 1:
+        # Imported here, not above: the step runner imports this module (through
+        # the stores) and never starts workers; these cost it ~20 ms a job.
+        import multiprocessing
+        import threading
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
         try:
             # fork is cheapest, but not safe once a thread runs (e.g. gcsfs's, after a gs:// root)
             start = "fork" if threading.active_count() == 1 else "forkserver"
