@@ -9,11 +9,20 @@ dies, this process does the rest itself.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import sys
+
+
+def __getattr__(name: str):
+    """``ProcessPoolExecutor``, imported on first use (PEP 562): the step
+    runner imports this module (through the stores) and never starts
+    workers, and ``concurrent.futures`` with ``multiprocessing`` cost it
+    ~20 ms a job."""
+    if name == "ProcessPoolExecutor":
+        from concurrent.futures import ProcessPoolExecutor
+        globals()[name] = ProcessPoolExecutor
+        return ProcessPoolExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def cpus() -> int:
@@ -31,10 +40,13 @@ def in_workers(load, root: str, parts: list[list], parallel: bool):
     workers = min(cpus(), len(parts), 16) if parallel else 1
     pool = futures = None
     if workers > 1:
+        import multiprocessing  # here, as ProcessPoolExecutor (above)
+        import threading
+        from concurrent.futures.process import BrokenProcessPool
         try:
             # fork is cheapest, but not safe once a thread runs (e.g. gcsfs's, after a gs:// root)
             start = "fork" if threading.active_count() == 1 else "forkserver"
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start))
+            pool = sys.modules[__name__].ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start))
             futures = [pool.submit(load, root, part) for part in parts]
         except (OSError, RuntimeError, ValueError):   # no worker processes here: load in this one
             futures = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from types import MappingProxyType
 
@@ -188,6 +187,7 @@ class LocalStore(StageStore):
     def remove_tree(self, path: str) -> None:
         """Remove a directory and everything below it (links as links: never
         what they point to)."""
+        import shutil  # here: the step runner imports this module, and rarely removes a tree
         shutil.rmtree(path)
 
     def file_sizes(self, directory: str) -> dict[str, int]:
@@ -425,5 +425,6 @@ def copy_file(source: str, target: str) -> str:
             return "reflinked"
         except OSError:
             pass
+    import shutil
     shutil.copyfile(source, target)
     return "copied"

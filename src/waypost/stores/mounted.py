@@ -24,10 +24,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 from waypost.model import layout, locations, writes
-from waypost.stores import rclone
 from waypost.stores.base import StageStore
 from waypost.stores.local import LocalStore
 
@@ -38,20 +37,29 @@ _said: set[str] = set()
 _ways: dict[str, Way] = {}   # mount point → how this process serves it (way_of)
 
 
-@dataclass(frozen=True)
-class Mount:
-    point: str          # where it is mounted
-    kind: str           # gcsfuse, rclone, declared, or the filesystem type
-    url: str | None     # the gs:// location the config or the mount table names (None: none); see way_of
-    source: str = field(default="", compare=False)   # its source in the mount table
+# (Named tuples, not dataclasses: every step runner asks mount_of about its
+# stage directory, and importing dataclasses costs it ~10 ms.)
+class Mount(namedtuple("Mount", "point kind url source", defaults=("",))):
+    """``point``: where it is mounted; ``kind``: gcsfuse, rclone, declared,
+    or the filesystem type; ``url``: the gs:// location the config or the
+    mount table names (None: none; see way_of); ``source``: its source in
+    the mount table (not compared)."""
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return isinstance(other, Mount) and self[:3] == other[:3]
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self[:3])
 
 
-@dataclass(frozen=True)
-class Way:
+class Way(namedtuple("Way", "url said")):
     """How waypost serves a mount: through the bucket's API at ``url``, or
     (None) through the mount alone; ``said``: the line that tells the user."""
-    url: str | None
-    said: str
+    __slots__ = ()
 
 
 def _table() -> list[tuple[str, str, str]]:
@@ -79,6 +87,7 @@ def bucket_of_source(kind: str, source: str) -> str | None:
     if kind == "fuse.gcsfuse":
         return source if source and "/" not in source and ":" not in source else None
     if kind == "fuse.rclone":   # (a remote:/absolute/path is a local or SFTP remote, no bucket)
+        from waypost.stores import rclone
         _, _, rest = rclone.split_source(source)
         return None if rest.startswith("/") else rest.strip("/") or None
     return None
@@ -145,6 +154,7 @@ def _bucket(mount: Mount) -> tuple[str | None, str]:
         return None, "whose bucket waypost doesn't know"
     if mount.kind != "rclone":
         return mount.url, ""   # the config says so, or gcsfuse serves only buckets
+    from waypost.stores import rclone
     remote, backend, _ = rclone.split_source(mount.source)
     kind = rclone.remote_type(mount.point, mount.source)
     name = remote or f":{backend}:"
