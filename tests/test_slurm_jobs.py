@@ -537,3 +537,21 @@ def test_soak_on_slurm_with_random_faults_keeps_its_invariants_and_converges(slu
     artifacts.mkdir(exist_ok=True)
     (artifacts / "soak-slurm.json").write_text(json.dumps(summary, indent=2) + "\n")
     print("soak on slurm:", summary)
+
+
+def test_the_first_status_round_comes_at_the_profiles_pace_not_snakemakes_ten_seconds(slurm_cluster, tmp_path):
+    # The status rounds start while nothing is submitted yet: those empty
+    # rounds, and the first one that finds its jobs still at work, keep the
+    # profile's pace (`init-seconds-before-status-checks`, 1 s here), never
+    # Snakemake's own default of 10 s between checks. So a point's consumer
+    # is submitted within moments of the point's Slurm job ending.
+    workdir = pipeline(tmp_path, {"k7": "sleep:2"}, {})
+    since = time.time()
+    code, out = finish(start(workdir), timeout=300)
+    assert code == 0, out[-5000:]
+    rows = sacct("JobIDRaw", "Submit", "Start", "End", since=since, workdir=workdir, jobs=3)
+    assert len(rows) == 3, rows
+    ordered = sorted(rows, key=lambda r: (r["Submit"], int(r["JobIDRaw"])))
+    hop = (time.mktime(time.strptime(ordered[1]["Submit"], "%Y-%m-%dT%H:%M:%S"))
+           - time.mktime(time.strptime(ordered[0]["End"], "%Y-%m-%dT%H:%M:%S")))
+    assert hop <= 3, (hop, ordered)   # sacct's times are whole seconds

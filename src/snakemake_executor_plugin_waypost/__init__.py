@@ -93,7 +93,11 @@ class Executor(SlurmExecutor):
             print(f"waypost: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
         super().__post_init__(*args, **kwargs)
+        # The status rounds keep the profile's pace from the start: unset,
+        # the interface sleeps Snakemake's default (10 s) between rounds.
+        self.next_seconds_between_status_checks = self._first_interval()
         self._lost_checked: set[str] = set()
+        self._never_seen: dict = {}   # Slurm job id → the never-start reason the last round saw
         self._bundles: dict[tuple, list] = {}   # a bundle's leader (bundles.key) → its jobs, until submitted
 
     # --- what a job runs -------------------------------------------------
@@ -223,8 +227,13 @@ class Executor(SlurmExecutor):
         return wspec.decode(job.params[STEP_PARAM]).stage_dir
 
     # --- status: one sacct per round ---------------------------------------
+    def _first_interval(self) -> float:
+        # (at least 1 s: a round with nothing in flight asks nothing, so 0 would spin)
+        return max(self.workflow.executor_settings.init_seconds_before_status_checks, 1)
+
     async def check_active_jobs(self, active_jobs):
-        if not active_jobs:
+        if not active_jobs:   # nothing in flight yet (or any more): a submission may come at any moment
+            self.next_seconds_between_status_checks = self._first_interval()
             return
         ids = sorted({str(j.external_jobid).split("_")[0] for j in active_jobs})
         async with self.status_rate_limiter:
@@ -250,6 +259,12 @@ class Executor(SlurmExecutor):
                 continue
             if row is None or row.ended is None:     # not known to sacct yet, or not ended
                 never = NEVER_STARTS.get(row.reason) if row is not None and row.state == "PENDING" else None
+                # Slurm says `PartitionConfig` for a moment after any submission, before its
+                # scheduler has looked: a reason counts once two rounds in a row say it.
+                seen = self._never_seen.pop(job.external_jobid, None)
+                if never and seen != row.reason:
+                    self._never_seen[job.external_jobid] = row.reason
+                    never = None
                 if never:
                     await _run(["scancel", str(job.external_jobid)])
                     finished = True
@@ -269,7 +284,7 @@ class Executor(SlurmExecutor):
         # Ask again soon after a round where jobs ended (their dependents are
         # being submitted: a chain of short stages hops at this pace), and
         # back off geometrically, to MAX_STATUS_INTERVAL, while all run on.
-        first = self.workflow.executor_settings.init_seconds_before_status_checks
+        first = self._first_interval()
         if finished:
             self.next_seconds_between_status_checks = first
         else:
