@@ -104,3 +104,67 @@ def test_a_step_file_of_any_length_runs_as_a_script(tmp_path):
     step.write_text("set -euo pipefail\necho " + " ".join(f"point{i}" for i in range(30000)) + " | wc -w\n")
     out = subprocess.run([sys.executable, "-S", jobstep.__file__, str(step)], capture_output=True, text=True)
     assert (out.returncode, out.stdout.strip()) == (0, "30000"), out.stderr
+
+
+def _step_file(path, stage_dir, command: str, **fields) -> None:
+    """A stage's step file as waypost's executor writes it (the runner reading its here-document)."""
+    from waypost.model import spec
+    from waypost.runner import main as runner
+    line = spec.encode({"stage": "s", "experiment": "e", "pair": "p", "stage_dir": str(stage_dir),
+                        "outputs": [str(stage_dir / "out")], **fields})
+    path.write_text(f"exec {shlex.join(runner.command(sys.executable))} <<'{spec.DELIMITER}'\n{line}\n"
+                    f"{command}\n{spec.DELIMITER}\n\n")
+
+
+def test_a_bundle_forks_its_runner_for_each_local_step_and_runs_any_other_file_with_bash(tmp_path):
+    # Three stages in one bundle: two are the runner reading its step (run
+    # in a fork of the bundle's own process, which imported the runner once),
+    # one is another script (bash runs it). Each ends as itself: a failing
+    # step is recorded FAILED and the next still runs.
+    from conftest import read_manifest
+    runner = 'tr "\\0" " " < /proc/$PPID/cmdline; echo'   # the step's runner: the command's parent
+    dirs = {name: tmp_path / name for name in ("ok", "bad", "other")}
+    for d in dirs.values():
+        d.mkdir()
+    _step_file(tmp_path / "ok.sh", dirs["ok"], f"{{ {runner}; }} > {dirs['ok']}/out; echo \"$WAYPOST_BUNDLED\" >> {dirs['ok']}/out")
+    _step_file(tmp_path / "bad.sh", dirs["bad"], "echo trying; exit 3")
+    (tmp_path / "other.sh").write_text(f"echo plain > {dirs['other']}/out\n")
+    listing = tmp_path / "bundle.list"
+    listing.write_text("".join(f"{tmp_path / n}.sh\t{tmp_path / n}.status\n" for n in ("bad", "ok", "other")))
+    proc = subprocess.run([sys.executable, "-S", jobstep.__file__, jobstep.BUNDLE_OPTION, str(listing)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {n: (tmp_path / f"{n}.status").read_text() for n in dirs} == {"ok": "0\n", "bad": "3\n", "other": "0\n"}
+    assert read_manifest(dirs["ok"])["state"] == "SUCCESS" and read_manifest(dirs["bad"])["state"] == "FAILED"
+    ran_by, bundled = (dirs["ok"] / "out").read_text().splitlines()
+    # the step's runner is a fork of the bundle: its command line is the bundle's, not launch.py's
+    assert jobstep.BUNDLE_OPTION in ran_by and "launch.py" not in ran_by, ran_by
+    assert bundled == "1"
+    assert (dirs["other"] / "out").read_text() == "plain\n"
+
+
+def test_a_signal_to_a_bundle_ends_its_forked_step_as_the_runner_records_it_and_starts_no_more(tmp_path):
+    import os
+    import signal
+    import time
+
+    from conftest import read_manifest
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    _step_file(tmp_path / "first.sh", first, f"touch {first}/started; sleep 60")
+    _step_file(tmp_path / "second.sh", second, f"touch {second}/out")
+    listing = tmp_path / "bundle.list"
+    listing.write_text("".join(f"{tmp_path / n}.sh\t{tmp_path / n}.status\n" for n in ("first", "second")))
+    bundle = subprocess.Popen([sys.executable, "-S", jobstep.__file__, jobstep.BUNDLE_OPTION, str(listing)],
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (first / "started").exists():
+        assert time.time() < deadline and bundle.poll() is None, bundle.stderr.read() if bundle.poll() else ""
+        time.sleep(0.05)
+    bundle.send_signal(signal.SIGTERM)
+    _, err = bundle.communicate(timeout=60)
+    assert bundle.returncode == 128 + signal.SIGTERM, err
+    record = read_manifest(first)
+    assert record["state"] != "SUCCESS" and record["attempts"][0]["state"] != "SUCCESS", record
+    assert not os.path.exists(tmp_path / "second.status") and not (second / "out").exists()

@@ -96,10 +96,10 @@ def _read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def parse_args(argv: list[str]) -> tuple[wspec.StepSpec, LostJob | None]:
-    """The step (from standard input, or ``--spec FILE``) and the lost-job
-    mode's options. A job's runner has no options: argparse (and its import)
-    is only for the executor's lost-job mode, ``--spec`` and ``--help``."""
+def parse_args(argv: list[str], data: bytes | None = None) -> tuple[wspec.StepSpec, LostJob | None]:
+    """The step (``data``, else from standard input, or ``--spec FILE``) and
+    the lost-job mode's options. A job's runner has no options: argparse (and
+    its import) is only for the executor's lost-job mode, ``--spec`` and ``--help``."""
     lost, source = None, None
     if argv:
         options = _parser().parse_args(argv)
@@ -109,7 +109,7 @@ def parse_args(argv: list[str]) -> tuple[wspec.StepSpec, LostJob | None]:
     if source:
         with open(source, "rb") as f:
             data = f.read()
-    else:
+    elif data is None:
         data = _read_all(0)
     if not data.strip():
         raise SystemExit("waypost.runner: no step on standard input (see --help)")
@@ -119,8 +119,8 @@ def parse_args(argv: list[str]) -> tuple[wspec.StepSpec, LostJob | None]:
         raise SystemExit(f"waypost.runner: {exc}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    step, lost = parse_args(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str] | None = None, data: bytes | None = None) -> int:
+    step, lost = parse_args(sys.argv[1:] if argv is None else argv, data)
     if step.mounts:   # which bucket a mount serves, as the config says (stores.mounted)
         locations.declare_mounts(step.mounts)
     if step.reuse_from or stores.needs_mirror(step.stage_dir):
@@ -150,8 +150,9 @@ def command(python: str) -> list[str]:
     return [python, "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.py")]
 
 
-def run_and_exit() -> None:
-    """``main()``, then exit with its status. A local stage leaves nothing for
+def run_and_exit(data: bytes | None = None) -> None:
+    """``main()`` (the step: ``data``, else standard input; a bundle's forked
+    runner gets it as ``data``), then exit with its status. A local stage leaves nothing for
     the interpreter's teardown (files closed, the manifest synced), and that
     teardown (freeing every module, a last collection) costs each step
     ~5 ms: skip it. A gs:// stage's client may still have work at exit.
@@ -160,7 +161,7 @@ def run_and_exit() -> None:
     line of the runner's goes out in one write (``print`` writes its text
     and its newline apart, and another runner's line tore in between)."""
     sys.stderr.reconfigure(line_buffering=True, write_through=False)
-    status = main()
+    status = main([] if data is not None else None, data)
     if "waypost.stores.mirror" in sys.modules or "gcsfs" in sys.modules:
         sys.exit(status)
     sys.stdout.flush()

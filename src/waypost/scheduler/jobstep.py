@@ -21,7 +21,10 @@ the step files its list names one after another, each with
 ``WAYPOST_BUNDLED=1`` (so each stage's runner keeps its own time limit), and
 writes each step's exit status to the status file beside it as it ends. A
 signal (Slurm ending the job) goes to the step at work, and no later step
-starts.
+starts. The bundle imports the step runner once and forks it for each step
+that is just the runner reading its here-document (every local stage's):
+a short stage then pays no interpreter start and no imports of its own. Any
+other step file (a bucket root's, a reuse) runs with bash, as alone.
 
 Only the standard library, no ``site``: a few milliseconds per job.
 """
@@ -68,11 +71,13 @@ def run_bundle(list_path: str) -> int:
                 pass
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, stop)
-    env = {**os.environ, BUNDLED_ENV: "1"}
+    os.environ[BUNDLED_ENV] = "1"
+    runner = _import_runner()
     for step, status in entries:
         if stopped:
             break
-        child = subprocess.Popen(["/bin/bash", step], env=env)
+        body = _runner_input(step, runner)
+        child = _Forked(runner, body) if body is not None else subprocess.Popen(["/bin/bash", step])
         current[:] = [child]
         code = child.wait()
         current.clear()
@@ -80,6 +85,87 @@ def run_bundle(list_path: str) -> int:
             f.write(f"{128 - code if code < 0 else code}\n")
         os.replace(status + ".tmp", status)
     return 128 + stopped[0] if stopped else 0
+
+
+def _import_runner():
+    """The step runner's module, imported once for the whole bundle, as
+    ``launch.py`` imports it (waypost from the directory above this file's
+    package, after the standard library)."""
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]   # this file's own directory: waypost's modules are imported as waypost.*
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from waypost.runner import main
+    return main
+
+
+def _runner_input(step: str, runner) -> bytes | None:
+    """What the step file gives the runner on its standard input, when the
+    file is exactly this interpreter's runner reading a here-document
+    (``waypost.planning.wiring``'s step) of a step the runner works on
+    locally; None for any other file: bash runs it."""
+    from waypost import stores
+    from waypost.model import spec
+
+    try:
+        with open(step, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None   # bash says what is wrong with it
+    head, _, rest = text.partition(b"\n")
+    expected = f"exec {shlex.join(runner.command(sys.executable))} <<'{spec.DELIMITER}'"
+    end = b"\n" + spec.DELIMITER.encode() + b"\n"
+    cut = rest.find(end)
+    if head.decode(errors="replace") != expected or cut < 0 or rest[cut + len(end):].strip():
+        return None
+    body = rest[:cut + 1]   # the here-document: every line before the delimiter's
+    line = body.partition(b"\n")[0]
+    try:
+        step_spec = spec.decode(line)
+    except spec.SpecError:
+        return None   # the runner alone says what is wrong with it
+    if step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir):
+        return None   # these bring in site-packages and need the interpreter's teardown
+    return body
+
+
+class _Forked:
+    """One step's runner, forked from the bundle's process (``wait`` and
+    ``send_signal`` as a ``Popen``'s): a fresh process that has the runner's
+    modules imported already, reading the step from ``body``."""
+
+    def __init__(self, runner, body: bytes):
+        import signal
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid:
+            return
+        status = 1
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+                signal.signal(signum, signal.SIG_DFL)
+            null = os.open(os.devnull, os.O_RDONLY)   # as alone: the step's input was the here-document, now read
+            os.dup2(null, 0)
+            os.close(null)
+            status = runner.run_and_exit(body)
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int) and exc.code is not None:
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+
+    def wait(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
 
 
 def main() -> None:
