@@ -72,3 +72,45 @@ def test_stale_link_from_another_checkout_is_replaced(tmp_path):
     out = waypost_install(home)
     assert str(links / "local") in out.stdout
     assert not (links / "local").is_symlink() and (links / "local" / "config.yaml").exists()
+
+
+# Three stages of two instances each, written lowest priority first: one core
+# runs one job at a time, so the order the jobs ran in is the order the
+# profile's scheduler chose them in.
+PRIORITIES = '''import os
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+ORDER = os.path.abspath("order.txt")
+
+rule dusk:
+    output: wp.out("out.txt", instances=["a", "b"])
+    priority: 1
+    shell: "echo {rule} >> {ORDER:q}; touch {output}"
+
+rule noon:
+    output: wp.out("out.txt", instances=["a", "b"])
+    priority: 5
+    shell: "echo {rule} >> {ORDER:q}; touch {output}"
+
+rule dawn:
+    output: wp.out("out.txt", instances=["a", "b"])
+    priority: 9
+    shell: "echo {rule} >> {ORDER:q}; touch {output}"
+
+wp.finish()
+
+rule all:
+    default_target: True
+    input: wp.targets
+'''
+
+
+def test_local_profile_runs_higher_priority_first(tmp_path):
+    """The shipped local profile's scheduler picks ready jobs by `priority:`."""
+    (tmp_path / "Snakefile").write_text(PRIORITIES)
+    write_config(tmp_path, {"root": "results", "experiments": {"e1": {}}})
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", "Snakefile", "--profile", str(REPO / "profiles/local"),
+                           "--configfile", "config.yaml", "--cores", "1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "order.txt").read_text().split() == ["dawn"] * 2 + ["noon"] * 2 + ["dusk"] * 2
