@@ -149,6 +149,7 @@ class Timed:
     seconds: float
     returncode: int
     output: str          # stdout + stderr (the tail only, when big)
+    cpu_s: float = 0.0   # user + system CPU of the process and every descendant it waited for
 
 
 # Variables some CI environments (this one included) set that a user's shell
@@ -174,9 +175,16 @@ def timed(cmd: list[str], cwd: str | Path | None = None, env: dict | None = None
     50 ms, which would add up to 50 ms to every measure. A timer kills the
     process at ``timeout`` instead.
     """
+    import resource
     import tempfile
     import threading
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
     with tempfile.TemporaryFile(mode="w+b") as out:
+        cpu_before = children_cpu()
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=measuring_env(env), stdout=out, stderr=subprocess.STDOUT)
         watchdog = threading.Timer(timeout, proc.kill)
@@ -186,13 +194,14 @@ def timed(cmd: list[str], cwd: str | Path | None = None, env: dict | None = None
         finally:
             watchdog.cancel()
         seconds = time.perf_counter() - start
+        cpu = children_cpu() - cpu_before     # one measured process at a time: all of it is this one's
         if seconds >= timeout:
             raise subprocess.TimeoutExpired(cmd, timeout)
         text = ""
         if keep_output:
             out.seek(0)
             text = out.read().decode(errors="replace")
-    return Timed(seconds, returncode, text)
+    return Timed(seconds, returncode, text, cpu)
 
 
 def check(result: Timed, what: str) -> Timed:

@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,checkpoints,runner,catalog,findpage,status,study_status,study_planning,mount,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,checkpoints,runner,local_profile,catalog,findpage,status,study_status,study_planning,mount,own_snakefile,slurm] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -13,7 +13,8 @@ diagnosis of missed targets, written by hand) is included in the document.
 
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
 idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_BIG, BENCH_SLURM_POINTS, BENCH_SLURM_PARTS, BENCH_BIG_MB,
-BENCH_CATALOG_LOCAL, BENCH_CATALOG_GCS, BENCH_FINDPAGE_ROWS and BENCH_MOUNT_MB size it;
+BENCH_CATALOG_LOCAL, BENCH_CATALOG_GCS, BENCH_FINDPAGE_ROWS, BENCH_MOUNT_MB,
+BENCH_LOCAL_JOBS, BENCH_OWN_PLAN_LANGS and BENCH_OWN_RUN_LANGS size it;
 BENCH_PROFILE=1 profiles even where the targets are met; BENCH_TMP is where
 the temporary trees go (default: the system's temp dir).
 """
@@ -36,7 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_catalog
 import bench_checkpoints
 import bench_findpage
+import bench_local_profile
 import bench_mount
+import bench_own_snakefile
 import bench_planning
 import bench_runner
 import bench_slurm
@@ -63,12 +66,14 @@ BENCHMARKS = {                      # the issue's order
     "planning": bench_planning.run,
     "checkpoints": bench_checkpoints.run,   # issue 30: planning a checkpointed workflow
     "runner": bench_runner.run,
+    "local_profile": bench_local_profile.run,   # issue 42: the local profile as shipped, against plain
     "catalog": bench_catalog.run,
     "findpage": bench_findpage.run,     # issue 21: the catalog as a page
     "status": bench_status.run,
     "study_status": bench_study_status.run,   # issue 31: status at a study's scale
     "study_planning": bench_study_planning.run,   # issue 31: planning a study at 10,000 points
     "mount": bench_mount.run,           # issue 29: a bucket mounted as the root
+    "own_snakefile": bench_own_snakefile.run,   # issue 40: a user's own Snakefile, with and without waypost
     "slurm": bench_slurm.run,
 }
 DOCUMENT = REPO / "docs" / "benchmarks.md"
