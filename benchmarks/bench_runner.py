@@ -188,8 +188,55 @@ def hashing(tmp: Path) -> tuple[list[Row], list[str]]:
     return rows, notes
 
 
+BUNDLE_STAGES = 40
+
+
+def bundled_steps(tmp: Path) -> tuple[list[Row], list[str]]:
+    """A bundle of no-op stages as a Slurm job runs it (``jobstep.py
+    --bundle``, no Slurm): each stage's runner forked from the bundle, which
+    imported it once, against the same steps each started alone (a comment
+    line first: bash runs the file, which starts the runner)."""
+    from waypost.scheduler import jobstep
+    fresh = itertools.count()
+
+    def bundle(alone: bool) -> tuple[float, float]:
+        root = tmp / f"bundle-{next(fresh)}"
+        root.mkdir()
+        entries = []
+        for i in range(BUNDLE_STAGES):
+            d = root / f"s{i}"
+            d.mkdir()
+            line = runner_cmd(d, d / "out", f"echo x > {d}/out")[2].removeprefix("set -euo pipefail; ")
+            (root / f"{i}.sh").write_text(("# started alone\n" if alone else "") + line + "\n")
+            entries.append(f"{root}/{i}.sh\t{root}/{i}.status\n")
+        (root / "list").write_text("".join(entries))
+        result = check(timed([PYTHON, "-S", jobstep.__file__, jobstep.BUNDLE_OPTION, str(root / "list")],
+                             keep_output=False), "bundle")
+        assert all((root / f"{i}.status").read_text() == "0\n" for i in range(BUNDLE_STAGES))
+        return result.seconds / BUNDLE_STAGES, result.cpu_s / BUNDLE_STAGES
+
+    cpu: dict[str, list[float]] = {"forked": [], "alone": []}
+
+    def variant(name: str):
+        def go() -> float:
+            seconds, cpu_s = bundle(name == "alone")
+            cpu[name].append(cpu_s)
+            return seconds
+        return go
+
+    samples = interleaved({"forked": variant("forked"), "alone": variant("alone")}, 5, warmup=1)
+    ms = {name: 1000 * median(values) for name, values in samples.items()}
+    cpu_ms = {name: 1000 * median(values[-5:]) for name, values in cpu.items()}
+    log(f"bundled stage: forked {ms['forked']:.1f} ms ({cpu_ms['forked']:.1f} CPU) vs alone "
+        f"{ms['alone']:.1f} ms ({cpu_ms['alone']:.1f} CPU)")
+    return [Row(measure=f"a bundled no-op stage ({BUNDLE_STAGES} in one bundle), runner forked",
+                value=ms["forked"], unit="ms", baseline=ms["alone"], baseline_label="each runner started alone",
+                samples=samples,
+                note=f"CPU {cpu_ms['forked']:.1f} ms against {cpu_ms['alone']:.1f} ms per stage")], []
+
+
 def run(ctx: dict) -> Section:
-    return run_parts("Step runner overhead", ctx, (noop_step, hashing))
+    return run_parts("Step runner overhead", ctx, (noop_step, hashing, bundled_steps))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -144,7 +145,6 @@ def test_a_bundle_forks_its_runner_for_each_local_step_and_runs_any_other_file_w
 
 
 def test_a_signal_to_a_bundle_ends_its_forked_step_as_the_runner_records_it_and_starts_no_more(tmp_path):
-    import os
     import signal
     import time
 
@@ -168,3 +168,20 @@ def test_a_signal_to_a_bundle_ends_its_forked_step_as_the_runner_records_it_and_
     record = read_manifest(first)
     assert record["state"] != "SUCCESS" and record["attempts"][0]["state"] != "SUCCESS", record
     assert not os.path.exists(tmp_path / "second.status") and not (second / "out").exists()
+
+
+def test_a_bundle_forks_only_for_its_own_interpreter_and_runner_however_spelt(tmp_path):
+    from waypost.model import spec
+    from waypost.runner import main as runner
+    ours = runner.command(sys.executable)
+    python, launch = ours[0], ours[-1]
+    spelt = os.path.join(os.path.dirname(python), "..", os.path.basename(os.path.dirname(python)),
+                         os.path.basename(python))
+
+    def head(*words):
+        return f"exec {shlex.join(words)} <<'{spec.DELIMITER}'"
+    assert jobstep._runs_this_runner(head(spelt, "-S", launch), ours, spec.DELIMITER)
+    assert not jobstep._runs_this_runner(head(python, "-S", str(tmp_path / "launch.py")), ours, spec.DELIMITER)
+    assert not jobstep._runs_this_runner(head(python, launch), ours, spec.DELIMITER)              # with site
+    assert not jobstep._runs_this_runner(head(python, "-S", launch).replace("exec ", ""), ours, spec.DELIMITER)
+    assert not jobstep._runs_this_runner(head(python, "-S", launch) + " extra", ours, spec.DELIMITER)

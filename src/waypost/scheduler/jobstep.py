@@ -112,10 +112,10 @@ def _runner_input(step: str, runner) -> bytes | None:
     except OSError:
         return None   # bash says what is wrong with it
     head, _, rest = text.partition(b"\n")
-    expected = f"exec {shlex.join(runner.command(sys.executable))} <<'{spec.DELIMITER}'"
     end = b"\n" + spec.DELIMITER.encode() + b"\n"
     cut = rest.find(end)
-    if head.decode(errors="replace") != expected or cut < 0 or rest[cut + len(end):].strip():
+    if not _runs_this_runner(head.decode(errors="replace"), runner.command(sys.executable), spec.DELIMITER) \
+            or cut < 0 or rest[cut + len(end):].strip():
         return None
     body = rest[:cut + 1]   # the here-document: every line before the delimiter's
     line = body.partition(b"\n")[0]
@@ -126,6 +126,21 @@ def _runner_input(step: str, runner) -> bytes | None:
     if step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir):
         return None   # these bring in site-packages and need the interpreter's teardown
     return body
+
+
+def _runs_this_runner(head: str, command: list[str], delimiter: str) -> bool:
+    """Is ``head`` (a step file's first line) ``exec COMMAND <<'DELIMITER'``,
+    the same interpreter (``-S``: its standard library and waypost only) and
+    the same runner as ``command``, however their paths are spelt?"""
+    try:
+        words = shlex.split(head)
+    except ValueError:
+        return False
+    if words[:1] != ["exec"] or words[-1] != "<<" + delimiter or len(words) != len(command) + 2:
+        return False
+    same, ours, theirs = os.path.realpath, command, words[1:-1]
+    return (same(theirs[0]) == same(ours[0]) and theirs[1:-1] == ours[1:-1]
+            and same(theirs[-1]) == same(ours[-1]))
 
 
 class _Forked:
