@@ -17,11 +17,14 @@ EXAMPLE_SNAKEFILE = EXAMPLE / "workflow" / "Snakefile"
 
 def study_config(**changes) -> dict:
     # Timing margins are wide so a loaded machine changes nothing: the 40- and
-    # 150-cell points take ~0.1 s of a 0.6 s limit, the 600-cell one ~8 s.
+    # 150-cell points take ~0.1 s of their 6 s limit (a machine at load 11
+    # once took more than 0.6 s), the 600-cell one ~8 s of its 0.6 s.
     config = yaml.safe_load((EXAMPLE / "config" / "config.yaml").read_text())
     config["experiments"]["sweep"]["grid"] = {"alpha": [1.0], "cells": [40, 150, 600]}
-    config["experiments"]["sweep"]["per_instance"] = {"alpha1.0-cells40": {"simulate": {"bad_node_after": 3}},
-                                                      "alpha1.0-cells150": {"simulate": {"bad_node_after": 1000}}}
+    roomy = {"runtime": 0.1}
+    config["experiments"]["sweep"]["per_instance"] = {
+        "alpha1.0-cells40": {"simulate": {"bad_node_after": 3, "policy": roomy}},
+        "alpha1.0-cells150": {"simulate": {"bad_node_after": 1000, "policy": roomy}}}
     config["stages"]["simulate"]["policy"].update(runtime=0.01, max_attempts=10)
     for key, value in changes.items():
         config["stages"]["simulate"]["policy"][key] = value
