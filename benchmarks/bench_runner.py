@@ -192,11 +192,12 @@ BUNDLE_STAGES = 40
 
 
 def bundled_steps(tmp: Path) -> tuple[list[Row], list[str]]:
-    """A bundle of no-op stages as a Slurm job runs it (``jobstep.py
+    """A bundle of no-op stages as a Slurm job runs it (``launch.py
     --bundle``, no Slurm): each stage's runner forked from the bundle, which
     imported it once, against the same steps each started alone (a comment
     line first: bash runs the file, which starts the runner)."""
-    from waypost.scheduler import jobstep
+    from waypost.runner import bundle as bundles
+    from waypost.runner import main as runner
     fresh = itertools.count()
 
     def bundle(alone: bool) -> tuple[float, float]:
@@ -210,7 +211,7 @@ def bundled_steps(tmp: Path) -> tuple[list[Row], list[str]]:
             (root / f"{i}.sh").write_text(("# started alone\n" if alone else "") + line + "\n")
             entries.append(f"{root}/{i}.sh\t{root}/{i}.status\n")
         (root / "list").write_text("".join(entries))
-        result = check(timed([PYTHON, "-S", jobstep.__file__, jobstep.BUNDLE_OPTION, str(root / "list")],
+        result = check(timed([*runner.command(PYTHON), bundles.BUNDLE_OPTION, str(root / "list")],
                              keep_output=False), "bundle")
         assert all((root / f"{i}.status").read_text() == "0\n" for i in range(BUNDLE_STAGES))
         return result.seconds / BUNDLE_STAGES, result.cpu_s / BUNDLE_STAGES

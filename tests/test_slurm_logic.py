@@ -12,6 +12,8 @@ import subprocess
 import sys
 import zlib
 
+from waypost.runner import bundle
+from waypost.runner import main as runner_main
 from waypost.scheduler import jobstep, slurm
 
 
@@ -132,14 +134,14 @@ def test_a_bundle_forks_its_runner_for_each_local_step_and_runs_any_other_file_w
     (tmp_path / "other.sh").write_text(f"echo plain > {dirs['other']}/out\n")
     listing = tmp_path / "bundle.list"
     listing.write_text("".join(f"{tmp_path / n}.sh\t{tmp_path / n}.status\n" for n in ("bad", "ok", "other")))
-    proc = subprocess.run([sys.executable, "-S", jobstep.__file__, jobstep.BUNDLE_OPTION, str(listing)],
+    proc = subprocess.run([*runner_main.command(sys.executable), bundle.BUNDLE_OPTION, str(listing)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert {n: (tmp_path / f"{n}.status").read_text() for n in dirs} == {"ok": "0\n", "bad": "3\n", "other": "0\n"}
     assert read_manifest(dirs["ok"])["state"] == "SUCCESS" and read_manifest(dirs["bad"])["state"] == "FAILED"
     ran_by, bundled = (dirs["ok"] / "out").read_text().splitlines()
     # the step's runner is a fork of the bundle: its command line is the bundle's, not launch.py's
-    assert jobstep.BUNDLE_OPTION in ran_by and "launch.py" not in ran_by, ran_by
+    assert bundle.BUNDLE_OPTION in ran_by, ran_by   # (a runner started alone: `python -S launch.py`)
     assert bundled == "1"
     assert (dirs["other"] / "out").read_text() == "plain\n"
 
@@ -156,15 +158,15 @@ def test_a_signal_to_a_bundle_ends_its_forked_step_as_the_runner_records_it_and_
     _step_file(tmp_path / "second.sh", second, f"touch {second}/out")
     listing = tmp_path / "bundle.list"
     listing.write_text("".join(f"{tmp_path / n}.sh\t{tmp_path / n}.status\n" for n in ("first", "second")))
-    bundle = subprocess.Popen([sys.executable, "-S", jobstep.__file__, jobstep.BUNDLE_OPTION, str(listing)],
+    proc = subprocess.Popen([*runner_main.command(sys.executable), bundle.BUNDLE_OPTION, str(listing)],
                               stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not (first / "started").exists():
-        assert time.time() < deadline and bundle.poll() is None, bundle.stderr.read() if bundle.poll() else ""
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
         time.sleep(0.05)
-    bundle.send_signal(signal.SIGTERM)
-    _, err = bundle.communicate(timeout=60)
-    assert bundle.returncode == 128 + signal.SIGTERM, err
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
     record = read_manifest(first)
     assert record["state"] != "SUCCESS" and record["attempts"][0]["state"] != "SUCCESS", record
     assert not os.path.exists(tmp_path / "second.status") and not (second / "out").exists()
@@ -180,8 +182,8 @@ def test_a_bundle_forks_only_for_its_own_interpreter_and_runner_however_spelt(tm
 
     def head(*words):
         return f"exec {shlex.join(words)} <<'{spec.DELIMITER}'"
-    assert jobstep._runs_this_runner(head(spelt, "-S", launch), ours, spec.DELIMITER)
-    assert not jobstep._runs_this_runner(head(python, "-S", str(tmp_path / "launch.py")), ours, spec.DELIMITER)
-    assert not jobstep._runs_this_runner(head(python, launch), ours, spec.DELIMITER)              # with site
-    assert not jobstep._runs_this_runner(head(python, "-S", launch).replace("exec ", ""), ours, spec.DELIMITER)
-    assert not jobstep._runs_this_runner(head(python, "-S", launch) + " extra", ours, spec.DELIMITER)
+    assert bundle._runs_this_runner(head(spelt, "-S", launch), ours, spec.DELIMITER)
+    assert not bundle._runs_this_runner(head(python, "-S", str(tmp_path / "launch.py")), ours, spec.DELIMITER)
+    assert not bundle._runs_this_runner(head(python, launch), ours, spec.DELIMITER)              # with site
+    assert not bundle._runs_this_runner(head(python, "-S", launch).replace("exec ", ""), ours, spec.DELIMITER)
+    assert not bundle._runs_this_runner(head(python, "-S", launch) + " extra", ours, spec.DELIMITER)

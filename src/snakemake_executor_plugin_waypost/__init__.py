@@ -55,6 +55,8 @@ from waypost.model import manifest
 from waypost.model import spec as wspec
 from waypost.planning.wiring import job_command
 from waypost.runner import main as runner
+from waypost.runner.bundle import BUNDLE_OPTION
+from waypost.runner.main import command as runner_command
 from waypost.scheduler import jobstep
 from waypost.scheduler import slurm as wslurm
 from waypost.snakemake import STEP_PARAM
@@ -104,11 +106,11 @@ class Executor(SlurmExecutor):
     def format_job_exec(self, job: JobExecutorInterface) -> str:
         if not stage_job(job):
             return super().format_job_exec(job)
-        jobstep = f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)}"
         members = self._bundles.get(bundles.key(job))
-        if members:
-            return f"{jobstep} --bundle {shlex.quote(self._bundle_list(members))}"
-        return f"{jobstep} {shlex.quote(self._step_file(job))}"
+        if members:   # the step runner's own entry runs the bundle (waypost.runner.bundle)
+            return (f"{shlex.join(runner_command(sys.executable))} {BUNDLE_OPTION} "
+                    f"{shlex.quote(self._bundle_list(members))}")
+        return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {shlex.quote(self._step_file(job))}"
 
     def _status_file(self, job) -> str:
         return os.path.join(self.tmpdir, f"step-{job.rule.name}-{job.jobid}-{job.attempt}.status")

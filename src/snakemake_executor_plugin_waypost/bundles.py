@@ -8,9 +8,9 @@ own (the scheduler's start, the step daemon, the accounting). The job's time
 limit is N times the class's runtime; each stage's runner keeps its own.
 
 The first job of a bundle (its *leader*) is submitted as any job, with a
-command that runs the bundle's list (``waypost/scheduler/jobstep.py --bundle LIST``);
+command that runs the bundle's list (``waypost/runner/launch.py --bundle LIST``: ``waypost.runner.bundle``);
 the others are reported submitted with the same Slurm job id. Each stage's
-end is its own: ``jobstep`` writes the exit status of each stage's step to
+end is its own: the bundle writes the exit status of each stage's step to
 its status file as the step ends, and the executor reads these, so a stage
 done early lets its dependents go on while the rest of the bundle runs. A
 stage whose step never ran (the job cancelled, ended at its time limit or

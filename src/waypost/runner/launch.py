@@ -1,6 +1,7 @@
 """The step runner, started without ``site``::
 
     python -S .../waypost/runner/launch.py OPTIONS -- COMMAND ...
+    python -S .../waypost/runner/launch.py --bundle LIST     (waypost.runner.bundle)
 
 is ``python -m waypost.runner OPTIONS -- COMMAND ...`` less the ~3 ms that
 ``site`` (reading every installed package's ``.pth`` files) costs each step.
@@ -14,6 +15,11 @@ import sys
 
 del sys.path[0]   # this file's own directory: waypost's modules are imported as waypost.*
 sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+if sys.argv[1:2] == ["--bundle"]:   # a bundle's Slurm job: waypost.runner.bundle
+    from waypost.runner.bundle import run_bundle
+    sys.stdout.flush()
+    sys.exit(run_bundle(sys.argv[2]))
 
 from waypost.runner.main import run_and_exit  # noqa: E402
 

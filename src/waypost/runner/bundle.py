@@ -1,0 +1,144 @@
+"""A bundle: several stages in one Slurm job (a worker class's ``bundle: N``).
+
+    python -S .../waypost/runner/launch.py --bundle LIST
+
+runs the step files its list names (``STEP_FILE<TAB>STATUS_FILE`` lines,
+written by waypost's executor) one after another, each with
+``WAYPOST_BUNDLED=1`` (so each stage's runner keeps its own time limit), and
+writes each step's exit status to the status file beside it as it ends. A
+signal (Slurm ending the job) goes to the step at work, and no later step
+starts. The bundle has imported the step runner once and forks it for each
+step that is just the runner reading its here-document (every local
+stage's): a short stage then pays no interpreter start and no imports of
+its own. Any other step file (a bucket root's, a reuse) runs with bash, as
+alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+BUNDLE_OPTION = "--bundle"
+BUNDLED_ENV = "WAYPOST_BUNDLED"
+
+
+def run_bundle(list_path: str) -> int:
+    """Run a bundle's steps in turn; 128 + N when signal N stopped it."""
+    import signal
+    import subprocess
+
+    with open(list_path) as f:
+        entries = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    stopped: list[int] = []
+    current: list[subprocess.Popen] = []
+
+    def stop(signum, _frame) -> None:
+        stopped.append(signum)
+        for child in current:
+            try:
+                child.send_signal(signum)
+            except OSError:
+                pass
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, stop)
+    os.environ[BUNDLED_ENV] = "1"
+    from waypost.runner import main as runner
+    for step, status in entries:
+        if stopped:
+            break
+        body = _runner_input(step, runner)
+        child = _Forked(runner, body) if body is not None else subprocess.Popen(["/bin/bash", step])
+        current[:] = [child]
+        code = child.wait()
+        current.clear()
+        with open(status + ".tmp", "w") as f:
+            f.write(f"{128 - code if code < 0 else code}\n")
+        os.replace(status + ".tmp", status)
+    return 128 + stopped[0] if stopped else 0
+
+
+def _runner_input(step: str, runner) -> bytes | None:
+    """What the step file gives the runner on its standard input, when the
+    file is exactly this interpreter's runner reading a here-document
+    (``waypost.planning.wiring``'s step) of a step the runner works on
+    locally; None for any other file: bash runs it."""
+    from waypost import stores
+    from waypost.model import spec
+
+    try:
+        with open(step, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None   # bash says what is wrong with it
+    head, _, rest = text.partition(b"\n")
+    end = b"\n" + spec.DELIMITER.encode() + b"\n"
+    cut = rest.find(end)
+    if not _runs_this_runner(head.decode(errors="replace"), runner.command(sys.executable), spec.DELIMITER) \
+            or cut < 0 or rest[cut + len(end):].strip():
+        return None
+    body = rest[:cut + 1]   # the here-document: every line before the delimiter's
+    line = body.partition(b"\n")[0]
+    try:
+        step_spec = spec.decode(line)
+    except spec.SpecError:
+        return None   # the runner alone says what is wrong with it
+    if step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir):
+        return None   # these bring in site-packages and need the interpreter's teardown
+    return body
+
+
+def _runs_this_runner(head: str, command: list[str], delimiter: str) -> bool:
+    """Is ``head`` (a step file's first line) ``exec COMMAND <<'DELIMITER'``,
+    the same interpreter (``-S``: its standard library and waypost only) and
+    the same runner as ``command``, however their paths are spelt?"""
+    try:
+        words = shlex.split(head)
+    except ValueError:
+        return False
+    if words[:1] != ["exec"] or words[-1] != "<<" + delimiter or len(words) != len(command) + 2:
+        return False
+    same, ours, theirs = os.path.realpath, command, words[1:-1]
+    return (same(theirs[0]) == same(ours[0]) and theirs[1:-1] == ours[1:-1]
+            and same(theirs[-1]) == same(ours[-1]))
+
+
+class _Forked:
+    """One step's runner, forked from the bundle's process (``wait`` and
+    ``send_signal`` as a ``Popen``'s): a fresh process that has the runner's
+    modules imported already, reading the step from ``body``."""
+
+    def __init__(self, runner, body: bytes):
+        import signal
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid:
+            return
+        status = 1
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+                signal.signal(signum, signal.SIG_DFL)
+            null = os.open(os.devnull, os.O_RDONLY)   # as alone: the step's input was the here-document, now read
+            os.dup2(null, 0)
+            os.close(null)
+            status = runner.run_and_exit(body)
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int) and exc.code is not None:
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+
+    def wait(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
