@@ -56,7 +56,6 @@ from waypost.model import spec as wspec
 from waypost.planning.wiring import job_command
 from waypost.runner import main as runner
 from waypost.runner.bundle import BUNDLE_OPTION
-from waypost.runner.main import command as runner_command
 from waypost.scheduler import jobstep
 from waypost.scheduler import slurm as wslurm
 from waypost.snakemake import STEP_PARAM
@@ -108,7 +107,7 @@ class Executor(SlurmExecutor):
             return super().format_job_exec(job)
         members = self._bundles.get(bundles.key(job))
         if members:   # the step runner's own entry runs the bundle (waypost.runner.bundle)
-            return (f"{shlex.join(runner_command(sys.executable))} {BUNDLE_OPTION} "
+            return (f"{shlex.join(runner.command(sys.executable))} {BUNDLE_OPTION} "
                     f"{shlex.quote(self._bundle_list(members))}")
         return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {shlex.quote(self._step_file(job))}"
 

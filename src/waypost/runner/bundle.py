@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
 
 BUNDLE_OPTION = "--bundle"
 BUNDLED_ENV = "WAYPOST_BUNDLED"
+# What Slurm (or a user) sends to end the bundle: passed on to the step at work.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def run_bundle(list_path: str) -> int:
     """Run a bundle's steps in turn; 128 + N when signal N stopped it."""
-    import signal
     import subprocess
 
     with open(list_path) as f:
@@ -41,7 +43,7 @@ def run_bundle(list_path: str) -> int:
                 child.send_signal(signum)
             except OSError:
                 pass
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+    for signum in FORWARDED:
         signal.signal(signum, stop)
     os.environ[BUNDLED_ENV] = "1"
     from waypost.runner import main as runner
@@ -110,7 +112,6 @@ class _Forked:
     modules imported already, reading the step from ``body``."""
 
     def __init__(self, runner, body: bytes):
-        import signal
         sys.stdout.flush()
         sys.stderr.flush()
         self.pid = os.fork()
@@ -118,7 +119,7 @@ class _Forked:
             return
         status = 1
         try:
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+            for signum in FORWARDED:   # the runner sets its own
                 signal.signal(signum, signal.SIG_DFL)
             null = os.open(os.devnull, os.O_RDONLY)   # as alone: the step's input was the here-document, now read
             os.dup2(null, 0)
