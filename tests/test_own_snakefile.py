@@ -128,4 +128,10 @@ def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_loca
         rule = comment.removeprefix("rule_").rsplit("_wildcards_", 1)[0]
         partitions.setdefault(rule, set()).add(partition)
     assert partitions["train"] == {"gpu-v100"} and partitions["clean"] == {"cpu"}, rows
+    # Each shell: rule's job kept its record, its attempt run in a Slurm job of the cpu class.
+    import json
+    record = json.loads((wp / "results/_all/baseline/clean/de/_manifest.json").read_text())
+    attempt = record["attempts"][-1]
+    assert record["state"] == "SUCCESS" and record["wildcards"] == {"lang": "de"}, record
+    assert attempt["slurm_job_id"] and attempt["worker"]["class"] == "cpu", attempt
     assert _jobs(_snakemake(wp, "-n")) == {}

@@ -84,6 +84,15 @@ def stage_job(job) -> bool:
     return not job.is_group() and STEP_PARAM in job.rule.params._names
 
 
+def direct_step(job) -> bool:
+    """Does the job's Slurm job run its step straight (or packed, or in a
+    bundle), without a Snakemake process of its own? A stage job's does;
+    a rule's in its own layout runs as plain Snakemake runs it (its own
+    Snakemake makes the output directories, honours ``conda:``...), its
+    step runner inside."""
+    return stage_job(job) and '"own_layout":true' not in job.params[STEP_PARAM]
+
+
 class Executor(SlurmExecutor):
     def __post_init__(self, *args, **kwargs):
         try:
@@ -103,7 +112,7 @@ class Executor(SlurmExecutor):
 
     # --- what a job runs -------------------------------------------------
     def format_job_exec(self, job: JobExecutorInterface) -> str:
-        if not stage_job(job):
+        if not direct_step(job):
             return super().format_job_exec(job)
         members = self._bundles.get(bundles.key(job))
         if members:   # the step runner's own entry runs the bundle (waypost.runner.bundle)
@@ -145,8 +154,8 @@ class Executor(SlurmExecutor):
                 self.report_job_error(self._info(job), msg="waypost: the stage's policy already ended its "
                                       "series in this run (see its manifest); not submitted again")
                 continue
-            bundle = int(job.resources.get("waypost_bundle", 1) or 1) if stage_job(job) else 1
-            size = int(job.resources.get("waypost_pack", 1) or 1) if stage_job(job) else 1
+            bundle = int(job.resources.get("waypost_bundle", 1) or 1) if direct_step(job) else 1
+            size = int(job.resources.get("waypost_pack", 1) or 1) if direct_step(job) else 1
             if size < 2 and bundle < 2:
                 slurm_private.submit_job(self, job)
                 continue

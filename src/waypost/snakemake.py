@@ -37,7 +37,17 @@ from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
 from waypost.planning.stepline import StepLines
 from waypost.planning.targets import default_targets
-from waypost.planning.wiring import Snake, WorkflowError, run_identity, wire, wire_inputs
+from waypost.planning.wiring import (
+    Snake,
+    WorkflowError,
+    flagged_positions,
+    own_dirs_of,
+    own_layout_refusal,
+    run_identity,
+    wire,
+    wire_inputs,
+    wire_own_layout,
+)
 from waypost.runner import main as runner
 
 STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.model.spec)
@@ -108,6 +118,7 @@ class Pipeline:
         self.state = StateView(self.graph, self.resolver, self.snake, self.fanout, self.root, self.mirror,
                                config["rerun_policy"] == "presence")
         self._finished = False
+        self._own_layout: list[str] = []   # the rules in their own layout given a record (finish)
         self._unchecked: dict[str, list] = {}  # see Resolver.override_instances
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}
         if self.axis:
@@ -296,6 +307,7 @@ class Pipeline:
                 named = wire(self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name),
                              self.mirror)
                 self.lines.default_class[stage.name] = named or self._assigned_class(stage.name)
+            own_layout = self._own_layout = self._wire_own_layout(runner_line)
             graph.check(self.snake.is_checkpoint)
             self.fanout.follow(graph.stages)
             if self.facts_only:
@@ -304,7 +316,7 @@ class Pipeline:
                 return
             instances, self._unchecked = self.resolver.override_instances(self.grid)
             prepared = wconfig.complete(self.config, self.snake.basedir, self.source, self.axis,
-                                        list(graph.stages), graph.instanced(), instances)
+                                        [*graph.stages, *own_layout], graph.instanced(), instances)
         except (StageError, wconfig.ConfigError) as exc:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
@@ -333,6 +345,41 @@ class Pipeline:
             print(f"waypost: {line}", file=sys.stderr)
         self._record_graph()
 
+    def _wire_own_layout(self, runner_line: str) -> list[str]:
+        """Make each rule in its own layout (a ``shell:`` rule with outputs
+        that is not a stage) a step with a record of its own: the rules
+        wired. One experiment per config: with several, which one such a
+        job's record belongs to can't be told, and the rules stay plain
+        Snakemake's; on a gs:// root too (their outputs are the rule's own
+        paths, not the bucket's)."""
+        rules = self.snake.job_rules(self.graph.stages)
+        if self.mirror or len(self.graph.experiments) != 1:
+            why = "the root is a gs:// bucket" if self.mirror else "the config declares several experiments"
+            self._say_plain({rule: why for rule in rules})
+            return []
+        (experiment,) = self.graph.experiments
+        wired, plain = [], {}
+        for rule in rules:
+            refusal = own_layout_refusal(self.snake, rule)
+            if refusal:
+                plain[rule] = refusal
+                continue
+            wire_own_layout(self.snake, rule, runner_line, STEP_PARAM,
+                            self.lines.own_layout_function(
+                                rule, experiment, {flag: flagged_positions(self.snake, rule, flag)
+                                                   for flag in ("temp", "touch")}, own_dirs_of(self.snake, rule)))
+            self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
+            wired.append(rule)
+        self._say_plain(plain)
+        return wired
+
+    def _say_plain(self, plain: dict[str, str]) -> None:
+        """One line, from the run's main process: the rules that run as plain
+        Snakemake runs them, with no record, and why (docs/own-snakefile.md)."""
+        if plain and not self.snake.job_process and not self.facts_only:
+            print("waypost: run as plain Snakemake runs them, with no waypost record: "
+                  + ", ".join(f"{rule} ({why})" for rule, why in plain.items()), file=sys.stderr)
+
     def _assigned_class(self, rule: str) -> str:
         """The class of a rule that names none: workers.yaml's ``assign``
         (by the rule's name, then by its own resources), else the default."""
@@ -345,13 +392,14 @@ class Pipeline:
         the same way as a stage's class is found; what the rule wrote itself
         stays. (No step runner: such a job's GPUS is the rule's own business.)"""
         for rule in self.snake.job_rules(self.graph.stages):
-            name = self.snake.worker_class(rule) or self._assigned_class(rule)
+            # (a rule in its own layout: its class was found as it was wired)
+            name = self.lines.default_class.get(rule) or self.snake.worker_class(rule) or self._assigned_class(rule)
             spec = wworkers.worker_class(self.resolver.workers, self.resolver.pool, name, f"rule {rule}")
             self.snake.fill_gaps(rule, wworkers.resources(spec))
 
     def _record_graph(self) -> None:
         """The workflow's facts for the ``waypost`` command (see ``waypost.model.graph``)."""
-        record_facts({**self.graph.facts(), **self.snake.sources(),
+        record_facts({**self.graph.facts(), "own_layout": self._own_layout, **self.snake.sources(),
                       "code": {stage: self.code.of(stage) for stage in self.graph.stages}}, self.facts_only)
 
     def targets(self, wildcards=None) -> list[str]:

@@ -22,7 +22,9 @@ def cmd_status(args) -> int:
     reach(cfg["root"])
     if args.sizes:
         return render_sizes(cfg, args)
-    grid = status.collect(cfg, workflow_facts(args)["funnels"], args.experiment, args.pair)
+    facts = workflow_facts(args)
+    # (a rule in its own layout keeps its records in the experiment's slot, as a funnel)
+    grid = status.collect(cfg, facts["funnels"] + facts.get("own_layout", []), args.experiment, args.pair)
     if args.instance:
         only_instances(cfg, grid, args.instance, args.experiment)
     if args.failed is not None:

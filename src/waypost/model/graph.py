@@ -118,7 +118,7 @@ def load_config(config_path: str, workflow_dir: str, known: dict | None = None) 
         known = facts(config_path, workflow_dir)
     axis = known.get("axis") or {}
     return wconfig.load(config_path, workflow_dir, wconfig.Axis.of(axis.get("word"), axis.get("key")),
-                        known["stages"], known.get("instanced"))
+                        [*known["stages"], *known.get("own_layout", [])], known.get("instanced"))
 
 
 def load(config_path: str, workflow_dir: str) -> dict[str, set[str]]:

@@ -80,6 +80,39 @@ def stage_name(pair: str, experiment: str, stage: str, *instance: str | None) ->
     return "/".join(part for part in (experiment, None if pair == ALL_PAIRS else pair, stage, *instance) if part)
 
 
+def job_instance(wildcards: dict) -> str | None:
+    """The name under which a job of a rule in its own layout keeps its
+    record, in its rule's stage directory (as an instance's): its wildcards'
+    values in the rule's order, joined by ``__``. A value that is a name
+    without ``_`` is itself; any other is ``x`` and the value with each
+    character that can't be in a name (``_`` too, and a first ``.`` or
+    ``-``, or a ``.`` after a ``.``) written ``_XX``, its UTF-8 bytes in hex.
+    So two sets of values never share a name (``_`` is only ever an escape's
+    or the separator's); one too long ends in its digest. None for a rule
+    without wildcards (its one job)."""
+    if not wildcards:
+        return None
+    name = "__".join(map(_job_value, wildcards.values()))
+    if len(name) > 180:
+        import hashlib
+        name = name[:120] + "__" + hashlib.sha256(name.encode()).hexdigest()[:32]
+    return name
+
+
+def _job_value(value) -> str:
+    text = str(value)
+    if "_" not in text and is_valid_name(text):
+        return text
+    if not text:
+        return "x_"
+    out, previous = ["x"], ""
+    for i, char in enumerate(text):
+        keep = char.isascii() and (char.isalnum() or (i and char == "-") or (i and char == "." and previous != "."))
+        out.append(char if keep else "".join(f"_{b:02x}" for b in char.encode()))
+        previous = char
+    return "".join(out)
+
+
 def held_entry(root: str, stage_dir: str) -> str:
     """The registry file (see HELD) of a stage directory under ``root``."""
     rel = stage_dir[len(root.rstrip("/")) + 1:]

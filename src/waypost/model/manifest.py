@@ -124,11 +124,15 @@ def dumps(data: dict) -> str:
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
-def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
+def describe_outputs(stage_dir: str, paths: list[str], temporary: list[str] = (),
+                     side: list[str] = ()) -> list[dict]:
     """Size, sha256 and crc32c (GCS's checksum, as it lists it: what
     ``waypost verify`` compares on a gs:// root without downloading) of each
-    output, with paths relative to the stage dir; both checksums from one read."""
+    output, with paths relative to the stage dir; both checksums from one
+    read. ``temporary``: the ones Snakemake removes later (``temp()``), so
+    marked; ``side``: files a job left beside its declared outputs, so marked."""
     described = []
+    temp, beside = set(temporary), set(side)
     for path in _files_of(paths):
         sha256, crc32c = digests_file(path)
         described.append({
@@ -136,6 +140,8 @@ def describe_outputs(stage_dir: str, paths: list[str]) -> list[dict]:
             "size": os.path.getsize(path),
             "sha256": sha256,
             **({"crc32c": crc32c} if crc32c else {}),
+            **({"temp": True} if path in temp else {}),
+            **({"side": True} if path in beside else {}),
         })
     return described
 
@@ -316,6 +322,7 @@ PATH_RULES = {
     "workspace": _relative_rule("an attempt's workspace", dot=True),
     "log": _relative_rule("an attempt's log"),
     "reuse source": _location_rule("reuse source"),
+    "outputs dir": _location_rule("outputs dir"),
     "input location": _location_rule("input"),
     "input's manifest": _location_rule("input manifest", manifest_file=True),
     "input": _input_rule,
@@ -456,11 +463,22 @@ def _validator():
     return _compiled
 
 
+def outputs_base(stage_dir: str, data: Mapping[str, Any] | None) -> str:
+    """Where the outputs a stage directory's record (manifest or marker)
+    lists are: the directory itself, or for a rule in its own layout the
+    record's ``outputs_dir``, from it."""
+    rel = (data or {}).get("outputs_dir")
+    return os.path.normpath(os.path.join(stage_dir, rel)) if rel else stage_dir
+
+
 def verify_outputs(stage_dir: str, data: Manifest, checksums: bool = True) -> list[str]:
     """Problems with the outputs a manifest lists (missing, size or checksum)."""
     problems = []
+    base = outputs_base(stage_dir, data)
     for out in data.get("outputs", []):
-        path = os.path.join(stage_dir, out["path"])
+        path = os.path.join(base, out["path"])
+        if (out.get("temp") or out.get("side")) and not os.path.lexists(path):
+            continue   # (removed by Snakemake once its consumers ran; a side file is not what makes it done)
         if not os.path.exists(path):
             problems.append(f"{out['path']}: missing")
         elif os.path.getsize(path) != out.get("size"):

@@ -59,6 +59,13 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     "reuse_from": ((str, type(None)), None),  # take the stage from this stage directory instead
     "shell": (dict, {}),                  # {"executable", "prefix", "suffix"}: Snakemake's shell
     "restart_command": ((str, type(None)), None),   # the policy's restart command, formatted as the command is
+    # A rule in its own layout: its outputs are where the rule puts them, and
+    # ``stage_dir`` holds only its record (named by its rule and wildcards).
+    "own_layout": (bool, False),
+    "wildcards": (dict, {}),
+    "temporary": (list, []),   # its temp() outputs, which Snakemake removes once their consumers ran
+    "touched": (list, []),     # its touch() outputs: made (touched) once the step succeeded, as Snakemake does
+    "own_dirs": (list, []),    # its outputs' directories that only it writes: what else it leaves there is its too
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 

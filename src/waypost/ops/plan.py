@@ -184,8 +184,8 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
             data = tree.manifest(directory)
         except manifest.ManifestError:
             continue
-        if not data:
-            continue
+        if not data or data.get("outputs_dir"):
+            continue   # (a rule in its own layout: Snakemake's own rules decide when it is redone, not presence)
         current = settings_of(experiment, pair, stage, instance)
         row = {"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
                "created": data.get("created"), "reused_from": None}

@@ -49,6 +49,39 @@ class StepLines:
             return wspec.extend(self.scope_line(stage, experiment, pair, instance), own)
         return presigned(spec_line)
 
+    def own_layout_function(self, rule: str, experiment: str, flagged: dict[str, list[int]], own_dirs):
+        """A params function giving the step spec line of a job of a rule in
+        its own layout: its record in the rule's stage directory of
+        ``experiment`` (``layout.ALL_PAIRS``), under a name its wildcards
+        make (``layout.job_instance``); its outputs where the rule puts them
+        (``flagged``: the positions of its ``temp()`` outputs, which Snakemake
+        removes later, and of its ``touch()`` ones, which it makes once the
+        job ended; ``own_dirs(output)``: the directories only the job writes)."""
+        root = self.config["root"]
+        shared: list[str] = []
+
+        def spec_line(wildcards, input, output):
+            if not shared:
+                shared.append(wspec.encode(self.fields(rule, experiment, layout.ALL_PAIRS)))
+            values = dict(wildcards.items())
+            instance = layout.job_instance(values)
+            own = {"stage_dir": layout.stage_dir(root, layout.ALL_PAIRS, experiment, rule, instance),
+                   "pair": layout.ALL_PAIRS, "inputs": list(input), "outputs": list(output),
+                   "own_layout": True, "wildcards": values}
+            if instance:
+                own["instance"] = instance
+            for flag, field in (("temp", "temporary"), ("touch", "touched")):
+                if flagged[flag]:
+                    own[field] = [output[i] for i in flagged[flag]]
+            mine = own_dirs(output)
+            if mine:
+                own["own_dirs"] = mine
+            source = self.resolver.reuse_location(experiment, layout.ALL_PAIRS, rule, instance)
+            if source:   # (the same job of another experiment, or a record directory: waypost.state.reuseown)
+                own["reuse_from"] = source
+            return wspec.extend(shared[0], own)
+        return presigned(spec_line)
+
     def scope_line(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> str:
         """The encoded fields a job's stage settings decide."""
         resolver = self.resolver
@@ -89,7 +122,7 @@ class StepLines:
                   "config_hash": wconfig.settings_hash(settings), "code_version": self._code_version(stage),
                   "pool": resolver.pool, "worker_class": worker_name, "worker_env": spec.get("env") or {},
                   "shell": self._shell(stage)}
-        if resolver.tolerated(stage, experiment, pair, instance):
+        if stage in resolver.graph.stages and resolver.tolerated(stage, experiment, pair, instance):
             fields["tolerated"] = True
         if self.mirror:
             fields["mirror"] = self.mirror

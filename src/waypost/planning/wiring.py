@@ -40,6 +40,7 @@ pyproject.toml). Everything else is public:
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import os
 import re
@@ -49,7 +50,7 @@ from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
 from snakemake.iocontainers import Wildcards
 
 from waypost import stores
-from waypost.model import manifest
+from waypost.model import layout, manifest
 from waypost.model import spec as wspec
 from waypost.planning.stagegraph import StageError, presigned
 
@@ -180,6 +181,12 @@ class Snake:
         self.workflow.rule = rule
 
     def current_basedir(self) -> str:
+        """The directory of the Snakefile being read; when a rule's command
+        is evaluated as its job runs (``command_now``), the rule's."""
+        if not self.workflow.included_stack:
+            running = _EVALUATING_IN.get()
+            if running is not None:
+                return running
         return _local_path(self.workflow.current_basedir)
 
     def sources(self) -> dict:
@@ -370,11 +377,7 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     if rule.shellcmd is None:
         raise StageError(f"rule {name}: a stage rule runs a shell: command (waypost's step runner runs it, "
                          "attempt by attempt); script:, run: and wrapper: are not supported")
-    if step_param in rule.params._names:
-        raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
-    if wspec.DELIMITER in rule.shellcmd:
-        raise StageError(f"rule {name}: its shell command holds {wspec.DELIMITER!r}, the line that ends "
-                         "waypost's here-document around it")
+    _check_command(rule, step_param)
     wildcards = set(rule.wildcard_names) - {"experiment", "instance", graph.axis_wc}
     if wildcards:
         raise StageError(f"rule {name}: wildcards other than waypost's ({', '.join(sorted(wildcards))}): "
@@ -393,6 +396,105 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
         raise StageError(f"rule {name}: no stage {', '.join(map(repr, unknown))} (the stages are: "
                          f"{', '.join(graph.stages)})")
     snake.items[name] = items
+    _wrap_command(snake, rule, runner_line, step_param, step_function, mirror)
+    return snake.worker_class(name)
+
+
+def own_layout_refusal(snake: Snake, name: str) -> str | None:
+    """Why a rule that is not a stage can't be a step with a record of its
+    own (``wire_own_layout``), and stays plain Snakemake's; None when it can."""
+    rule = snake.workflow.get_rule(name)
+    if rule.shellcmd is None:
+        return next((f"{kind}:" for kind in ("script", "notebook", "wrapper", "template_engine", "cwl")
+                     if getattr(rule, kind, None)), "run:")
+    if not rule.output:
+        return "no outputs"
+    if not layout.is_valid_name(name):
+        return f"its name is no directory name ({layout.NAME_RULE})"
+    if rule.shadow_depth:
+        return "shadow:"
+    flagged = sorted({flag for f in rule.output for flag in ("pipe", "service", "storage_object")
+                      if is_flagged(f, flag)})
+    if flagged:
+        return f"{flagged[0].replace('_object', '')}() outputs"
+    deployment = getattr(snake.workflow, "deployment_settings", None)
+    if deployment is not None and any(getattr(method, "name", "") == "APPTAINER"
+                                      for method in deployment.deployment_method) \
+            and (rule.container_img or getattr(snake.workflow, "global_container_img", None)):
+        return "runs in a container"
+    return None
+
+
+def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, step_function) -> None:
+    """Make a rule in its own layout (a plain ``shell:`` rule with outputs,
+    where the rule puts them; ``own_layout_refusal`` says None) a step as
+    ``wire`` makes a stage rule one: the step runner around its command, its
+    job's record in a directory of its own. Its inputs, outputs and
+    everything else stay as written."""
+    rule = snake.workflow.get_rule(name)
+    _check_command(rule, step_param)
+    _wrap_command(snake, rule, runner_line, step_param, step_function, None)
+
+
+def own_dirs_of(snake: Snake, name: str):
+    """A function of a job's outputs (its rule's, in order) giving the
+    directories of them that only this job writes: where the rule's
+    pattern names every wildcard of the rule (no other job of the rule
+    writes there) and no other rule's output, log or benchmark could be
+    (nor the inside of another rule's ``directory()``), a wildcard without
+    a constraint taken as one path component. The files a job
+    leaves there beside its outputs are its own (side files)."""
+    import re
+
+    from snakemake.io import regex_from_filepattern
+    rule = snake.workflow.get_rule(name)
+    wildcards = set(rule.wildcard_names)
+    owned = [not is_flagged(f, "directory") and wildcards <= set(_FIELD_NAMES.findall(os.path.dirname(str(f))))
+             for f in rule.output]
+    foreign = []
+    for other in snake.workflow.rules:
+        if other.name == name:
+            continue
+        for f in [*other.output, *other.log, *([other.benchmark] if other.benchmark else [])]:
+            pattern = str(f)
+            places = [os.path.dirname(pattern)] + ([pattern] if is_flagged(f, "directory") else [])
+            # (a wildcard without a constraint taken as one path component: it
+            # could span directories, but a pattern that means to says so)
+            foreign += [re.compile(re.sub(r"(\(\?P<\w+>)\.\+\)", r"\1[^/]+)", regex_from_filepattern(place or ".")))
+                        for place in places]
+
+    def own_dirs(outputs) -> list[str]:
+        found = []
+        for mine, path in zip(owned, outputs):
+            directory = os.path.dirname(str(path)) or "."
+            if mine and directory not in found and not any(rx.match(directory) for rx in foreign):
+                found.append(directory)
+        return found
+    return own_dirs
+
+
+_FIELD_NAMES = re.compile(r"\{\s*(\w+)")   # a wildcard's name in a pattern (constraint or not)
+
+
+def flagged_positions(snake: Snake, name: str, flag: str) -> list[int]:
+    """Where a rule's outputs flagged ``flag`` are among its outputs
+    (``temp``: Snakemake removes them once their consumers ran; ``touch``:
+    it makes them once the job ended); a job's outputs are its rule's, in
+    order (the flags are the rule's: a params function's ``output`` has none)."""
+    return [i for i, f in enumerate(snake.workflow.get_rule(name).output) if is_flagged(f, flag)]
+
+
+def _check_command(rule, step_param: str) -> None:
+    name = rule.name
+    if step_param in rule.params._names:
+        raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
+    if wspec.DELIMITER in rule.shellcmd:
+        raise StageError(f"rule {name}: its shell command holds {wspec.DELIMITER!r}, the line that ends "
+                         "waypost's here-document around it")
+
+
+def _wrap_command(snake: Snake, rule, runner_line: str, step_param: str, step_function, mirror: str | None) -> None:
+    name = rule.name
     snake.commands[name] = rule.shellcmd
     # The step runner reads the job's step spec, then the rule's command
     # as Snakemake formats it, from a quoted here-document: no argument
@@ -401,10 +503,8 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
     # ``shell.suffix()`` is run by the step's script only. The rule's
     # ``shellcmd`` stays the user's: what Snakemake shows of the job (a
     # failure's error block, ``--printshellcmds``, its metadata, reports).
-    step = (f"{_runner_head(runner_line)}\n{{{SPEC_LINE}}}\n"
-            f"{rule.shellcmd.strip()}\n{wspec.DELIMITER}\n")
-    rule.run_func = _shell_run_func(rule.run_func, step, runner_line.format(), mirror,   # (braces as formatted)
-                                    step_param)
+    rule.run_func = _shell_run_func(rule.run_func, _runner_head(runner_line), runner_line.format(), mirror,
+                                    step_param, _local_path(rule.basedir))   # (the runner's braces doubled, and as formatted)
     if mirror:
         _map_param_functions(rule, mirror)
     rule.set_params(**{step_param: step_function})
@@ -414,7 +514,6 @@ def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, 
             raise StageError(f"rule {name}: resources.shell_exec of a stage rule is a path to a shell, "
                              "not a function")
         snake.shell_exec[name] = shell_exec.value
-    return snake.worker_class(name)
 
 
 def wire_inputs(snake: Snake, name: str, state) -> None:
@@ -628,7 +727,7 @@ def job_command(job, mirror: str | None) -> str:
     for a step run in its stage directory: the command a job the executor
     submits runs."""
     run = job.rule.run_func
-    step, spec_line = run.step, job.params[run.step_param]
+    step, spec_line = run.step_now(None), job.params[run.step_param]
     in_stage = runs_in_stage_dir(spec_line)
     names = {} if not (mirror or in_stage) else \
         {name: local_files(getattr(job, name)._plainstrings(), mirror) for name in ("input", "output", "log")}
@@ -644,7 +743,8 @@ def runs_in_stage_dir(spec_line) -> bool:
     if not isinstance(spec_line, str) or '"workdir"' not in spec_line:
         return False
     import json
-    return (json.loads(spec_line).get("policy") or {}).get("workdir") == "stage"
+    fields = json.loads(spec_line)
+    return (fields.get("policy") or {}).get("workdir") == "stage" and not fields.get("own_layout")
 
 
 def absolute(files):
@@ -707,8 +807,10 @@ def as_written(ran: str, runner: str) -> str:
     return (ran[:start] + command + after[1:]).strip()
 
 
-def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_param: str):
-    """A rule's run function that runs ``step`` (kept as its ``step``)
+def _shell_run_func(original, head: str, runner: str, mirror: str | None, step_param: str, basedir: str):
+    """A rule's run function that runs the step (``head``, the runner line
+    reading its here-document: the job's spec and the rule's command as its
+    function gives it then, ``command_now``; kept as its ``step_now``)
     instead of the shell command it was written with (Snakemake compiles a
     ``shell:`` into a function calling ``shell(...)``, which fills the
     command's placeholders from that function's globals, the Snakefile's,
@@ -739,7 +841,10 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_p
               f"        input, output, log = {h}.absolute(input), {h}.absolute(output), {h}.absolute(log)"]
     # (the restart command is formatted with the names the command has: the
     # Snakefile's globals, then this function's arguments)
-    call = (f"        {h}.shell({h}.step, bench_record=bench_record, bench_iteration=bench_iteration, "
+    # (no local name of its own: ``shell`` formats the command with them)
+    arguments = ", ".join(f"{name}={name}" for name in parameters)
+    call = (f"        {h}.shell({h}.step_now(dict({arguments})), bench_record=bench_record, "
+            "bench_iteration=bench_iteration, "
             f"{SPEC_LINE}={h}.with_restart(params.{step_param}, "
             f"lambda text, job={{**globals(), **locals()}}: {h}.fill_in(text, job)))")
     lines += ["    try:", call, f"    except {h}.CalledProcessError as failed:",
@@ -749,17 +854,66 @@ def _shell_run_func(original, step: str, runner: str, mirror: str | None, step_p
     padding = line - 1 - lines.index(call) if line else -1   # blank lines put the call on ``line``
     if padding < 0:
         filename, padding = f"<waypost step of {original.__name__}>", 0
+    def step_now(arguments: dict | None) -> str:
+        """The step, with the rule's command as its function gives it when
+        the job runs (``command_now``; None: without the job's arguments)."""
+        command = command_now(original, arguments, basedir)
+        if wspec.DELIMITER in command:
+            raise WorkflowError(f"rule {original.__name__.removeprefix('__rule_')}: its shell command holds {wspec.DELIMITER!r}, the "
+                                "line that ends waypost's here-document around it")
+        return f"{head}\n{{{SPEC_LINE}}}\n{command.strip()}\n{wspec.DELIMITER}\n"
+
     helpers = types.SimpleNamespace(
-        shell=shell, step=step, runner=runner, as_written=as_written, CalledProcessError=CalledProcessError,
+        shell=shell, step_now=step_now, runner=runner, as_written=as_written, CalledProcessError=CalledProcessError,
         local_files=local_files, mirror=mirror, runs_in_stage_dir=runs_in_stage_dir, absolute=absolute,
         step_param=step_param, with_restart=with_restart, fill_in=fill_in)
     module = compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec")
     # The rule's own globals: the Snakefile's namespace, as it is when the job runs.
     (code,) = (c for c in module.co_consts if isinstance(c, types.CodeType))
     run = types.FunctionType(code, original.__globals__)(helpers)
-    run.step = step
+    run.step_now = step_now
     run.step_param = step_param
     return run
+
+
+class _Globals(dict):
+    """A rule function's globals with some names of its own over them."""
+
+    def __init__(self, own: dict, under: dict):
+        super().__init__(own)
+        self.under = under
+
+    def __missing__(self, name):
+        return self.under[name]
+
+
+# The directory of the rule whose command ``command_now`` evaluates (per thread:
+# Snakemake runs local jobs in threads).
+_EVALUATING_IN: contextvars.ContextVar[str | None] = contextvars.ContextVar("waypost_evaluating_in", default=None)
+
+
+def command_now(function, arguments: dict | None, basedir: str) -> str:
+    """The command a ``shell:`` rule's function (as Snakemake compiled it)
+    gives ``shell`` when it runs, before ``shell`` formats it: its
+    expression is evaluated then, in the Snakefile's namespace as it is
+    (a rule made in a loop whose command is an f-string of the loop's
+    variable runs the command of the variable's last value, as in plain
+    Snakemake; ``rule.shellcmd`` is the one it had when the rule was made).
+    ``arguments``: the job's arguments to the function (None: none)."""
+    import types
+    given: list[str] = []
+    names = _Globals({"shell": lambda command, *args, **kwargs: given.append(command)}, function.__globals__)
+    token = _EVALUATING_IN.set(basedir)   # (``Pipeline.script`` in a command: from the rule's directory)
+    try:
+        types.FunctionType(function.__code__, names, function.__name__, function.__defaults__,
+                           function.__closure__)(**(arguments or dict.fromkeys(_parameters(function))))
+    finally:
+        _EVALUATING_IN.reset(token)
+    return given[0]
+
+
+def _parameters(function) -> list[str]:
+    return [name for name, p in inspect.signature(function).parameters.items() if p.default is p.empty]
 
 
 def _shell_call(function) -> tuple[str, int | None]:

@@ -94,7 +94,9 @@ class StageAttempt:
         # before it runs: with its process group, for whoever comes next. A
         # watchdog that ends the step once its runner is gone writes the log
         # whole then (``log.close``), on a root that can't append.
-        in_stage = policy.workdir == "stage"   # (the script by a path that holds from there)
+        # (the script by a path that holds from there; a rule in its own
+        # layout runs where Snakemake runs its jobs, as its paths say)
+        in_stage = policy.workdir == "stage" and not directory.own_layout
         attempt = Attempt([spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage
                            else directory.path(script_rel)], env, log.growing, runtime,
                           policy.kill_grace, heartbeat,
@@ -106,6 +108,10 @@ class StageAttempt:
         else:
             returncode = attempt.run()
         oom_after = oom_kills()
+        if returncode == 0:
+            for path in spec.touched:   # (Snakemake makes them once the job ended; before the outputs are checked)
+                with open(path, "ab"):
+                    os.utime(path)
         missing = [p for p in directory.outputs if not os.path.exists(p)] if returncode == 0 else []
         state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
         record.update({
@@ -166,10 +172,11 @@ class StageAttempt:
         })
         if self.directory.remote:   # where gs://BUCKET/KEY is copied locally: $WAYPOST_MIRROR/BUCKET/KEY
             env["WAYPOST_MIRROR"] = self.directory.remote.mirror
-        # `python` in a step is the interpreter waypost runs with (its venv's),
-        # activated or not.
+        # `python` in a stage's step is the interpreter waypost runs with (its
+        # venv's), activated or not; a rule in its own layout's sees the PATH
+        # plain Snakemake gives it (a `conda:` env's, say).
         bin_dir = os.path.dirname(sys.executable)
-        if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        if not self.directory.own_layout and env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
             env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
         return env
 

@@ -35,8 +35,23 @@ class StageDirectory:
         # Can a file here be appended to (disk, NFS, the local copy of a gs://
         # root's stage), or only written whole (a bucket mount)?
         self.appends = self.store is None or self.store.appends
-        # How the runner's lines name the stage: experiment/pair/stage[/instance].
+        # How the runner's lines name the stage: experiment/pair/stage[/instance],
+        # a rule in its own layout as Snakemake names its job: rule[wildcards].
         self.name = stage_name(step.pair, step.experiment, step.stage, step.instance)
+        # Where the outputs are: the stage directory itself, or (a rule in its
+        # own layout, whose directory holds only its record) the deepest
+        # directory above them all; the records name them relative to it.
+        self.own_layout = step.own_layout
+        self.own_dirs = step.own_dirs
+        self.base = self.dir
+        if step.own_layout:
+            self.base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in step.outputs])
+            self.name = step.stage + ("[" + ", ".join(f"{k}={v}" for k, v in step.wildcards.items()) + "]"
+                                      if step.wildcards else "")
+
+    def outputs_dir(self) -> str | None:
+        """The records' ``outputs_dir``: where the outputs are, from here (None: here)."""
+        return os.path.relpath(self.base, os.path.abspath(self.dir)) if self.own_layout else None
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -56,8 +71,10 @@ class StageDirectory:
         marker = records.marker(
             pid=None if lost_job else os.getpid(), host=None if lost_job else manifest.hostname(),
             run=series.run_id, series=series.number, series_base=series.base,
-            outputs=[os.path.relpath(o, self.dir) for o in self.outputs],
+            outputs=[os.path.relpath(os.path.abspath(o) if self.own_layout else o, self.base) for o in self.outputs],
             slurm_job_id=lost_job or scheduler.current_job(), attempts=series.history, step_group=group)
+        if self.own_layout:
+            marker["outputs_dir"] = self.outputs_dir()
         manifest.write_json_atomic(self.path(RUNNING), records.checked("marker", marker, self.path(RUNNING)),
                                    durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote and push:
@@ -82,7 +99,10 @@ class StageDirectory:
     def archive(self, history: list[records.Attempt], keep: tuple[str, ...] = ()) -> str | None:
         """Move the workspace under ``.attempts/<n>/`` (but ``keep``), and point
         the attempts of ``history`` that worked in it there."""
-        archived = self.remote.archive(keep) if self.remote else self.store.archive(self.dir, keep=keep)
+        if self.own_layout:   # (its logs stay where they are, in the record)
+            archived, keep = self._archive_outputs(), (*keep, LOGS)
+        else:
+            archived = self.remote.archive(keep) if self.remote else self.store.archive(self.dir, keep=keep)
         if archived:
             for old in history:
                 if old.get("workspace") == ".":
@@ -93,13 +113,60 @@ class StageDirectory:
             print(f"waypost: {self.name}: earlier workspace archived in {archived}", file=sys.stderr)
         return archived
 
+    def _written_in(self, directories) -> list[str]:
+        """The files in ``directories`` (not below) that are not the job's declared outputs."""
+        declared = {os.path.abspath(o) for o in self.outputs}
+        found = []
+        for directory in directories:
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                path = os.path.abspath(entry.path)
+                if entry.is_file(follow_symlinks=False) and path not in declared and not entry.name.startswith(".tmp-"):
+                    found.append(path)
+        return sorted(found)
+
+    def side_files(self) -> list[str]:
+        """A rule in its own layout: the files beside its outputs in the
+        directories only its job writes (``own_dirs``): all of them are its."""
+        return self._written_in(self.own_dirs) if self.own_layout else []
+
+    def _archive_outputs(self) -> str | None:
+        """A rule in its own layout: move the outputs an earlier attempt left
+        (its declared ones, and its side files) into this record's
+        ``.attempts/<n>/``, each at its path from ``base``."""
+        present = [o for o in self.outputs if os.path.lexists(o)] + self.side_files()
+        if not present:
+            return None
+        import shutil  # here: the runner starts at every step, most never archive
+
+        from waypost.model.layout import ARCHIVING, ATTEMPTS
+        from waypost.stores.base import archive_number
+        attempts_dir = self.path(ATTEMPTS)
+        os.makedirs(attempts_dir, exist_ok=True)
+        names = os.listdir(attempts_dir)
+        target = os.path.join(attempts_dir, str(archive_number(
+            names, [n for n in names if os.path.exists(os.path.join(attempts_dir, n, ARCHIVING))])))
+        os.makedirs(target, exist_ok=True)
+        for path in present:
+            moved = os.path.join(target, os.path.relpath(os.path.abspath(path), self.base))
+            os.makedirs(os.path.dirname(moved), exist_ok=True)
+            shutil.move(path, moved)   # (the outputs may be on another filesystem than the record)
+        return os.path.relpath(target, self.dir)
+
     def clean(self) -> None:
         """Remove what the failed attempts of this series left (only those:
-        a series starts from an archived, empty workspace)."""
-        for entry in manifest.workspace_entries(self.dir):
+        a series starts from an archived, empty workspace; a rule in its own
+        layout: its declared outputs)."""
+        entries = [] if self.own_layout else manifest.workspace_entries(self.dir)
+        paths = [o for o in self.outputs if os.path.lexists(o)] + self.side_files() if self.own_layout else []
+        for entry in entries:
             if manifest.is_engine_file(entry):
                 continue
-            path = self.path(entry)
+            paths.append(self.path(entry))
+        for path in paths:
             if os.path.isdir(path) and not os.path.islink(path):
                 import shutil  # here: the runner starts at every step, most never need it
                 shutil.rmtree(path)

@@ -79,6 +79,9 @@ class StageRun:
                 self.directory.archive(self.series.history, keep=(LOGS, RUNNING))
             elif mode == "clean":
                 self.directory.clean()
+        if self.directory.own_layout:   # (as Snakemake makes them before a job runs)
+            for path in self.directory.outputs:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
     def pause(self, seconds: float) -> int | None:
         """Wait ``seconds`` before the next attempt of the series (a cue's
@@ -328,13 +331,16 @@ class StageRun:
         the policy gave the stage up for good (a ``give_up`` cue: why), so no
         run starts another series until ``waypost retry``."""
         directory, series = self.directory, self.series
-        outputs = manifest.describe_outputs(directory.dir, directory.outputs) if state == "SUCCESS" else []
+        outputs = self._described_outputs() if state == "SUCCESS" else []
         inputs = self._described_inputs()
         record = records.manifest(
             experiment=self.spec.experiment, pair=self.spec.pair, stage=self.spec.stage,
             instance=self.spec.instance, state=state, created=manifest.now_iso(), attempts=series.history,
             outputs=outputs, inputs=inputs, settings=self.spec.settings,
             config_hash=self.spec.config_hash, code_version=self.spec.code_version, run=series.run_id,
+            outputs_dir=directory.outputs_dir(), wildcards=self.spec.wildcards if directory.own_layout else None,
+            declared=[os.path.relpath(os.path.abspath(o), directory.base) for o in directory.outputs]
+            if directory.own_layout else None,
         )
         if series.base:
             record["series_base"] = series.base
@@ -369,6 +375,14 @@ class StageRun:
         if directory.remote:
             directory.remote.close()
         return self._exit_status(state, record, tolerated)
+
+    def _described_outputs(self) -> list[dict]:
+        """The manifest's outputs: the declared ones, and (a rule in its own
+        layout) its side files (what it left in directories other jobs
+        write too is not taken)."""
+        directory = self.directory
+        side = directory.side_files()
+        return manifest.describe_outputs(directory.base, [*directory.outputs, *side], self.spec.temporary, side)
 
     def _described_inputs(self) -> list[dict]:
         """The manifest's inputs: each with its producer's manifest, an

@@ -260,8 +260,9 @@ class Life:
 
     @cached_property
     def _missing(self) -> list[str]:
-        return [o["path"] for o in (self.manifest or {}).get("outputs", [])
-                if not self.store.exists(join(self.dir, o["path"]))]
+        base = manifest.outputs_base(self.dir, self.manifest)   # (a rule in its own layout: where its outputs are)
+        return [o["path"] for o in (self.manifest or {}).get("outputs", [])   # (a temp() one Snakemake removed is not)
+                if not (o.get("temp") or o.get("side")) and not self.store.exists(join(base, o["path"]))]
 
     def has_files(self) -> bool:
         """Does the directory hold anything but the engine's files?"""

@@ -1,0 +1,381 @@
+"""A job and its record for rules in their own layout: a plain ``shell:``
+rule's job (its rule and wildcards) runs through waypost's step runner, and
+keeps its record (manifest, logs, attempts, archives) in a directory of its
+own under the root, while its outputs stay where the rule puts them. The
+control policy, status and Snakemake's own decisions apply to it; the files
+are plain Snakemake's, side by side."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from waypost.model.layout import is_valid_name, job_instance
+
+MARK = "# waypost"
+
+SNAKEFILE = textwrap.dedent("""\
+    configfile: "config.yaml"
+    from waypost.snakemake import Pipeline  # waypost
+    wp = Pipeline(config, workflow)  # waypost
+
+    SAMPLES = config["samples"]
+
+    rule everything:
+        input: expand("data/{sample}/summary.txt", sample=SAMPLES), "data/merged.tsv", "data/slow/weights.txt"
+
+    rule prepare:
+        output: "data/{sample,[a-z]+}/raw.csv"
+        shell: "echo {wildcards.sample},1 > {output}"
+
+    rule fit:
+        input: "data/{sample}/raw.csv"
+        output: "data/{sample}/fit/params.json"
+        shell: "bash fit.sh {wildcards.sample} {input} {output}"
+
+    rule count:
+        input: "data/{sample}/raw.csv"
+        output: temp("data/{sample}/count.txt")
+        shell: "wc -l < {input} > {output}"
+
+    rule summarize:
+        input: rules.fit.output, rules.count.output
+        output: "data/{sample}/summary.txt"
+        shell: "wc -c < {input[0]} > {output}; cat {input[1]} >> {output}"
+
+    rule merge:
+        input: expand("data/{sample}/summary.txt", sample=SAMPLES)
+        output: "data/merged.tsv"
+        shell: "cat {input} > {output}"
+
+    rule slow:
+        output: "data/slow/weights.txt"
+        shell: "bash slow.sh {output}"
+
+    wp.finish()  # waypost
+    """)
+
+# Sample "b" fails its first try (exit 3) after writing half its output
+# (plain Snakemake retries it with --retries; waypost's policy reruns it).
+FIT = textwrap.dedent("""\
+    mkdir -p "$(dirname "$3")"
+    echo "fitting $1" > "$(dirname "$3")/fit.log"   # a side file, in a directory only this job writes
+    if [ "$1" = b ] && [ ! -e failed-once ]; then touch failed-once; echo partial > "$3"; exit 3; fi
+    echo "{\\"sample\\": \\"$1\\", \\"rows\\": $(wc -l < "$2")}" > "$3"
+    """)
+
+# Three steps of 0.3 s each, a checkpoint beside the output after each: with
+# a runtime under the whole (0.01 min, 0.6 s), only restarts that resume from it finish.
+SLOW = textwrap.dedent("""\
+    mkdir -p "$(dirname "$1")"
+    ckpt="$(dirname "$1")/checkpoint"
+    n=$(cat "$ckpt" 2>/dev/null || echo 0)
+    if [ "$n" -gt 0 ]; then echo "resuming from step $n"; fi
+    while [ "$n" -lt 3 ]; do sleep 0.3; n=$((n + 1)); echo $n > "$ckpt"; done
+    echo "trained in 3 steps" > "$1"
+    """)
+
+CONFIG = {
+    "samples": ["a", "b"],
+    "root": "records",  # waypost
+    "experiments": {"trial": {}},  # waypost
+    "stages": {  # waypost
+        "fit": {"policy": {"max_attempts": 3, "cues": [{"action": "rerun", "rerun": "new", "when": "cmd.exit == 3"}]}},
+        "slow": {"policy": {"runtime": 0.01, "kill_grace": 1, "max_attempts": 12,
+                            "cues": [{"action": "restart", "when": "cmd.TIMEOUT"}]}},
+    },
+}
+
+
+def _write(workdir: Path, with_waypost: bool) -> Path:
+    workdir.mkdir(parents=True)
+    keep = (lambda line: True) if with_waypost else (lambda line: not line.rstrip().endswith(MARK))
+    (workdir / "Snakefile").write_text("".join(line for line in SNAKEFILE.splitlines(keepends=True) if keep(line)))
+    text = yaml.safe_dump(CONFIG, sort_keys=False)
+    if not with_waypost:
+        text = yaml.safe_dump({"samples": CONFIG["samples"]})
+    (workdir / "config.yaml").write_text(text)
+    (workdir / "fit.sh").write_text(FIT)
+    (workdir / "slow.sh").write_text(SLOW)
+    return workdir
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _waypost(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "waypost.cli", *args], cwd=workdir, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _files(workdir: Path) -> dict[str, str]:
+    return {str(p.relative_to(workdir)): p.read_text() for p in sorted((workdir / "data").rglob("*"))
+            if p.is_file() and p.name != "checkpoint"}
+
+
+def _jobs(dry_run: subprocess.CompletedProcess) -> dict[str, int]:
+    """rule → jobs, from a dry run's job stats."""
+    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    table = (dry_run.stdout + dry_run.stderr).split("Job stats:", 1)[1]
+    return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.M) if rule != "total"}
+
+
+def _record(workdir: Path, rule: str, job: str | None = None) -> Path:
+    path = workdir / "records" / "_all" / "trial" / rule
+    return path / job if job else path
+
+
+def _manifest(workdir: Path, rule: str, job: str | None = None) -> dict:
+    return json.loads((_record(workdir, rule, job) / "_manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("ownrec")
+    plain, wp = _write(base / "plain", False), _write(base / "wp", True)
+    for workdir in (plain, wp):
+        done = _snakemake(workdir) if workdir == wp else _snakemake(workdir, "--retries", "1")
+        assert done.returncode == 0, done.stderr[-4000:]
+    return plain, wp
+
+
+def test_each_job_keeps_a_record_named_by_its_rule_and_wildcards(ran):
+    plain, wp = ran
+    assert _files(wp) == _files(plain)
+    for sample in ("a", "b"):
+        for rule in ("prepare", "fit", "summarize"):
+            data = _manifest(wp, rule, sample)
+            assert data["state"] == "SUCCESS", (rule, sample, data)
+            assert data["wildcards"] == {"sample": sample}
+            assert data["stage"] == rule and data["instance"] == sample
+            # The outputs are named where they are, from the record.
+            base = (_record(wp, rule, sample) / data["outputs_dir"]).resolve()
+            for out in data["outputs"]:
+                assert (base / out["path"]).is_file(), out
+    # fit's directory is its job's alone: the file it left beside its output is its own
+    assert {o["path"]: o.get("side", False) for o in _manifest(wp, "fit", "a")["outputs"]} == \
+        {"params.json": False, "fit.log": True}
+    # summarize's is shared (prepare and count write there too): nothing else is taken
+    assert [o["path"] for o in _manifest(wp, "summarize", "a")["outputs"]] == ["summary.txt"]
+    merged = _manifest(wp, "merge")   # a rule without wildcards: one job, one record
+    assert merged["instance"] is None and merged["wildcards"] == {}
+    assert [o["path"] for o in merged["outputs"]] == ["merged.tsv"]
+    assert (_record(wp, "fit", "a") / "_logs" / "attempt-1.log").is_file()
+
+
+def test_the_policy_steers_a_rule_in_its_own_layout(ran):
+    _, wp = ran
+    fit = _manifest(wp, "fit", "b")
+    assert [(a["state"], a["exit_code"]) for a in fit["attempts"]] == [("FAILED", 3), ("SUCCESS", 0)]
+    assert fit["attempts"][0]["decision"]["action"] == "rerun"
+    # rerun: new archived what the failed attempt left, at its path from the outputs' directory
+    archived = _record(wp, "fit", "b") / fit["attempts"][0]["workspace"]
+    assert (archived / "params.json").read_text() == "partial\n"
+    assert (archived / "fit.log").read_text() == "fitting b\n"   # its side file went with it
+    assert json.loads((wp / "data/b/fit/params.json").read_text()) == {"sample": "b", "rows": 1}
+    # a timeout restarts in place: the checkpoint beside the output is kept
+    slow = _manifest(wp, "slow")
+    states = [a["state"] for a in slow["attempts"]]
+    assert states[-1] == "SUCCESS" and set(states[:-1]) == {"TIMEOUT"} and len(states) >= 2, states
+    assert all(a["action"] == "restart" for a in slow["attempts"][1:])
+    last_log = (_record(wp, "slow") / slow["attempts"][-1]["log"]).read_text()
+    assert "resuming from step" in last_log
+
+
+def test_status_shows_the_rules_jobs(ran):
+    _, wp = ran
+    shown = _waypost(wp, "status", "--config", "config.yaml", "--json")
+    assert shown.returncode == 0, shown.stderr
+    cells = json.loads(shown.stdout)["experiments"]["trial"]["_all"]
+    assert cells["fit"]["state"] == "SUCCESS" and set(cells["fit"]["instances"]) == {"a", "b"}
+    assert cells["merge"]["state"] == "SUCCESS"
+    assert cells["fit"]["instances"]["b"]["attempts"] == 2
+    # a temp() output Snakemake removed once summarize read it: done, not missing
+    assert cells["count"]["state"] == "SUCCESS", cells["count"]
+    assert not (wp / "data/a/count.txt").exists()
+    assert _manifest(wp, "count", "a")["outputs"][0]["temp"] is True
+
+
+def test_a_deleted_output_is_redone_as_plain_snakemake_redoes_it_in_a_new_series(ran, tmp_path):
+    plain, wp = ran
+    for workdir in (plain, wp):
+        copy = shutil.copytree(workdir, tmp_path / workdir.name, symlinks=True)
+        (copy / "data/a/summary.txt").unlink()
+    dry = {name: _snakemake(tmp_path / name, "-n") for name in ("plain", "wp")}
+    jobs = {name: _jobs(d) for name, d in dry.items()}
+    assert jobs["wp"] == jobs["plain"] == {"count": 1, "summarize": 1, "merge": 1, "everything": 1}, dry["wp"].stdout
+    again = _snakemake(tmp_path / "wp")
+    assert again.returncode == 0, again.stderr[-3000:]
+    redone = _manifest(tmp_path / "wp", "summarize", "a")
+    assert redone["state"] == "SUCCESS" and [a["series"] for a in redone["attempts"]] == [1, 2]
+    assert _manifest(tmp_path / "wp", "summarize", "b")["attempts"][-1]["series"] == 1   # not redone
+    assert _files(tmp_path / "wp") == _files(plain)
+
+
+@given(st.lists(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=3), min_size=2, max_size=6,
+                unique_by=tuple))
+def test_a_jobs_record_name_is_a_valid_name_and_its_own(value_sets):
+    names = [job_instance({f"w{i}": v for i, v in enumerate(values)}) for values in value_sets]
+    assert all(is_valid_name(name) for name in names), names
+    same_length = {}
+    for values, name in zip(value_sets, names):
+        same_length.setdefault(len(values), {})[tuple(values)] = name
+    for by_values in same_length.values():   # (a rule's jobs all have as many wildcards)
+        assert len(set(by_values.values())) == len(by_values), by_values
+
+
+EDGES = textwrap.dedent("""\
+    from waypost.snakemake import Pipeline  # waypost
+    wp = Pipeline(config, workflow)  # waypost
+
+    rule all_done:
+        input: "edge/ran.txt", "edge/_private.txt", "edge/shadowed.txt", "edge/which.txt"
+
+    rule ran:
+        output: "edge/ran.txt"
+        run:
+            with open(output[0], "w") as f:
+                f.write("run block\\\\n")
+
+    rule _private:
+        output: "edge/_private.txt"
+        shell: "echo private > {output}"
+
+    rule shadowed:
+        output: "edge/shadowed.txt"
+        shadow: "minimal"
+        shell: "echo shadowed > {output}"
+
+    rule which:
+        output: "edge/which.txt"
+        shell: "command -v python > {output} || echo none > {output}"
+
+    wp.finish()  # waypost
+    """)
+
+
+def test_rules_waypost_cant_record_run_as_plain_snakemake_runs_them_and_it_says_which(tmp_path):
+    runs = {}
+    for name, with_waypost in (("plain", False), ("wp", True)):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        keep = (lambda line: True) if with_waypost else (lambda line: not line.rstrip().endswith(MARK))
+        (workdir / "Snakefile").write_text("".join(line for line in EDGES.splitlines(keepends=True) if keep(line)))
+        (workdir / "config.yaml").write_text(yaml.safe_dump({"root": "records", "experiments": {"trial": {}}})
+                                             if with_waypost else "{}\n")
+        runs[name] = _snakemake(workdir, "--configfile", "config.yaml")
+        assert runs[name].returncode == 0, runs[name].stderr[-3000:]
+    files = {name: {p.name: p.read_text() for p in (tmp_path / name / "edge").iterdir()} for name in runs}
+    assert files["wp"] == files["plain"]   # `python` too: the PATH plain Snakemake gives a job
+    said = [line for line in runs["wp"].stderr.splitlines() if "with no waypost record" in line]
+    assert said == ["waypost: run as plain Snakemake runs them, with no waypost record: ran (run:), "
+                    "_private (its name is no directory name (letters, digits, '.', '_' or '-', starting with "
+                    "a letter or digit)), shadowed (shadow:)"], said
+    recorded = sorted(p.name for p in (tmp_path / "wp" / "records" / "_all" / "trial").iterdir())
+    assert recorded == ["which"]
+
+
+REUSING = textwrap.dedent("""\
+    from waypost.snakemake import Pipeline
+    wp = Pipeline(config, workflow)
+
+    D = config["data_dir"]
+
+    rule report_all:
+        input: expand(f"{D}/{{sample}}/report.txt", sample=config["samples"])
+
+    rule train:
+        output: f"{D}/models/{{sample}}/weights.bin"
+        shell: "echo trained {wildcards.sample} > {output}; echo 'dim: 4' > $(dirname {output})/decoder.yml; "
+               "echo {wildcards.sample} >> train-calls.txt"
+
+    rule evaluate:
+        input: rules.train.output
+        output: f"{D}/{{sample}}/report.txt"
+        shell: "cat {input} $(dirname {input})/decoder.yml > {output}"
+
+    wp.finish()
+    """)
+
+
+def test_an_experiment_reuses_another_ones_jobs_by_rule_and_wildcards_position_by_position(tmp_path):
+    (tmp_path / "Snakefile").write_text(REUSING)
+    common = {"samples": ["s1", "s2"], "root": "records"}
+    (tmp_path / "alpha.yaml").write_text(yaml.safe_dump({**common, "data_dir": "out-alpha",
+                                                         "experiments": {"alpha": {}}}))
+    (tmp_path / "beta.yaml").write_text(yaml.safe_dump({**common, "data_dir": "out-beta",
+                                                        "experiments": {"beta": {"reuse": {"train": "alpha"}}}}))
+    for name in ("alpha", "beta"):
+        ran = _snakemake(tmp_path, "--configfile", f"{name}.yaml")
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    # beta ran no training: its train jobs took alpha's, outputs and side files, at beta's own paths
+    assert sorted((tmp_path / "train-calls.txt").read_text().split()) == ["s1", "s2"]
+    for sample in ("s1", "s2"):
+        assert (tmp_path / f"out-beta/models/{sample}/weights.bin").read_text() == f"trained {sample}\n"
+        assert (tmp_path / f"out-beta/models/{sample}/decoder.yml").read_text() == "dim: 4\n"
+        assert (tmp_path / f"out-beta/{sample}/report.txt").read_text() == f"trained {sample}\ndim: 4\n"
+        record = json.loads((tmp_path / f"records/_all/beta/train/{sample}/_manifest.json").read_text())
+        source = tmp_path / f"records/_all/alpha/train/{sample}"
+        assert record["reused_from"] == str(source) and record["attempts"][0]["action"] == "reuse", record
+        assert {o["path"]: o.get("side", False) for o in record["outputs"]} == \
+            {"weights.bin": False, "decoder.yml": True}
+        assert record["wildcards"] == {"sample": sample} and record["declared"] == ["weights.bin"]
+        # evaluate ran in beta, over the copies
+        assert json.loads((tmp_path / f"records/_all/beta/evaluate/{sample}/_manifest.json").read_text())[
+            "attempts"][0]["action"] == "cmd"
+    shown = _waypost(tmp_path, "status", "--config", "beta.yaml", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["experiments"]["beta"]["_all"]["train"]["state"] == "SUCCESS"
+    # a source with no such job: one line naming it, the job fails, nothing is made
+    (tmp_path / "gamma.yaml").write_text(yaml.safe_dump({**common, "data_dir": "out-gamma",
+                                                         "experiments": {"gamma": {"reuse": {"train": "nowhere"}}}}))
+    failed = _snakemake(tmp_path, "--configfile", "gamma.yaml")
+    assert failed.returncode != 0
+    said = [line for line in failed.stderr.splitlines() if "can't reuse" in line]
+    assert said and "records/_all/nowhere/train/s1/_manifest.json: no manifest" in said[0], failed.stderr[-2000:]
+    assert not (tmp_path / "out-gamma/models").exists() or not any((tmp_path / "out-gamma/models").rglob("*.bin"))
+
+
+# Snakemake's idioms through a record each: log:, benchmark:, params and
+# resources functions, threads, shell.prefix, globals in the command, {{ }}
+# in awk, retries, group, unpack, ensure, a checkpoint gathered with
+# glob_wildcards, touch and protected outputs, a module's rules.
+IDIOMS = 'from waypost.snakemake import Pipeline  # waypost\nwp = Pipeline(config, workflow)  # waypost\nimport os\nshell.prefix("set -o pipefail; export GREETING=hi; ")\nwildcard_constraints:\n    x="[a-z]+"\nXS = ["ab", "cd"]\nSUFFIX = "sfx"\n\nlocalrules: everything\n\nrule everything:\n    default_target: True\n    input: expand("agg/{x}.sum", x=XS), expand("mod/{x}.loud", x=XS), "agg/final.txt", expand("agg/{x}.ensured", x=XS)\n\nrule base:\n    output: "base/{x}.txt"\n    log: "logs/base/{x}.log"\n    benchmark: "bench/base/{x}.tsv"\n    params: size=lambda w, output: len(output[0])\n    resources: mem_mb=lambda w, attempt: 100 * attempt\n    threads: 2\n    message: "making {wildcards.x}"\n    priority: 3\n    retries: 1\n    shell: "echo {wildcards.x} {params.size} $GREETING {SUFFIX} {resources.mem_mb} {threads} > {output:q} 2> {log}; awk \'{{print $1}}\' {output} >> {log}"\n\ndef unpacked(w):\n    return {"one": f"base/{w.x}.txt"}\n\nrule ensured:\n    input: unpack(unpacked)\n    output: ensure("agg/{x}.ensured", non_empty=True)\n    group: "g1"\n    shell: "cat {input.one} > {output}"\n\ncheckpoint chunks:\n    input: "base/{x}.txt"\n    output: directory("chunks/{x}")\n    shell: "mkdir -p {output}; for i in 1 2; do echo $i > {output}/c$i.txt; done"\n\nrule per_chunk:\n    input: "chunks/{x}/c{i}.txt"\n    output: "chunked/{x}/c{i}.out"\n    shell: "cat {input} > {output}"\n\ndef gathered(w):\n    d = checkpoints.chunks.get(x=w.x).output[0]\n    return expand("chunked/{x}/c{i}.out", x=w.x, i=glob_wildcards(os.path.join(d, "c{i}.txt")).i)\n\nrule agg:\n    input: gathered\n    output: "agg/{x}.sum"\n    shell: "cat {input} > {output}"\n\nrule final:\n    input: expand("agg/{x}.sum", x=XS)\n    output: touch("agg/final.txt"), protected("agg/final.keep")\n    shell: "cat {input} > {output[1]}"\n\nmodule m:\n    snakefile: "mod/Snakefile"\nuse rule * from m as m_*\n\nwp.finish()  # waypost\n'
+IDIOMS_MODULE = 'rule shout:\n    input: "base/{x}.txt"\n    output: "mod/{x}.loud"\n    shell: "tr a-z A-Z < {input} > {output}"\n'
+
+
+def test_snakemake_idioms_run_through_records_as_plain_snakemake_runs_them(tmp_path):
+    import hashlib
+    made = {}
+    for name, with_waypost in (("plain", False), ("wp", True)):
+        workdir = tmp_path / name
+        (workdir / "mod").mkdir(parents=True)
+        (workdir / "mod" / "Snakefile").write_text(IDIOMS_MODULE)
+        keep = (lambda line: True) if with_waypost else (lambda line: not line.rstrip().endswith(MARK))
+        (workdir / "Snakefile").write_text("".join(line for line in IDIOMS.splitlines(keepends=True) if keep(line)))
+        (workdir / "config.yaml").write_text(yaml.safe_dump({"root": "records", "experiments": {"trial": {}}})
+                                             if with_waypost else "{}\n")
+        ran = _snakemake(workdir, "--configfile", "config.yaml")
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert "no waypost record" not in ran.stderr   # every rule that makes files has its record
+        made[name] = {str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+                      for top in ("agg", "base", "chunked", "chunks", "mod", "logs") for p in (workdir / top).rglob("*")
+                      if p.is_file() and p.name != "Snakefile"}
+        forced = _snakemake(workdir, "--configfile", "config.yaml", "-n", "--forcerun", "per_chunk")
+        made[name]["forced"] = _jobs(forced)
+    assert made["wp"] == made["plain"]
+    assert made["wp"]["forced"] == {"per_chunk": 4, "agg": 2, "final": 1, "everything": 1}
+    final = _manifest(tmp_path / "wp", "final")
+    assert sorted(o["path"] for o in final["outputs"]) == ["final.keep", "final.txt"]   # the touch() one too
