@@ -51,6 +51,7 @@ SNAKEFILE = textwrap.dedent("""\
     rule summarize:
         input: rules.fit.output, rules.count.output
         output: "data/{sample}/summary.txt"
+        params: fitted_in=lambda wildcards, input: input[0].rsplit("/", 1)[0]
         shell: "wc -c < {input[0]} > {output}; cat {input[1]} >> {output}"
 
     rule merge:
@@ -128,6 +129,8 @@ def _files(workdir: Path) -> dict[str, str]:
 def _jobs(dry_run: subprocess.CompletedProcess) -> dict[str, int]:
     """rule → jobs, from a dry run's job stats."""
     assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    if "Nothing to be done" in dry_run.stdout + dry_run.stderr:
+        return {}
     table = (dry_run.stdout + dry_run.stderr).split("Job stats:", 1)[1]
     return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.M) if rule != "total"}
 
@@ -222,6 +225,37 @@ def test_a_deleted_output_is_redone_as_plain_snakemake_redoes_it_in_a_new_series
     assert redone["state"] == "SUCCESS" and [a["series"] for a in redone["attempts"]] == [1, 2]
     assert _manifest(tmp_path / "wp", "summarize", "b")["attempts"][-1]["series"] == 1   # not redone
     assert _files(tmp_path / "wp") == _files(plain)
+
+
+def test_presence_mode_when_the_config_asks_for_it_present_outputs_are_done(ran, tmp_path):
+    plain, wp = ran
+    copies = {name: shutil.copytree(workdir, tmp_path / name, symlinks=True) for name, workdir in
+              (("plain", plain), ("wp", wp), ("presence", wp))}
+    config = yaml.safe_load((copies["presence"] / "config.yaml").read_text())
+    (copies["presence"] / "config.yaml").write_text(yaml.safe_dump({**config, "rerun_policy": "presence"}))
+    for copy in copies.values():   # a changed input, and a deleted intermediate a done job read
+        (copy / "data/a/raw.csv").write_text("a,1\na,2\n")
+        (copy / "data/b/fit/params.json").unlink()
+    jobs = {name: _jobs(_snakemake(copy, "-n")) for name, copy in copies.items()}
+    # without rerun_policy in the config: plain Snakemake's answer; with it, present outputs are done
+    # (summarize's params function reads its input: it still sees it, though the job got none)
+    assert jobs["wp"] == jobs["plain"] == {"fit": 1, "count": 1, "summarize": 1, "merge": 1, "everything": 1}
+    assert jobs["presence"] == {}, jobs
+    # the intermediate no done job needs (as in plain Snakemake) is redone when asked for, alone
+    assert _jobs(_snakemake(copies["presence"], "-n", "data/b/fit/params.json")) == {"fit": 1}
+    # --forcerun: Snakemake's answer, as without presence mode
+    forced = {name: _jobs(_snakemake(copies[name], "-n", "--forcerun", "count")) for name in ("plain", "presence")}
+    assert forced["presence"] == forced["plain"], forced
+    # a hand-made output is adopted: its job, and what only it needed, don't run
+    presence = copies["presence"]
+    (presence / "data/c/fit").mkdir(parents=True)
+    (presence / "data/c/fit/params.json").write_text('{"sample": "c", "rows": 7}\n')
+    more = _snakemake(presence, "--config", "samples=[a,b,c]")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert (presence / "data/c/fit/params.json").read_text() == '{"sample": "c", "rows": 7}\n'
+    assert not _record(presence, "fit", "c").exists()
+    assert _manifest(presence, "summarize", "c")["state"] == "SUCCESS"
+    assert [a["series"] for a in _manifest(presence, "summarize", "a")["attempts"]] == [1]   # not redone
 
 
 @given(st.lists(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=3), min_size=2, max_size=6,

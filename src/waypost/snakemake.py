@@ -32,6 +32,7 @@ from waypost.model.codeversion import CodeVersions
 from waypost.model.graph import FACTS_ONLY_ENV
 from waypost.model.graph import record as record_facts
 from waypost.planning import fanout, points
+from waypost.planning.ownpresence import OwnPresence
 from waypost.planning.resolver import Resolver
 from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
@@ -47,6 +48,7 @@ from waypost.planning.wiring import (
     wire,
     wire_inputs,
     wire_own_layout,
+    wire_own_presence,
 )
 from waypost.runner import main as runner
 
@@ -140,6 +142,9 @@ class Pipeline:
         except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
             raise WorkflowError(str(exc)) from None
         self.configfile, self.source = configfile, source
+        # Rules in their own layout follow presence mode only where the config
+        # says so: else plain Snakemake's answer (waypost.planning.ownpresence).
+        self._own_presence = loaded.get("rerun_policy") == "presence"
         config.clear()
         config.update(prepared)   # the Snakefile's ``config``: its keys (the derived values are beside them)
         return prepared
@@ -371,6 +376,10 @@ class Pipeline:
             self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
             wired.append(rule)
         self._say_plain(plain)
+        if self._own_presence and not self.facts_only:
+            done = OwnPresence(self.state, self.root, experiment).done
+            for rule in wired:
+                wire_own_presence(self.snake, rule, done)
         return wired
 
     def _say_plain(self, plain: dict[str, str]) -> None:

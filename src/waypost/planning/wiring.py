@@ -436,6 +436,32 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
     _wrap_command(snake, rule, runner_line, step_param, step_function, None)
 
 
+def wire_own_presence(snake: Snake, name: str, done) -> None:
+    """Presence mode for a rule in its own layout: a job that ``done(rule,
+    values, outputs)`` says is done gets no inputs (Snakemake then runs it
+    only for a missing output or a forced one), while its params, resources
+    and priority functions still see the inputs its rule gives
+    (``Snake.inputs_for_functions``). Not in a job's own Snakemake process:
+    it runs the job it was given."""
+    from snakemake.iocontainers import InputFiles
+    if snake.job_process:
+        return
+    rule = snake.workflow.get_rule(name)
+    expand_input = rule.expand_input
+
+    def expand(wildcards, groupid=None):
+        if not snake.keeping:
+            values = dict(wildcards.items())
+            key = snake.emptied_key(name, values)
+            if done(name, values, [str(f) for f in rule.expand_output(values)[0]]):
+                mark_done(snake, key)
+                return InputFiles(), {}, {}, False
+            snake.emptied.discard(key)
+        return expand_input(wildcards, groupid)
+    rule.expand_input = expand
+    _keep_inputs_for_functions(snake, rule)
+
+
 def own_dirs_of(snake: Snake, name: str):
     """A function of a job's outputs (its rule's, in order) giving the
     directories of them that only this job writes: where the rule's
@@ -565,10 +591,10 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
         values, key = dict(wildcards.items()), snake.emptied_key(stage, wildcards)
         source = state.reuse_after(stage, values)
         if source:   # a reuse waiting for its source, which this run makes first
-            snake.emptied.add(key)
+            mark_done(snake, key)
             return {**{name: [] for name in names}, REUSE_SOURCE: source}
         if not state.needs_inputs(stage, values, bool(names)):
-            snake.emptied.add(key)
+            mark_done(snake, key)
             return {name: [] for name in names}
         snake.emptied.discard(key)
         return snake.resolve(stage, wildcards)
@@ -585,6 +611,42 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
         except Waiting:
             return _waiting_inputs(snake, stage, wildcards)
     return presigned(waiting)
+
+
+def mark_done(snake: Snake, key: tuple) -> None:
+    """A job waypost decided is done (or reused): its input function gave
+    none of its inputs (``Snake.emptied``). Snakemake's other rerun triggers
+    then say nothing of it (``_quiet_other_triggers``)."""
+    snake.emptied.add(key)
+    persistence = getattr(snake.workflow, "persistence", None)
+    if persistence is not None and not getattr(persistence, "_waypost_quiet", False):
+        _quiet_other_triggers(snake, persistence)
+
+
+def _quiet_other_triggers(snake: Snake, persistence) -> None:
+    """A job whose inputs waypost emptied is the files' business: the rerun
+    triggers that compare it with its metadata in ``.snakemake/`` (params,
+    the set of inputs, which emptying changed, code, software environment)
+    say nothing of it, as ``rerun-triggers: [mtime]`` (the shipped
+    profiles') has them say nothing of any job. Other jobs are asked as
+    Snakemake asks them. Once per run's persistence."""
+    from snakemake.persistence import NO_PARAMS_CHANGE
+
+    def done(job) -> bool:
+        return snake.emptied_key(job.rule.name, job.wildcards) in snake.emptied
+
+    def quiet(method, unchanged):
+        def asked(job, file=None):
+            if done(job):
+                return unchanged if file is not None else iter(())
+            return method(job, file=file)
+        return asked
+    for name in ("input_changed", "code_changed", "software_stack_changed"):
+        setattr(persistence, name, quiet(getattr(persistence, name), False))
+    params_changed = persistence.params_changed
+    persistence.params_changed = lambda job, file=None: (NO_PARAMS_CHANGE if done(job)
+                                                         else params_changed(job, file=file))
+    persistence._waypost_quiet = True
 
 
 def _keep_inputs_for_functions(snake: Snake, rule) -> None:

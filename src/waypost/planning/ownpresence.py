@@ -1,0 +1,37 @@
+"""Presence mode for rules in their own layout: a job whose outputs are all
+there is done, as a stage's is (``StateView.needs_inputs``).
+
+Only where the config asks for it (``rerun_policy: presence`` written in
+it): without it such rules keep plain Snakemake's answer, so adding waypost
+to a Snakefile changes no job (docs/own-snakefile.md). A done job gets no
+inputs, so nothing upstream (rerun, newer) makes it run again; its params,
+resources and priority functions still see them (``Snake.inputs_for_functions``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from waypost.model import layout
+
+
+class OwnPresence:
+    """Which jobs of rules in their own layout are done, for one planning."""
+
+    def __init__(self, state, root: str, experiment: str):
+        self.state, self.root, self.experiment = state, root, experiment
+
+    def done(self, rule: str, values: dict, outputs: list[str]) -> bool:
+        """Is a job done: every output there, its record marking nothing to
+        redo or look at again, and no ``--forcerun``/``--forceall`` in this
+        run (under those, Snakemake's own answer: the rules it forces and
+        every job downstream of them)? A record with an attempt to redo
+        forces the job."""
+        asked = self.state.snake.forced_rules()
+        if asked is None or asked[0] or asked[1]:
+            return False
+        record = layout.stage_dir(self.root, layout.ALL_PAIRS, self.experiment, rule, layout.job_instance(values))
+        redo, recheck = self.state.markers(record)
+        if redo:
+            self.state.snake.force(rule, values)
+        return not (redo or recheck) and all(os.path.exists(path) for path in outputs)
