@@ -258,6 +258,32 @@ def test_presence_mode_when_the_config_asks_for_it_present_outputs_are_done(ran,
     assert [a["series"] for a in _manifest(presence, "summarize", "a")["attempts"]] == [1]   # not redone
 
 
+def test_rerun_archives_a_jobs_outputs_with_its_record_and_the_next_run_redoes_them_as_snakemake_would(ran, tmp_path):
+    plain, wp = ran
+    plain, wp = (shutil.copytree(workdir, tmp_path / workdir.name, symlinks=True) for workdir in (plain, wp))
+    rerun = _waypost(wp, "rerun", "fit", "--config", "config.yaml", "--instance", "b", "--downstream")
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stdout.splitlines()[:3] == ["records/_all/trial/fit/b: archived in .attempts/2",
+                                             "records/_all/trial/summarize/b: archived in .attempts/1",
+                                             "records/_all/trial/merge: archived in .attempts/1"], rerun.stdout
+    assert "3 stage(s) archived" in rerun.stdout and "3 of them are jobs of rules in their own layout" in rerun.stdout
+    # the outputs (the side file too) went into the record's archive, at their paths from the outputs' directory
+    archive = _record(wp, "fit", "b") / ".attempts" / "2"
+    assert sorted(p.name for p in archive.iterdir()) == ["_logs", "_manifest.json", "fit.log", "params.json"]
+    assert not (wp / "data/b/fit/params.json").exists() and not (wp / "data/b/fit/fit.log").exists()
+    for gone in ("data/b/fit/params.json", "data/b/fit/fit.log", "data/b/summary.txt", "data/merged.tsv"):
+        (plain / gone).unlink()   # the same files, deleted by hand, beside plain Snakemake
+    jobs = {name: _jobs(_snakemake(workdir, "-n")) for name, workdir in (("plain", plain), ("wp", wp))}
+    assert jobs["wp"] == jobs["plain"] == {"fit": 1, "count": 1, "summarize": 1, "merge": 1, "everything": 1}
+    again = _snakemake(wp)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _manifest(wp, "fit", "b")["state"] == "SUCCESS" and (wp / "data/b/fit/fit.log").is_file()
+    # adopt has nothing to do for such a rule: its files are where the rule puts them
+    adopt = _waypost(wp, "adopt", "fit", "--config", "config.yaml", "--experiment", "trial", "--instance", "a")
+    assert adopt.returncode == 2 and adopt.stdout == ""
+    assert adopt.stderr.startswith("waypost: adopt fit: a rule in its own layout") and "nothing was changed" in adopt.stderr
+
+
 @given(st.lists(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=3), min_size=2, max_size=6,
                 unique_by=tuple))
 def test_a_jobs_record_name_is_a_valid_name_and_its_own(value_sets):

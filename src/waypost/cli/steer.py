@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from waypost import stores
-from waypost.cli.args import load_config, reach
+from waypost.cli.args import load_config, reach, workflow_facts
 from waypost.model import config as wconfig
 from waypost.model import layout
 
@@ -32,9 +32,17 @@ def cmd_rerun(args) -> int:
         note = (f" (reused: the next run copies it again from {_shown(reused[directory])}, "
                 "it does not recompute it)") if directory in reused else ""
         print(f"{_shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
+    own = [directory for directory, _ in done if steer.is_own_layout(stores.store_for(directory), directory)]
     verb = "would be redone" if args.dry_run else "will be redone by the next run"
+    if own:   # (their outputs are where their rule puts them: Snakemake remakes a deleted file only where needed)
+        verb = "would be archived" if args.dry_run else "archived"
     print(f"{len(done)} stage(s) {verb}" + (f", {len(reused)} of them taken again from their reuse source"
                                            if reused else ""))
+    if own:
+        print(f"{len(own)} of them are jobs of rules in their own layout: their outputs "
+              f"{'would go' if args.dry_run else 'went'} into the archive too, and the next run remakes "
+              "them where a target or a job that runs needs them, as plain Snakemake remakes deleted files "
+              "(--downstream: what used them too; `snakemake FILE`: one alone)")
     return 0
 
 
@@ -59,6 +67,12 @@ def cmd_adopt(args) -> int:
 
     cfg = load_config(args)
     wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
+    if args.stage in workflow_facts(args).get("own_layout", []):
+        raise wconfig.ConfigError(
+            f"adopt {args.stage}: a rule in its own layout: its outputs are where the rule puts them, not in a "
+            "stage directory; put your files there instead: with `rerun_policy: presence` in the config a job "
+            "whose outputs are there is done and does not run (without it, Snakemake's timestamps decide); "
+            "nothing was changed (docs/own-snakefile.md)")
     reach(cfg["root"])
     record, replaced = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
     print(f"adopted {len(record['outputs'])} file(s) as {args.experiment}/{args.pair}/{args.stage}"

@@ -41,6 +41,11 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
     input, or that were reused from it (another experiment's copy: reuse
     crosses experiments, so ``experiments`` should be all of the config's)."""
     consumers: dict[str, set[str]] = {}
+    # Rules in their own layout: their jobs' records list inputs by path (as
+    # Snakemake gave them, from its working directory: this command's), and
+    # their outputs from the record's ``outputs_dir``.
+    made_by: dict[str, str] = {}
+    inputs_of: dict[str, set[str]] = {}
     for directory in tree.manifest_dirs():
         parts = tree.relative(directory).split("/")
         if len(parts) < 3 or parts[1] not in experiments:
@@ -53,8 +58,17 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
             if item.get("manifest"):
                 producer = tree.key(os.path.dirname(item["manifest"]))
                 consumers.setdefault(producer, set()).add(tree.key(directory))
+            elif (data or {}).get("outputs_dir") and item.get("path"):   # a rule in its own layout's input
+                inputs_of.setdefault(os.path.abspath(item["path"]), set()).add(tree.key(directory))
+        if (data or {}).get("outputs_dir"):
+            base = os.path.abspath(manifest.outputs_base(directory, data))
+            made_by.update({os.path.join(base, out["path"]): tree.key(directory)
+                            for out in data.get("outputs", []) if not out.get("side")})
         if (data or {}).get("reused_from"):
             consumers.setdefault(tree.key(data["reused_from"]), set()).add(tree.key(directory))
+    for path, readers in inputs_of.items():
+        if path in made_by:
+            consumers.setdefault(made_by[path], set()).update(readers)
     return consumers
 
 
@@ -149,15 +163,52 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     done = []
     for directory in selected:
         try:
+            data = tree.manifest(directory)
+        except manifest.ManifestError:
+            data = None
+        try:
             archived = "(dry run)" if dry_run else tree.archive(directory)
         except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
             raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _ in done)}" if done
                                          else "; nothing was changed")) from None
+        if archived and not dry_run and (data or {}).get("outputs_dir"):
+            _archive_own_outputs(directory, data, archived)
         if archived:
             done.append((directory, archived))
             if not dry_run:
                 _forget_hold(tree, directory)
     return done
+
+
+def _archive_own_outputs(directory: str, data: records.Manifest, archived: str) -> None:
+    """A job of a rule in its own layout: its outputs (declared and side
+    files) are where the rule put them, not in its record: they go into the
+    record's archive too, each at its path from the outputs' directory, as
+    a ``rerun: new`` sets an attempt's aside (``runner.stagedir``). Its
+    record and outputs are on the local filesystem."""
+    import shutil
+
+    base = manifest.outputs_base(directory, data)
+    target = os.path.join(directory, archived)
+    for out in data.get("outputs", []):
+        path = os.path.join(base, out["path"])
+        if os.path.lexists(path):
+            moved = os.path.join(target, out["path"])
+            os.makedirs(os.path.dirname(moved), exist_ok=True)
+            shutil.move(path, moved)
+
+
+def is_own_layout(tree, directory: str) -> bool:
+    """Is a stage directory the record of a job of a rule in its own layout
+    (its manifest, or the one its last archive holds, says where its outputs are)?"""
+    try:
+        data = tree.manifest(directory)
+        if data is None:
+            archives = tree.archives(directory)
+            data = tree.manifest(layout.join(directory, layout.ATTEMPTS, archives[-1])) if archives else None
+    except manifest.ManifestError:
+        return False
+    return bool((data or {}).get("outputs_dir"))
 
 
 def _forget_hold(tree, directory: str) -> None:
