@@ -408,6 +408,75 @@ def test_an_experiment_reuses_another_ones_jobs_by_rule_and_wildcards_position_b
     assert not (tmp_path / "out-gamma/models").exists() or not any((tmp_path / "out-gamma/models").rglob("*.bin"))
 
 
+SEVERAL = textwrap.dedent("""\
+    from waypost.snakemake import Pipeline
+    wp = Pipeline(config, workflow)
+
+    RUNS = list(config["experiments"])
+
+    rule collect:
+        input: expand("work/{experiment}/{city}/forecast.csv", experiment=RUNS, city=config["cities"]), "work/table.md"
+
+    rule simulate:
+        output: "work/{experiment}/{city}/state.nc"
+        shell: "echo {wildcards.experiment} {wildcards.city} > {output}; echo 'grid: 8' > work/{wildcards.experiment}/{wildcards.city}/grid.yml; echo {wildcards.experiment}-{wildcards.city} >> simulated.txt"
+
+    rule forecast:
+        input: rules.simulate.output
+        output: "work/{experiment}/{city}/forecast.csv"
+        shell: "cat {input} > {output}"
+
+    rule table:
+        input: expand("work/{experiment}/{city}/forecast.csv", experiment=RUNS, city=config["cities"])
+        output: "work/table.md"
+        shell: "cat {input} > {output}"
+
+    wp.finish()
+    """)
+
+
+def test_several_experiments_in_one_config_take_the_experiment_from_the_jobs_wildcard(tmp_path):
+    (tmp_path / "Snakefile").write_text(SEVERAL)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "cities": ["oslo", "lima"], "root": "ledger",
+        "experiments": {"coarse": {}, "fine": {"reuse": {"simulate": "coarse"}}}}))
+    ran = _snakemake(tmp_path, "--configfile", "config.yaml")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    # fine took coarse's simulations (made first, in the same run): simulated once per city
+    assert sorted((tmp_path / "simulated.txt").read_text().split()) == ["coarse-lima", "coarse-oslo"]
+    for experiment in ("coarse", "fine"):
+        for city in ("oslo", "lima"):
+            for rule in ("simulate", "forecast"):
+                record = json.loads((tmp_path / f"ledger/_all/{experiment}/{rule}/{city}/_manifest.json").read_text())
+                assert record["state"] == "SUCCESS" and record["experiment"] == experiment
+                assert record["wildcards"] == {"experiment": experiment, "city": city}
+            assert (tmp_path / f"work/{experiment}/{city}/forecast.csv").read_text() == f"coarse {city}\n"
+    # a rule without the wildcard: which experiment is its job's can't be told; said, and run as plain
+    said = [line for line in ran.stderr.splitlines() if line.startswith("waypost: ") and "no waypost record" in line]
+    assert said == ["waypost: run as plain Snakemake runs them, with no waypost record: table (no {experiment} "
+                    "wildcard, and the config declares several experiments)"]
+    # grid.yml, in a directory forecast writes too, and that no rule declares: said, not taken
+    left = [line for line in ran.stderr.splitlines() if "left beside its outputs" in line]
+    assert sorted(line.split(": ")[2] for line in left) == ["work/coarse/lima/grid.yml", "work/coarse/oslo/grid.yml"]
+    assert all(line.startswith("waypost: simulate[") and "experiment=coarse" in line for line in left), left
+    simulated = json.loads((tmp_path / "ledger/_all/coarse/simulate/oslo/_manifest.json").read_text())
+    assert [o["path"] for o in simulated["outputs"]] == ["state.nc"]
+    shown = _waypost(tmp_path, "status", "--config", "config.yaml", "--json")
+    assert shown.returncode == 0, shown.stderr
+    grids = json.loads(shown.stdout)["experiments"]
+    assert {e: grids[e]["_all"]["forecast"]["state"] for e in grids} == {"coarse": "SUCCESS", "fine": "SUCCESS"}
+
+
+def test_a_snakefile_that_never_calls_finish_is_one_line_and_runs_nothing(tmp_path):
+    (tmp_path / "Snakefile").write_text(SEVERAL.replace("wp.finish()", ""))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"cities": ["oslo"], "root": "ledger",
+                                                          "experiments": {"coarse": {}}}))
+    ran = _snakemake(tmp_path, "--configfile", "config.yaml")
+    assert ran.returncode != 0 and "Traceback" not in ran.stderr
+    assert "waypost: the Snakefile never called wp.finish() after its rules" in ran.stderr, ran.stderr[-2000:]
+    assert not (tmp_path / "work").exists() and not (tmp_path / "ledger").exists()
+
+
 # Snakemake's idioms through a record each: log:, benchmark:, params and
 # resources functions, threads, shell.prefix, globals in the command, {{ }}
 # in awk, retries, group, unpack, ensure, a checkpoint gathered with

@@ -41,6 +41,7 @@ from waypost.planning.targets import default_targets
 from waypost.planning.wiring import (
     Snake,
     WorkflowError,
+    after_reading,
     flagged_positions,
     own_dirs_of,
     own_layout_refusal,
@@ -49,6 +50,7 @@ from waypost.planning.wiring import (
     wire_inputs,
     wire_own_layout,
     wire_own_presence,
+    wire_own_reuse,
 )
 from waypost.runner import main as runner
 
@@ -120,12 +122,23 @@ class Pipeline:
         self.state = StateView(self.graph, self.resolver, self.snake, self.fanout, self.root, self.mirror,
                                config["rerun_policy"] == "presence")
         self._finished = False
+        after_reading(workflow, self._check_finished)
         self._own_layout: list[str] = []   # the rules in their own layout given a record (finish)
         self._unchecked: dict[str, list] = {}  # see Resolver.override_instances
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}
         if self.axis:
             constraints[self.axis.word] = layout.NAME_PATTERN
         self.snake.constrain(**constraints)
+
+    def _check_finished(self) -> None:
+        """Stop with one line where the Snakefile never called ``wp.finish()``
+        (asked once Snakemake has read it all, and by ``wp.targets``): its
+        rules would run with no record, and nothing would say so."""
+        if not self._finished:
+            # (one line, not an input function's traceback: nothing has run)
+            print("waypost: the Snakefile never called wp.finish() after its rules: add it at the end "
+                  "(before `rule all` where that uses wp.targets); nothing was run", file=sys.stderr)
+            raise SystemExit(1)
 
     def _load_config(self, config: dict, default_configfile: str, check: bool) -> wconfig.Prepared:
         """One precedence with or without --configfile: the config file, then
@@ -353,19 +366,22 @@ class Pipeline:
     def _wire_own_layout(self, runner_line: str) -> list[str]:
         """Make each rule in its own layout (a ``shell:`` rule with outputs
         that is not a stage) a step with a record of its own: the rules
-        wired. One experiment per config: with several, which one such a
-        job's record belongs to can't be told, and the rules stay plain
-        Snakemake's; on a gs:// root too (their outputs are the rule's own
-        paths, not the bucket's)."""
+        wired. A job's record is in its experiment: the config's one, or,
+        where it declares several, the job's ``{experiment}`` wildcard's (a
+        rule without one stays plain Snakemake's: which experiment its jobs
+        belong to can't be told). On a gs:// root every such rule stays
+        plain (their outputs are the rule's own paths, not the bucket's)."""
         rules = self.snake.job_rules(self.graph.stages)
-        if self.mirror or len(self.graph.experiments) != 1:
-            why = "the root is a gs:// bucket" if self.mirror else "the config declares several experiments"
-            self._say_plain({rule: why for rule in rules})
+        if self.mirror:
+            self._say_plain({rule: "the root is a gs:// bucket" for rule in rules})
             return []
-        (experiment,) = self.graph.experiments
+        experiments = self.graph.experiments
+        experiment = experiments[0] if len(experiments) == 1 else None
         wired, plain = [], {}
         for rule in rules:
             refusal = own_layout_refusal(self.snake, rule)
+            if refusal is None and experiment is None and "experiment" not in self.snake.wildcards_of(rule):
+                refusal = "no {experiment} wildcard, and the config declares several experiments"
             if refusal:
                 plain[rule] = refusal
                 continue
@@ -376,11 +392,27 @@ class Pipeline:
             self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
             wired.append(rule)
         self._say_plain(plain)
+        if experiment is None and not self.facts_only:   # one experiment of this config reusing another's jobs
+            for rule in wired:
+                wire_own_reuse(self.snake, rule, self._reused_job(rule))
         if self._own_presence and not self.facts_only:
             done = OwnPresence(self.state, self.root, experiment).done
             for rule in wired:
                 wire_own_presence(self.snake, rule, done)
         return wired
+
+    def _reused_job(self, rule: str):
+        """A function of a job's wildcards (a rule in its own layout, the
+        config declaring several experiments): the wildcards of the job of
+        another experiment of this config that its experiment reuses it
+        from (its ``{experiment}`` the source's), or None."""
+        def source_of(values: dict) -> dict | None:
+            experiment = values.get("experiment")
+            if experiment not in self.config["experiments"]:
+                return None
+            source = self.resolver.reuse_experiment(experiment, layout.ALL_PAIRS, rule)
+            return None if source is None else {**values, "experiment": source}
+        return source_of
 
     def _say_plain(self, plain: dict[str, str]) -> None:
         """One line, from the run's main process: the rules that run as plain
@@ -424,11 +456,7 @@ class Pipeline:
         timestamp rule decides. A job's own Snakemake process (on a cluster
         node, or a subprocess) runs the one job it was given: no targets.
         """
-        if not self._finished:
-            # (one line, not an input function's traceback: nothing has run)
-            print("waypost: the Snakefile never called wp.finish() after its rules: add it at the end, "
-                  "before `rule all` (nothing was run)", file=sys.stderr)
-            raise SystemExit(1)
+        self._check_finished()
         if self.snake.job_process:
             return []
         return default_targets(self.state)

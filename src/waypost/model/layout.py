@@ -99,6 +99,16 @@ def job_instance(wildcards: dict) -> str | None:
     return name
 
 
+def own_job(wildcards: dict, experiment: str | None) -> tuple[str, str | None]:
+    """(experiment, record name) of a job of a rule in its own layout: the
+    config's one ``experiment`` and every wildcard's value (``job_instance``);
+    or, where the config declares several (``experiment`` None), the job's
+    ``{experiment}`` wildcard's value and the other wildcards'."""
+    if experiment is not None:
+        return experiment, job_instance(wildcards)
+    return str(wildcards["experiment"]), job_instance({k: v for k, v in wildcards.items() if k != "experiment"})
+
+
 def _job_value(value) -> str:
     text = str(value)
     if "_" not in text and is_valid_name(text):

@@ -18,7 +18,7 @@ from waypost.model import layout
 class OwnPresence:
     """Which jobs of rules in their own layout are done, for one planning."""
 
-    def __init__(self, state, root: str, experiment: str):
+    def __init__(self, state, root: str, experiment: str | None):
         self.state, self.root, self.experiment = state, root, experiment
 
     def done(self, rule: str, values: dict, outputs: list[str]) -> bool:
@@ -30,7 +30,8 @@ class OwnPresence:
         asked = self.state.snake.forced_rules()
         if asked is None or asked[0] or asked[1]:
             return False
-        record = layout.stage_dir(self.root, layout.ALL_PAIRS, self.experiment, rule, layout.job_instance(values))
+        experiment, instance = layout.own_job(values, self.experiment)
+        record = layout.stage_dir(self.root, layout.ALL_PAIRS, experiment, rule, instance)
         redo, recheck = self.state.markers(record)
         if redo:
             self.state.snake.force(rule, values)

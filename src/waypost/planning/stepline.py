@@ -15,7 +15,7 @@ from waypost.model import config as wconfig
 from waypost.model import layout
 from waypost.model import spec as wspec
 from waypost.planning.resolver import Resolver
-from waypost.planning.stagegraph import presigned
+from waypost.planning.stagegraph import StageError, presigned
 
 
 class StepLines:
@@ -49,23 +49,28 @@ class StepLines:
             return wspec.extend(self.scope_line(stage, experiment, pair, instance), own)
         return presigned(spec_line)
 
-    def own_layout_function(self, rule: str, experiment: str, flagged: dict[str, list[int]], own_dirs):
+    def own_layout_function(self, rule: str, experiment: str | None, flagged: dict[str, list[int]], own_dirs):
         """A params function giving the step spec line of a job of a rule in
-        its own layout: its record in the rule's stage directory of
-        ``experiment`` (``layout.ALL_PAIRS``), under a name its wildcards
-        make (``layout.job_instance``); its outputs where the rule puts them
-        (``flagged``: the positions of its ``temp()`` outputs, which Snakemake
-        removes later, and of its ``touch()`` ones, which it makes once the
-        job ended; ``own_dirs(output)``: the directories only the job writes)."""
+        its own layout: its record in the rule's stage directory of its
+        experiment (``layout.ALL_PAIRS``), under a name its wildcards make
+        (``layout.own_job``: ``experiment`` None, the config declares
+        several: its ``{experiment}`` wildcard's); its outputs where the
+        rule puts them (``flagged``: the positions of its ``temp()``
+        outputs, which Snakemake removes later, and of its ``touch()`` ones,
+        which it makes once the job ended; ``own_dirs(output)``: the
+        directories only the job writes)."""
         root = self.config["root"]
-        shared: list[str] = []
+        encoded: dict[str, str] = {}   # experiment → the encoded fields its settings decide
 
         def spec_line(wildcards, input, output):
-            if not shared:
-                shared.append(wspec.encode(self.fields(rule, experiment, layout.ALL_PAIRS)))
             values = dict(wildcards.items())
-            instance = layout.job_instance(values)
-            own = {"stage_dir": layout.stage_dir(root, layout.ALL_PAIRS, experiment, rule, instance),
+            job_experiment, instance = layout.own_job(values, experiment)
+            if job_experiment not in encoded:
+                if job_experiment not in self.config["experiments"]:
+                    raise StageError(f"rule {rule}: a job with experiment={job_experiment!r}, which the config "
+                                     f"does not declare (expected one of: {', '.join(self.config['experiments'])})")
+                encoded[job_experiment] = wspec.encode(self.fields(rule, job_experiment, layout.ALL_PAIRS))
+            own = {"stage_dir": layout.stage_dir(root, layout.ALL_PAIRS, job_experiment, rule, instance),
                    "pair": layout.ALL_PAIRS, "inputs": list(input), "outputs": list(output),
                    "own_layout": True, "wildcards": values}
             if instance:
@@ -73,13 +78,15 @@ class StepLines:
             for flag, field in (("temp", "temporary"), ("touch", "touched")):
                 if flagged[flag]:
                     own[field] = [output[i] for i in flagged[flag]]
-            mine = own_dirs(output)
+            mine, shared = own_dirs(output)
             if mine:
                 own["own_dirs"] = mine
-            source = self.resolver.reuse_location(experiment, layout.ALL_PAIRS, rule, instance)
+            if shared:
+                own["shared_dirs"] = shared
+            source = self.resolver.reuse_location(job_experiment, layout.ALL_PAIRS, rule, instance)
             if source:   # (the same job of another experiment, or a record directory: waypost.state.reuseown)
                 own["reuse_from"] = source
-            return wspec.extend(shared[0], own)
+            return wspec.extend(encoded[job_experiment], own)
         return presigned(spec_line)
 
     def scope_line(self, stage: str, experiment: str, pair: str, instance: str | None = None) -> str:

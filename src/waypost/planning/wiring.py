@@ -71,6 +71,17 @@ def job_process(workflow) -> bool:
     return getattr(workflow, "remote_exec", False) or getattr(workflow, "subprocess_exec", False)
 
 
+def after_reading(workflow, call) -> None:
+    """Have ``call()`` asked once Snakemake has read the whole Snakefile
+    (its ``Workflow.check``, before any job is planned)."""
+    check = workflow.check
+
+    def checked():
+        call()
+        return check()
+    workflow.check = checked
+
+
 def run_identity(workflow) -> str:
     """The run id that every job of this run records.
 
@@ -259,14 +270,14 @@ class Snake:
         patterns = self.input_patterns.get(stage)
         if patterns is not None:   # (inputs as written, each a pattern of the rule's wildcards)
             return [pattern.format(**values) for pattern in patterns]
-        names = self._wildcards_of(stage)
+        names = self.wildcards_of(stage)
         wildcards = Wildcards(fromdict={k: v for k, v in values.items() if k in names})
         resolved = self.resolve(stage, wildcards)
         if keep:
             self._resolved[(stage, self._job_key(stage, wildcards))] = resolved
         return [p for paths in resolved.values() for p in _as_list(paths)]
 
-    def _wildcards_of(self, stage: str) -> set[str]:
+    def wildcards_of(self, stage: str) -> set[str]:
         """The wildcards of a stage rule (the planning's values of a job
         name more: the axis value of a funnel, a None instance)."""
         if stage not in self._wildcard_names:
@@ -274,7 +285,7 @@ class Snake:
         return self._wildcard_names[stage]
 
     def _job_key(self, stage: str, wildcards) -> tuple:
-        names = self._wildcards_of(stage)
+        names = self.wildcards_of(stage)
         return tuple(sorted((k, v) for k, v in wildcards.items() if k in names))
 
     def emptied_key(self, stage: str, wildcards) -> tuple:
@@ -436,6 +447,28 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
     _wrap_command(snake, rule, runner_line, step_param, step_function, None)
 
 
+def wire_own_reuse(snake: Snake, name: str, source_of) -> None:
+    """A rule in its own layout whose jobs an experiment of this config takes
+    from another one of it (``source_of(values)``: the source job's
+    wildcards, or None): such a job's inputs are its source job's outputs,
+    so the source is made first (or again, when it is redone), and nothing
+    upstream of the job itself is needed. Its functions still see the
+    inputs its rule gives (``Snake.inputs_for_functions``)."""
+    from snakemake.io import IOFile
+    from snakemake.iocontainers import InputFiles
+    rule = snake.workflow.get_rule(name)
+    expand_input = rule.expand_input
+
+    def expand(wildcards, groupid=None):
+        source = None if snake.keeping else source_of(dict(wildcards.items()))
+        if source is None:
+            return expand_input(wildcards, groupid)
+        mark_done(snake, snake.emptied_key(name, wildcards))
+        return InputFiles(toclone=[IOFile(str(f), rule=rule) for f in rule.expand_output(source)[0]]), {}, {}, False
+    rule.expand_input = expand
+    _keep_inputs_for_functions(snake, rule)
+
+
 def wire_own_presence(snake: Snake, name: str, done) -> None:
     """Presence mode for a rule in its own layout: a job that ``done(rule,
     values, outputs)`` says is done gets no inputs (Snakemake then runs it
@@ -464,39 +497,52 @@ def wire_own_presence(snake: Snake, name: str, done) -> None:
 
 def own_dirs_of(snake: Snake, name: str):
     """A function of a job's outputs (its rule's, in order) giving the
-    directories of them that only this job writes: where the rule's
-    pattern names every wildcard of the rule (no other job of the rule
-    writes there) and no other rule's output, log or benchmark could be
-    (nor the inside of another rule's ``directory()``), a wildcard without
-    a constraint taken as one path component. The files a job
-    leaves there beside its outputs are its own (side files)."""
-    import re
+    directories of them that only this job writes, and the others.
 
+    Its own: where the rule's pattern names every wildcard of the rule (no
+    other job of the rule writes there) and no other rule's output, log or
+    benchmark could be (nor the inside of another rule's ``directory()``),
+    a wildcard without a constraint taken as one path component. The files
+    a job leaves there beside its outputs are its own (side files). The
+    others (shared), each with the patterns (regexes) of every rule's files
+    that could be there: a file the job leaves there that none declares is
+    said (``StageDir.left_in_shared``)."""
     from snakemake.io import regex_from_filepattern
     rule = snake.workflow.get_rule(name)
     wildcards = set(rule.wildcard_names)
     owned = [not is_flagged(f, "directory") and wildcards <= set(_FIELD_NAMES.findall(os.path.dirname(str(f))))
              for f in rule.output]
-    foreign = []
+    foreign, declared = [], []   # (a directory's regex, of a file's pattern there)
     for other in snake.workflow.rules:
-        if other.name == name:
-            continue
         for f in [*other.output, *other.log, *([other.benchmark] if other.benchmark else [])]:
             pattern = str(f)
+            file_rx = _one_component(regex_from_filepattern(pattern))
+            declared.append((re.compile(_one_component(regex_from_filepattern(os.path.dirname(pattern) or "."))),
+                             file_rx))
+            if other.name == name:
+                continue
             places = [os.path.dirname(pattern)] + ([pattern] if is_flagged(f, "directory") else [])
-            # (a wildcard without a constraint taken as one path component: it
-            # could span directories, but a pattern that means to says so)
-            foreign += [re.compile(re.sub(r"(\(\?P<\w+>)\.\+\)", r"\1[^/]+)", regex_from_filepattern(place or ".")))
-                        for place in places]
+            foreign += [re.compile(_one_component(regex_from_filepattern(place or "."))) for place in places]
 
-    def own_dirs(outputs) -> list[str]:
-        found = []
+    def own_dirs(outputs) -> tuple[list[str], dict[str, list[str]]]:
+        found, shared = [], {}
         for mine, path in zip(owned, outputs):
             directory = os.path.dirname(str(path)) or "."
-            if mine and directory not in found and not any(rx.match(directory) for rx in foreign):
+            if directory in found or directory in shared:
+                continue
+            if mine and not any(rx.match(directory) for rx in foreign):
                 found.append(directory)
-        return found
+            else:
+                shared[directory] = sorted({file_rx for dir_rx, file_rx in declared
+                                            if dir_rx.match(os.path.normpath(directory))})
+        return found, shared
     return own_dirs
+
+
+def _one_component(regex: str) -> str:
+    """A wildcard without a constraint taken as one path component: it
+    could span directories, but a pattern that means to says so."""
+    return re.sub(r"(\(\?P<\w+>)\.\+\)", r"\1[^/]+)", regex)
 
 
 _FIELD_NAMES = re.compile(r"\{\s*(\w+)")   # a wildcard's name in a pattern (constraint or not)

@@ -43,6 +43,8 @@ class StageDirectory:
         # directory above them all; the records name them relative to it.
         self.own_layout = step.own_layout
         self.own_dirs = step.own_dirs
+        self.shared_dirs = step.shared_dirs
+        self.began = time.time()   # (what appeared in a shared directory since: see left_in_shared)
         self.base = self.dir
         if step.own_layout:
             self.base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in step.outputs])
@@ -132,6 +134,26 @@ class StageDirectory:
         """A rule in its own layout: the files beside its outputs in the
         directories only its job writes (``own_dirs``): all of them are its."""
         return self._written_in(self.own_dirs) if self.own_layout else []
+
+    def left_in_shared(self) -> list[str]:
+        """A rule in its own layout: the files that appeared, since this
+        runner began, in its outputs' directories that other jobs write too
+        (``shared_dirs``) and that no rule declares there (its patterns):
+        not the job's own, only said (``StageRun.finish``)."""
+        import re
+
+        found = []
+        for directory, patterns in self.shared_dirs.items():
+            declared = [re.compile(pattern) for pattern in patterns]
+            for path in self._written_in([directory]):
+                shown = os.path.join(directory, os.path.basename(path))
+                try:
+                    fresh = os.lstat(path).st_mtime >= self.began
+                except OSError:
+                    continue
+                if fresh and not any(rx.match(os.path.normpath(shown)) for rx in declared):
+                    found.append(shown)
+        return found
 
     def _archive_outputs(self) -> str | None:
         """A rule in its own layout: move the outputs an earlier attempt left

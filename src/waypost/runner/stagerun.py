@@ -382,6 +382,12 @@ class StageRun:
         write too is not taken)."""
         directory = self.directory
         side = directory.side_files()
+        left = directory.left_in_shared() if directory.shared_dirs else []
+        if left:
+            shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+            print(f"waypost: {directory.name}: {shown}: left beside its outputs, in a directory other jobs write "
+                  "too, and no rule declares: not recorded, archived or reused with the job (declare it as an "
+                  "output, or write it in a directory only this job writes)", file=sys.stderr)
         return manifest.describe_outputs(directory.base, [*directory.outputs, *side], self.spec.temporary, side)
 
     def _described_inputs(self) -> list[dict]:
