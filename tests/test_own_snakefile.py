@@ -135,3 +135,37 @@ def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_loca
     assert record["state"] == "SUCCESS" and record["wildcards"] == {"lang": "de"}, record
     assert attempt["slurm_job_id"] and attempt["worker"]["class"] == "cpu", attempt
     assert _jobs(_snakemake(wp, "-n")) == {}
+
+
+def test_on_slurm_a_bundled_class_runs_several_of_its_jobs_in_one_slurm_job(both, slurm_cluster, tmp_path):
+    # `bundle: 4` on the cpu class: the jobs of rules in their own layout
+    # that need no Snakemake process of their own (no conda: in effect, no
+    # benchmark, no protected() output) run their steps straight, four to
+    # a Slurm job, and their runner makes the directories Snakemake would
+    # (score's out/{lang}/scored/); fetch's protected() output keeps its
+    # job's own Snakemake process. The files are plain Snakemake's.
+    import json
+
+    import yaml
+    from conftest import REPO
+    plain, _ = both
+    wp = _copy(tmp_path / "wp", True)
+    workers = yaml.safe_load((wp / "workers.yaml").read_text())
+    workers["pools"]["onprem"]["classes"]["cpu"]["bundle"] = 4
+    (wp / "workers.yaml").write_text(yaml.safe_dump(workers))
+    fast = ["--cores", "2", "--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5",
+            "--waypost-no-account"]
+    ran = subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "onprem"), *fast],
+                         cwd=wp, capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert _files(wp) == _files(plain)
+    records = {str(path.parent.relative_to(wp / "results/_all/baseline")): json.loads(path.read_text())
+               for path in (wp / "results/_all/baseline").rglob("_manifest.json")}
+    assert all(r["state"] == "SUCCESS" for r in records.values()), records
+    cpu = {name: r["attempts"][-1]["slurm_job_id"] for name, r in records.items()
+           if r["attempts"][-1]["worker"]["class"] == "cpu" and not name.startswith("fetch/")}
+    assert len(cpu) >= 12 and all(cpu.values()), cpu
+    assert len(set(cpu.values())) < len(cpu), cpu        # bundled: fewer Slurm jobs than jobs
+    fetched = {r["attempts"][-1]["slurm_job_id"] for name, r in records.items() if name.startswith("fetch/")}
+    assert len(fetched) == 2 and not fetched & set(cpu.values())   # a Snakemake process each
+    assert _jobs(_snakemake(wp, "-n")) == {}

@@ -53,7 +53,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from waypost import stores
 from waypost.model import manifest
 from waypost.model import spec as wspec
-from waypost.planning.wiring import job_command
+from waypost.planning.wiring import job_command, needs_own_process
 from waypost.runner import main as runner
 from waypost.runner.bundle import BUNDLE_OPTION
 from waypost.scheduler import jobstep
@@ -86,11 +86,11 @@ def stage_job(job) -> bool:
 
 def direct_step(job) -> bool:
     """Does the job's Slurm job run its step straight (or packed, or in a
-    bundle), without a Snakemake process of its own? A stage job's does;
-    a rule's in its own layout runs as plain Snakemake runs it (its own
-    Snakemake makes the output directories, honours ``conda:``...), its
-    step runner inside."""
-    return stage_job(job) and '"own_layout":true' not in job.params[STEP_PARAM]
+    bundle), without a Snakemake process of its own? A stage job's does,
+    and so does a rule's in its own layout unless it needs one
+    (``needs_own_process``: ``conda:`` in effect, a benchmark...): then it
+    runs as plain Snakemake runs it, its step runner inside."""
+    return stage_job(job) and ('"own_layout":true' not in job.params[STEP_PARAM] or not needs_own_process(job))
 
 
 class Executor(SlurmExecutor):

@@ -43,6 +43,7 @@ from waypost.planning.wiring import (
     WorkflowError,
     after_reading,
     flagged_positions,
+    log_dirs_of,
     own_dirs_of,
     own_layout_refusal,
     run_identity,
@@ -388,7 +389,8 @@ class Pipeline:
             wire_own_layout(self.snake, rule, runner_line, STEP_PARAM,
                             self.lines.own_layout_function(
                                 rule, experiment, {flag: flagged_positions(self.snake, rule, flag)
-                                                   for flag in ("temp", "touch")}, own_dirs_of(self.snake, rule)))
+                                                   for flag in ("temp", "touch")}, own_dirs_of(self.snake, rule),
+                                log_dirs_of(self.snake, rule)))
             self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
             wired.append(rule)
         self._say_plain(plain)

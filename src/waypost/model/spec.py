@@ -69,6 +69,7 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     # its outputs' other directories, each with the patterns (regexes) of the files rules declare there:
     # a file it leaves there that none declares is said, not taken
     "shared_dirs": (dict, {}),
+    "log_dirs": (list, []),    # the directories of its log files (made by the runner, as Snakemake makes them)
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 

@@ -49,7 +49,8 @@ class StepLines:
             return wspec.extend(self.scope_line(stage, experiment, pair, instance), own)
         return presigned(spec_line)
 
-    def own_layout_function(self, rule: str, experiment: str | None, flagged: dict[str, list[int]], own_dirs):
+    def own_layout_function(self, rule: str, experiment: str | None, flagged: dict[str, list[int]], own_dirs,
+                            log_dirs):
         """A params function giving the step spec line of a job of a rule in
         its own layout: its record in the rule's stage directory of its
         experiment (``layout.ALL_PAIRS``), under a name its wildcards make
@@ -58,7 +59,8 @@ class StepLines:
         rule puts them (``flagged``: the positions of its ``temp()``
         outputs, which Snakemake removes later, and of its ``touch()`` ones,
         which it makes once the job ended; ``own_dirs(output)``: the
-        directories only the job writes)."""
+        directories only the job writes, and the others; ``log_dirs(values)``:
+        its logs' directories)."""
         root = self.config["root"]
         encoded: dict[str, str] = {}   # experiment → the encoded fields its settings decide
 
@@ -83,6 +85,9 @@ class StepLines:
                 own["own_dirs"] = mine
             if shared:
                 own["shared_dirs"] = shared
+            logs = log_dirs(values)
+            if logs:
+                own["log_dirs"] = logs
             source = self.resolver.reuse_location(job_experiment, layout.ALL_PAIRS, rule, instance)
             if source:   # (the same job of another experiment, or a record directory: waypost.state.reuseown)
                 own["reuse_from"] = source

@@ -495,6 +495,33 @@ def wire_own_presence(snake: Snake, name: str, done) -> None:
     _keep_inputs_for_functions(snake, rule)
 
 
+def needs_own_process(job) -> bool:
+    """Does a job of a rule in its own layout need a Snakemake process of
+    its own on a cluster node: a conda env, container or environment
+    modules in effect (that process deploys them), a benchmark (it measures
+    it), ``protected()`` or ``ensure()`` outputs (it checks and marks them)?
+    Else the executor runs its step straight, packed or bundled as a stage
+    job's, and the step runner does the rest of what that process would
+    (``StageDir.prepare_outputs``)."""
+    methods = {getattr(method, "name", "") for method in
+               getattr(job.rule.workflow.deployment_settings, "deployment_method", None) or ()}
+    deployed = (("CONDA" in methods and job.conda_env_spec) or ("APPTAINER" in methods and job.container_img_url)
+                or ("ENV_MODULES" in methods and job.env_modules))
+    flagged = any(is_flagged(f, flag) for f in job.rule.output for flag in ("protected", "ensure"))
+    return bool(deployed or job.benchmark or flagged)
+
+
+def log_dirs_of(snake: Snake, name: str):
+    """A function of a job's wildcards: the directories of its rule's log
+    files (the step runner makes them where no Snakemake process of the
+    job's own does: ``needs_own_process``)."""
+    logs = list(snake.workflow.get_rule(name).log)
+
+    def log_dirs(values: dict) -> list[str]:
+        return sorted({os.path.dirname(str(f.apply_wildcards(values))) for f in logs} - {""})
+    return log_dirs
+
+
 def own_dirs_of(snake: Snake, name: str):
     """A function of a job's outputs (its rule's, in order) giving the
     directories of them that only this job writes, and the others.

@@ -135,6 +135,24 @@ class StageDirectory:
         directories only its job writes (``own_dirs``): all of them are its."""
         return self._written_in(self.own_dirs) if self.own_layout else []
 
+    def prepare_outputs(self, log_dirs: list[str]) -> None:
+        """A rule in its own layout, before its step runs here: what the
+        job's own Snakemake process does before it runs a job (its
+        ``Job.prepare``): the declared outputs an earlier run left removed,
+        their directories and its logs' made. Where that process runs the
+        job (locally, or on a node for a job that needs it) this finds it
+        done; a step the executor runs straight has only this."""
+        import shutil  # here: the runner starts at every step
+
+        for out in self.outputs:
+            if os.path.isdir(out) and not os.path.islink(out):
+                shutil.rmtree(out)
+            elif os.path.lexists(out):
+                os.unlink(out)
+        for directory in sorted({os.path.dirname(o) for o in self.outputs} | set(log_dirs)):
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+
     def left_in_shared(self) -> list[str]:
         """A rule in its own layout: the files that appeared, since this
         runner began, in its outputs' directories that other jobs write too

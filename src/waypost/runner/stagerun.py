@@ -188,6 +188,8 @@ class StageRun:
         started = self.start()
         if started is not Next.RUN:
             return self._not_run(started)
+        if self.directory.own_layout:
+            self.directory.prepare_outputs(self.spec.log_dirs)
         series = self.series.attempts
         if not series:
             blocked = self.parents_block()
