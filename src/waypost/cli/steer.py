@@ -27,12 +27,12 @@ def cmd_rerun(args) -> int:
                                   f"--instance, or rerun it in all of them with --all")
     reach(cfg["root"])
     done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
-    reused = steer.reuse_sources(cfg, [directory for directory, _ in done])
-    for directory, archived in done:
+    reused = steer.reuse_sources(cfg, [directory for directory, _, _ in done])
+    for directory, archived, _ in done:
         note = (f" (reused: the next run copies it again from {_shown(reused[directory])}, "
                 "it does not recompute it)") if directory in reused else ""
         print(f"{_shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
-    own = [directory for directory, _ in done if steer.is_own_layout(stores.store_for(directory), directory)]
+    own = [directory for directory, _, own_layout in done if own_layout]
     verb = "would be redone" if args.dry_run else "will be redone by the next run"
     if own:   # (their outputs are where their rule puts them: Snakemake remakes a deleted file only where needed)
         verb = "would be archived" if args.dry_run else "archived"

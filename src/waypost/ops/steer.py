@@ -134,10 +134,11 @@ def _what(stage: str, instances: list[str]) -> str:
 
 
 def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,
-          instance=None, downstream: bool = False, dry_run: bool = False) -> list[tuple[str, str]]:
+          instance=None, downstream: bool = False, dry_run: bool = False) -> list[tuple[str, str, bool]]:
     """Archive the workspaces of a stage (and, with ``downstream``, of what
     consumed it) so the next run recomputes them; ``instance``: only these
-    instances (a name or a list of names and shell patterns). Returns (dir, archive).
+    instances (a name or a list of names and shell patterns). Returns (dir, archive, whether it is
+    the record of a job of a rule in its own layout, whose outputs went into the archive too).
     On a gs:// root: one listing, the manifests read in one batch (only for
     ``downstream``), each archive a server-side move."""
     check_names(config, experiments, pairs, stage)
@@ -161,20 +162,22 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     if busy:
         raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
     done = []
+    local = not stores.needs_mirror(config["root"])   # (a rule in its own layout keeps its records on a local root)
     for directory in selected:
         try:
-            data = tree.manifest(directory)
+            data = tree.manifest(directory) if local else None
         except manifest.ManifestError:
             data = None
+        own = bool((data or {}).get("outputs_dir"))
         try:
             archived = "(dry run)" if dry_run else tree.archive(directory)
         except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
-            raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _ in done)}" if done
+            raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _, _ in done)}" if done
                                          else "; nothing was changed")) from None
-        if archived and not dry_run and (data or {}).get("outputs_dir"):
+        if archived and not dry_run and own:
             _archive_own_outputs(directory, data, archived)
         if archived:
-            done.append((directory, archived))
+            done.append((directory, archived, own))
             if not dry_run:
                 _forget_hold(tree, directory)
     return done
@@ -196,19 +199,6 @@ def _archive_own_outputs(directory: str, data: records.Manifest, archived: str) 
             moved = os.path.join(target, out["path"])
             os.makedirs(os.path.dirname(moved), exist_ok=True)
             shutil.move(path, moved)
-
-
-def is_own_layout(tree, directory: str) -> bool:
-    """Is a stage directory the record of a job of a rule in its own layout
-    (its manifest, or the one its last archive holds, says where its outputs are)?"""
-    try:
-        data = tree.manifest(directory)
-        if data is None:
-            archives = tree.archives(directory)
-            data = tree.manifest(layout.join(directory, layout.ATTEMPTS, archives[-1])) if archives else None
-    except manifest.ManifestError:
-        return False
-    return bool((data or {}).get("outputs_dir"))
 
 
 def _forget_hold(tree, directory: str) -> None:
