@@ -77,6 +77,11 @@ def _set_aside_interrupted(root: str) -> list[str]:
         if not life.interrupted:   # a manifest written after the marker closed the attempt
             continue
         outputs = (life.marker or {}).get("outputs") or []
+        if (life.marker or {}).get("outputs_dir"):   # a rule in its own layout: its outputs are elsewhere
+            archived = tree.archive_from(stage_dir, manifest.outputs_base(stage_dir, life.marker), outputs)
+            if archived:
+                notes.append(f"set aside the partial outputs of interrupted {stage_dir} in {archived}")
+            continue
         present = {o.split("/")[0] for o in outputs if tree.exists(layout.join(stage_dir, o))}
         if not present:
             continue

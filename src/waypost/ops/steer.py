@@ -174,31 +174,14 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
             raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _, _ in done)}" if done
                                          else "; nothing was changed")) from None
-        if archived and not dry_run and own:
-            _archive_own_outputs(directory, data, archived)
+        if archived and not dry_run and own:   # its outputs are where its rule put them: they go in too
+            tree.archive_from(directory, manifest.outputs_base(directory, data),
+                              [out["path"] for out in data.get("outputs", [])], into=archived)
         if archived:
             done.append((directory, archived, own))
             if not dry_run:
                 _forget_hold(tree, directory)
     return done
-
-
-def _archive_own_outputs(directory: str, data: records.Manifest, archived: str) -> None:
-    """A job of a rule in its own layout: its outputs (declared and side
-    files) are where the rule put them, not in its record: they go into the
-    record's archive too, each at its path from the outputs' directory, as
-    a ``rerun: new`` sets an attempt's aside (``runner.stagedir``). Its
-    record and outputs are on the local filesystem."""
-    import shutil
-
-    base = manifest.outputs_base(directory, data)
-    target = os.path.join(directory, archived)
-    for out in data.get("outputs", []):
-        path = os.path.join(base, out["path"])
-        if os.path.lexists(path):
-            moved = os.path.join(target, out["path"])
-            os.makedirs(os.path.dirname(moved), exist_ok=True)
-            shutil.move(path, moved)
 
 
 def _forget_hold(tree, directory: str) -> None:

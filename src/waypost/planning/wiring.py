@@ -124,6 +124,7 @@ class Snake:
         self._wildcard_names: dict[str, set] = {}
         self.emptied: set[tuple] = set()   # (stage, job) whose input function gave no inputs (done, reused)
         self.keeping = False   # the input functions give every job its inputs (``inputs_for_functions``)
+        self.declared_places: list | None = None   # every rule's files' patterns (``_declared_places``)
 
     def attach(self, graph, root: str) -> None:
         self.graph, self.root = graph, root
@@ -534,22 +535,13 @@ def own_dirs_of(snake: Snake, name: str):
     others (shared), each with the patterns (regexes) of every rule's files
     that could be there: a file the job leaves there that none declares is
     said (``StageDir.left_in_shared``)."""
-    from snakemake.io import regex_from_filepattern
     rule = snake.workflow.get_rule(name)
     wildcards = set(rule.wildcard_names)
     owned = [not is_flagged(f, "directory") and wildcards <= set(_FIELD_NAMES.findall(os.path.dirname(str(f))))
              for f in rule.output]
-    foreign, declared = [], []   # (a directory's regex, of a file's pattern there)
-    for other in snake.workflow.rules:
-        for f in [*other.output, *other.log, *([other.benchmark] if other.benchmark else [])]:
-            pattern = str(f)
-            file_rx = _one_component(regex_from_filepattern(pattern))
-            declared.append((re.compile(_one_component(regex_from_filepattern(os.path.dirname(pattern) or "."))),
-                             file_rx))
-            if other.name == name:
-                continue
-            places = [os.path.dirname(pattern)] + ([pattern] if is_flagged(f, "directory") else [])
-            foreign += [re.compile(_one_component(regex_from_filepattern(place or "."))) for place in places]
+    places = _declared_places(snake)
+    foreign = [rx for other, dir_rx, _, inside in places if other != name for rx in (dir_rx, inside) if rx]
+    declared = [(dir_rx, file_rx) for _, dir_rx, file_rx, _ in places]
 
     def own_dirs(outputs) -> tuple[list[str], dict[str, list[str]]]:
         found, shared = [], {}
@@ -564,6 +556,26 @@ def own_dirs_of(snake: Snake, name: str):
                                             if dir_rx.match(os.path.normpath(directory))})
         return found, shared
     return own_dirs
+
+
+def _declared_places(snake: Snake) -> list[tuple]:
+    """Every rule's output, log and benchmark patterns, read once per
+    workflow: (rule, its directory's regex, the file's regex, the regex of
+    the inside of a ``directory()`` output or None)."""
+    if snake.declared_places is None:
+        from snakemake.io import regex_from_filepattern
+
+        def compiled(pattern: str):
+            return re.compile(_one_component(regex_from_filepattern(pattern or ".")))
+        places = []
+        for rule in snake.workflow.rules:
+            for f in [*rule.output, *rule.log, *([rule.benchmark] if rule.benchmark else [])]:
+                pattern = str(f)
+                places.append((rule.name, compiled(os.path.dirname(pattern)),
+                               _one_component(regex_from_filepattern(pattern)),
+                               compiled(pattern) if is_flagged(f, "directory") else None))
+        snake.declared_places = places
+    return snake.declared_places
 
 
 def _one_component(regex: str) -> str:

@@ -178,23 +178,8 @@ class StageDirectory:
         (its declared ones, and its side files) into this record's
         ``.attempts/<n>/``, each at its path from ``base``."""
         present = [o for o in self.outputs if os.path.lexists(o)] + self.side_files()
-        if not present:
-            return None
-        import shutil  # here: the runner starts at every step, most never archive
-
-        from waypost.model.layout import ARCHIVING, ATTEMPTS
-        from waypost.stores.base import archive_number
-        attempts_dir = self.path(ATTEMPTS)
-        os.makedirs(attempts_dir, exist_ok=True)
-        names = os.listdir(attempts_dir)
-        target = os.path.join(attempts_dir, str(archive_number(
-            names, [n for n in names if os.path.exists(os.path.join(attempts_dir, n, ARCHIVING))])))
-        os.makedirs(target, exist_ok=True)
-        for path in present:
-            moved = os.path.join(target, os.path.relpath(os.path.abspath(path), self.base))
-            os.makedirs(os.path.dirname(moved), exist_ok=True)
-            shutil.move(path, moved)   # (the outputs may be on another filesystem than the record)
-        return os.path.relpath(target, self.dir)
+        return LocalStore(self.dir).archive_from(self.dir, self.base, [
+            os.path.relpath(os.path.abspath(path), self.base) for path in present])
 
     def clean(self) -> None:
         """Remove what the failed attempts of this series left (only those:

@@ -130,6 +130,30 @@ class LocalStore(StageStore):
         os.unlink(note)
         return os.path.relpath(target, directory)
 
+    def archive_from(self, directory: str, base: str, paths: list[str], into: str | None = None) -> str | None:
+        """The record ``directory`` of a job of a rule in its own layout:
+        move its files at ``paths`` (relative to ``base``, where its outputs
+        are; those not there skipped) into its ``.attempts/<n>/``, each at
+        its path from ``base`` (``into``: an archive ``archive`` just made,
+        relative to ``directory``). The outputs may be on another filesystem
+        than the record: a copy then. The archive, or None when none was there."""
+        import shutil
+
+        present = [p for p in paths if os.path.lexists(os.path.join(base, p))]
+        if not present:
+            return into
+        if into is None:
+            attempts_dir = os.path.join(directory, ATTEMPTS)
+            os.makedirs(attempts_dir, exist_ok=True)
+            names = os.listdir(attempts_dir)
+            n = archive_number(names, [e for e in names if os.path.exists(os.path.join(attempts_dir, e, ARCHIVING))])
+            into = os.path.relpath(os.path.join(attempts_dir, str(n)), directory)
+        for path in present:
+            moved = os.path.join(directory, into, path)
+            os.makedirs(os.path.dirname(moved), exist_ok=True)
+            shutil.move(os.path.join(base, path), moved)
+        return into
+
     def heartbeat(self, path: str) -> None:
         os.utime(path)
 
