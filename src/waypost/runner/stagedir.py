@@ -142,10 +142,9 @@ class StageDirectory:
         their directories and its logs' made. Where that process runs the
         job (locally, or on a node for a job that needs it) this finds it
         done; a step the executor runs straight has only this."""
-        import shutil  # here: the runner starts at every step
-
         for out in self.outputs:
             if os.path.isdir(out) and not os.path.islink(out):
+                import shutil  # here: the runner starts at every step, and this is rare
                 shutil.rmtree(out)
             elif os.path.lexists(out):
                 os.unlink(out)
