@@ -108,10 +108,10 @@ def test_the_pipeline_keeps_its_own_config_keys_but_a_misspelt_waypost_key_is_on
     assert not (wp / "out").exists()
 
 
-def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_locally(both, slurm_cluster, tmp_path):
+def _on_slurm_as_plain_locally(wp: Path, plain: Path) -> None:
+    """Run the example in ``wp`` with the shipped onprem profile: it ends
+    well, with the files of plain Snakemake's local run in ``plain``."""
     from conftest import REPO
-    plain, _ = both
-    wp = _copy(tmp_path / "wp", True)
     # (--cores: threads: workflow.cores asks for it under any cluster executor, as in plain Snakemake)
     fast = ["--cores", "2", "--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5",
             "--waypost-no-account"]
@@ -119,6 +119,12 @@ def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_loca
                          cwd=wp, capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert _files(wp) == _files(plain)
+
+
+def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_locally(both, slurm_cluster, tmp_path):
+    plain, _ = both
+    wp = _copy(tmp_path / "wp", True)
+    _on_slurm_as_plain_locally(wp, plain)
     # Slurm ran them, the gpu=1 rule on the GPU partition (workers.yaml's assign), the rest on cpu.
     rows = [line.split("|") for line in subprocess.run(
         ["sacct", "-X", "-n", "-P", "-S", "now-1hour", "-o", "Partition,Comment,WorkDir"],
@@ -147,18 +153,12 @@ def test_on_slurm_a_bundled_class_runs_several_of_its_jobs_in_one_slurm_job(both
     import json
 
     import yaml
-    from conftest import REPO
     plain, _ = both
     wp = _copy(tmp_path / "wp", True)
     workers = yaml.safe_load((wp / "workers.yaml").read_text())
     workers["pools"]["onprem"]["classes"]["cpu"]["bundle"] = 4
     (wp / "workers.yaml").write_text(yaml.safe_dump(workers))
-    fast = ["--cores", "2", "--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5",
-            "--waypost-no-account"]
-    ran = subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "onprem"), *fast],
-                         cwd=wp, capture_output=True, text=True, timeout=900)
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    assert _files(wp) == _files(plain)
+    _on_slurm_as_plain_locally(wp, plain)
     records = {str(path.parent.relative_to(wp / "results/_all/baseline")): json.loads(path.read_text())
                for path in (wp / "results/_all/baseline").rglob("_manifest.json")}
     assert all(r["state"] == "SUCCESS" for r in records.values()), records
