@@ -125,6 +125,7 @@ class Snake:
         self.emptied: set[tuple] = set()   # (stage, job) whose input function gave no inputs (done, reused)
         self.keeping = False   # the input functions give every job its inputs (``inputs_for_functions``)
         self.declared_places: list | None = None   # every rule's files' patterns (``_declared_places``)
+        self.keeps_inputs: set[str] = set()   # rules whose functions see their inputs (``_keep_inputs_for_functions``)
 
     def attach(self, graph, root: str) -> None:
         self.graph, self.root = graph, root
@@ -736,7 +737,11 @@ def _quiet_other_triggers(snake: Snake, persistence) -> None:
 
 def _keep_inputs_for_functions(snake: Snake, rule) -> None:
     """A job's params, resources and priority functions see its inputs
-    whether or not the job's input function gave them (``Snake.inputs_for_functions``)."""
+    whether or not the job's input function gave them (``Snake.inputs_for_functions``).
+    Once per rule, however many of waypost's input functions it has."""
+    if rule.name in snake.keeps_inputs:
+        return
+    snake.keeps_inputs.add(rule.name)
     expand_params, expand_resources, expand_priority = rule.expand_params, rule.expand_resources, \
         rule.expand_priority
 
