@@ -340,11 +340,11 @@ def test_rules_waypost_cant_record_run_as_plain_snakemake_runs_them_and_it_says_
     files = {name: {p.name: p.read_text() for p in (tmp_path / name / "edge").iterdir()} for name in runs}
     assert files["wp"] == files["plain"]   # `python` too: the PATH plain Snakemake gives a job
     said = [line for line in runs["wp"].stderr.splitlines() if "with no waypost record" in line]
-    assert said == ["waypost: run as plain Snakemake runs them, with no waypost record: ran (run:), "
+    assert said == ["waypost: run as plain Snakemake runs them, with no waypost record: "
                     "_private (its name is no directory name (letters, digits, '.', '_' or '-', starting with "
                     "a letter or digit)), shadowed (shadow:)"], said
     recorded = sorted(p.name for p in (tmp_path / "wp" / "records" / "_all" / "trial").iterdir())
-    assert recorded == ["which"]
+    assert recorded == ["ran", "which"]   # a run: block, through its own Snakemake process
 
 
 REUSING = textwrap.dedent("""\
@@ -562,3 +562,94 @@ def test_snakemake_idioms_run_through_records_as_plain_snakemake_runs_them(tmp_p
     assert made["wp"]["forced"] == {"per_chunk": 4, "agg": 2, "final": 1, "everything": 1}
     final = _manifest(tmp_path / "wp", "final")
     assert sorted(o["path"] for o in final["outputs"]) == ["final.keep", "final.txt"]   # the touch() one too
+
+
+PYTHON_RULES = textwrap.dedent("""\
+    from waypost.snakemake import Pipeline  # waypost
+    wp = Pipeline(config, workflow)  # waypost
+
+    PARTS = ["north", "south"]
+
+    rule tables:
+        input: expand("py/{part}/table.txt", part=PARTS), expand("py/{part}/scored.txt", part=PARTS)
+
+    rule measure:
+        output: "py/{part}/raw.txt"
+        shell: "echo {wildcards.part} 7 > {output}"
+
+    rule tabulate:
+        input: "py/{part}/raw.txt"
+        output: "py/{part}/table.txt"
+        params: width=12, label=lambda wildcards, input: input[0].split("/")[1]
+        script: "scripts/lay_out.py"
+
+    rule score:
+        input: rules.tabulate.output
+        output: "py/{part}/scored.txt"
+        params: weight=2
+        run:
+            with open(input[0]) as table, open(output[0], "w") as scored:
+                scored.write(f"{wildcards.part} {params.weight} {sorted(params.keys())}\\\\n")
+                scored.write(table.read())
+            shell("echo scored {wildcards.part} >> {output}; echo scoring {wildcards.part}")
+            if wildcards.part == config.get("fail_part"):
+                raise ValueError("no score for " + wildcards.part)
+
+    wp.finish()  # waypost
+    """)
+
+# The script passes its params on as keyword arguments: an extra one of waypost's would break it.
+TABULATE = textwrap.dedent("""\
+    def tabulate(source, target, width, label):
+        with open(source) as raw, open(target, "w") as table:
+            table.write(label.ljust(width) + "|" + raw.read())
+    tabulate(snakemake.input[0], snakemake.output[0], **snakemake.params)
+    """)
+
+
+def _python_rules(workdir: Path, with_waypost: bool, **config) -> None:
+    workdir.mkdir(parents=True)
+    keep = (lambda line: True) if with_waypost else (lambda line: not line.rstrip().endswith(MARK))
+    (workdir / "Snakefile").write_text("".join(line for line in PYTHON_RULES.splitlines(keepends=True) if keep(line)))
+    (workdir / "scripts").mkdir()
+    (workdir / "scripts" / "lay_out.py").write_text(TABULATE)
+    waypost_keys = {"root": "records", "experiments": {"trial": {}}} if with_waypost else {}
+    (workdir / "config.yaml").write_text(yaml.safe_dump({**waypost_keys, **config}))
+
+
+def test_script_and_run_rules_get_a_record_and_see_what_plain_snakemake_gives_them(tmp_path):
+    runs = {}
+    for name, with_waypost in (("plain", False), ("wp", True)):
+        _python_rules(tmp_path / name, with_waypost)
+        runs[name] = _snakemake(tmp_path / name, "--configfile", "config.yaml")
+        assert runs[name].returncode == 0, runs[name].stderr[-3000:]
+    files = {name: {str(p.relative_to(tmp_path / name)): p.read_text()
+                    for p in sorted((tmp_path / name / "py").rglob("*")) if p.is_file()} for name in runs}
+    assert files["wp"] == files["plain"]   # the script's **params and the block's params: the rule's own
+    assert "['weight']" in files["wp"]["py/north/scored.txt"]
+    assert "no waypost record" not in runs["wp"].stderr
+    records = tmp_path / "wp" / "records" / "_all" / "trial"
+    for rule in ("tabulate", "score"):
+        for part in ("north", "south"):
+            manifest = json.loads((records / rule / part / "_manifest.json").read_text())
+            assert manifest["state"] == "SUCCESS", (rule, part, manifest)
+    block_log = (records / "score" / "north" / "_logs" / "attempt-1.log").read_text()
+    assert "scoring north" in block_log   # the block's own shell() output, in its attempt's log
+
+
+def test_a_failing_run_block_is_reported_as_plain_snakemake_reports_it_and_recorded_failed(tmp_path):
+    runs = {}
+    for name, with_waypost in (("plain", False), ("wp", True)):
+        _python_rules(tmp_path / name, with_waypost, fail_part="south")
+        runs[name] = _snakemake(tmp_path / name, "--configfile", "config.yaml")
+        assert runs[name].returncode == 1, runs[name].stderr[-3000:]
+    line = next(n for n, text in enumerate(PYTHON_RULES.splitlines(), 1) if "raise ValueError" in text) - 2  # (without the waypost lines)
+    said = f'ValueError in file "{tmp_path / "plain" / "Snakefile"}", line {line}:\nno score for south'
+    assert said in runs["plain"].stderr
+    assert said.replace(str(tmp_path / "plain"), str(tmp_path / "wp")).replace(f"line {line}", f"line {line + 2}") \
+        in runs["wp"].stderr
+    assert "Traceback (most recent call last)" not in runs["wp"].stderr, runs["wp"].stderr[-3000:]
+    manifest = json.loads((tmp_path / "wp" / "records" / "_all" / "trial" / "score" / "south" / "_manifest.json")
+                          .read_text())
+    assert manifest["state"] == "FAILED"
+    assert (tmp_path / "wp" / "py" / "north" / "scored.txt").exists()

@@ -19,6 +19,10 @@ pyproject.toml). Everything else is public:
   ``_keep_inputs_for_functions``;
 - ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
   run function: ``_shell_run_func``;
+- ``snakemake.script.shell``, the one ``shell`` call that runs a ``script:``,
+  ``notebook:`` or ``wrapper:`` job's script (``ScriptBase._execute_cmd``):
+  replaced by ``_step_shell``, which is that ``shell`` but for a job waypost
+  records (``_script_run_func``);
 - ``snakemake.utils.SequenceFormatter`` and ``QuotedFormatter``: how
   ``shell`` formats a command (``snakemake.utils.format`` without its look-up
   of names in the caller's frame), for a policy's restart command
@@ -417,9 +421,12 @@ def own_layout_refusal(snake: Snake, name: str) -> str | None:
     """Why a rule that is not a stage can't be a step with a record of its
     own (``wire_own_layout``), and stays plain Snakemake's; None when it can."""
     rule = snake.workflow.get_rule(name)
-    if rule.shellcmd is None:
-        return next((f"{kind}:" for kind in ("script", "notebook", "wrapper", "template_engine", "cwl")
-                     if getattr(rule, kind, None)), "run:")
+    if rule.shellcmd is None and not _runs_a_script(rule):
+        kind = next((f"{kind}:" for kind in ("template_engine", "cwl") if getattr(rule, kind, None)), None)
+        if kind:
+            return kind
+        if not snake.job_process and getattr(snake.workflow.execution_settings, "use_threads", False):
+            return "run: with --force-use-threads, in this process"
     if not rule.output:
         return "no outputs"
     if not layout.is_valid_name(name):
@@ -439,14 +446,204 @@ def own_layout_refusal(snake: Snake, name: str) -> str | None:
 
 
 def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, step_function) -> None:
-    """Make a rule in its own layout (a plain ``shell:`` rule with outputs,
-    where the rule puts them; ``own_layout_refusal`` says None) a step as
-    ``wire`` makes a stage rule one: the step runner around its command, its
-    job's record in a directory of its own. Its inputs, outputs and
-    everything else stay as written."""
+    """Make a rule in its own layout (a plain ``shell:``, ``script:``,
+    ``notebook:`` or ``wrapper:`` rule with outputs, where the rule puts
+    them; ``own_layout_refusal`` says None) a step as ``wire`` makes a stage
+    rule one: the step runner around its command (for a script, the command
+    Snakemake runs it with: ``_script_run_func``), its job's record in a
+    directory of its own. Its inputs, outputs and everything else stay as
+    written."""
     rule = snake.workflow.get_rule(name)
+    if rule.shellcmd is None:
+        if _running_the_block(name):   # (the process the step runs a ``run:`` block in: plain Snakemake's)
+            return
+        if step_param in rule.params._names:
+            raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
+        head, runner = _runner_head(runner_line), runner_line.format()
+        rule.run_func = _script_run_func(rule.run_func, head, runner, step_param) if _runs_a_script(rule) \
+            else _run_block_func(rule.run_func, name, head, runner, step_param)
+        rule.set_params(**{step_param: step_function})
+        return
     _check_command(rule, step_param)
     _wrap_command(snake, rule, runner_line, step_param, step_function, None)
+
+
+def _runs_a_script(rule) -> bool:
+    """Does a rule run a script Snakemake writes out and runs with ``shell``
+    (``script:``, ``notebook:``, ``wrapper:``; a local one: no container
+    image, whose interpreter would be the image's)?"""
+    return bool(rule.script or rule.notebook or rule.wrapper)
+
+
+# The step a ``script:``, ``notebook:`` or ``wrapper:`` job's run function
+# puts its script's command through (``_script_run_func``): the runner's
+# line and the job's spec line. Per thread: Snakemake runs local jobs in threads.
+_SCRIPT_STEP: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("waypost_script_step",
+                                                                                        default=None)
+
+
+def _script_run_func(original, head: str, runner: str, step_param: str):
+    """A ``script:``, ``notebook:`` or ``wrapper:`` rule's run function
+    that runs its script as the step's command: Snakemake writes the script
+    out (its preamble, the job's ``snakemake`` object) and runs it with one
+    ``shell`` call (``snakemake.script``'s ``_execute_cmd``); while this job
+    runs, that call (``_step_shell``) runs the step runner reading the job's
+    spec and that command instead, so the job gets its record, attempts and
+    policy as a ``shell:`` job does. A failure names the script's command,
+    as in plain Snakemake."""
+    import functools
+    from subprocess import CalledProcessError
+
+    import snakemake.script
+    if not getattr(snakemake.script.shell, "waypost", False):
+        snakemake.script.shell = _step_shell
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def run(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        job = bound.arguments
+        spec_line = with_restart(getattr(job["params"], step_param),
+                                 lambda text: fill_in(text, {**original.__globals__, **job}))
+        job["params"] = _without(job["params"], step_param)   # (the script's ``snakemake.params``: the rule's own)
+        token = _SCRIPT_STEP.set((head, spec_line))
+        try:
+            return original(*bound.args, **bound.kwargs)
+        except CalledProcessError as failed:
+            failed.cmd = as_written(failed.cmd, runner)
+            raise
+        finally:
+            _SCRIPT_STEP.reset(token)
+    run.step_param = step_param
+    return run
+
+
+# Set, for the Snakemake process the step runner runs a ``run:`` job's block
+# in, to that job (``_run_block_func``): there the block runs itself.
+RUN_BLOCK_ENV = "WAYPOST_RUN_BLOCK"
+
+
+def _run_block_func(original, name: str, head: str, runner: str, step_param: str):
+    """A ``run:`` rule's run function. Snakemake runs a ``run:`` job's block
+    in a Snakemake process of the job's own (locally, a subprocess it
+    spawns; on a cluster, the job's process on its node). There this
+    function runs the step: the step runner reading the job's spec and, as
+    its command, this same process's command for this one job
+    (``_this_job_again``), marked with ``RUN_BLOCK_ENV``; in that process
+    the block itself runs. So the job gets its record, attempts and policy
+    as a ``shell:`` job does, at the cost of one more Snakemake process. In
+    the run's main process (``--force-use-threads``; said at the start) the
+    block runs as in plain Snakemake."""
+    import functools
+    import json
+    from subprocess import CalledProcessError
+
+    from snakemake.shell import shell
+    signature = inspect.signature(original)
+    # A failure is raised through a frame at the rule's line in its Snakefile:
+    # Snakemake reports it as the rule's, with no traceback.
+    filename, line = original.__code__.co_filename, original.__code__.co_firstlineno
+    at_the_rule = compile("\n" * (line - 1) + "def at_the_rule(call): return call()\n", filename, "exec")
+    namespace: dict = {}
+    exec(at_the_rule, namespace)
+
+    @functools.wraps(original)
+    def run(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        job = bound.arguments
+        spec_line = with_restart(getattr(job["params"], step_param),
+                                 lambda text: fill_in(text, {**original.__globals__, **job}))
+        job["params"] = _without(job["params"], step_param)   # (what the block sees: the rule's own params)
+        if not _in_job_process():
+            return original(*bound.args, **bound.kwargs)
+        wildcards = dict(job["wildcards"].items())
+        command = _this_job_again(name, wildcards).replace("{", "{{").replace("}", "}}")
+        try:
+            namespace["at_the_rule"](lambda: shell(f"{head}\n{{{SPEC_LINE}}}\n{command}\n{wspec.DELIMITER}\n",
+                                                   bench_record=job.get("bench_record"), **{SPEC_LINE: spec_line}))
+        except CalledProcessError as failed:
+            failed.cmd = (f"the run: block of rule {name}, in a Snakemake process of its own (its error is above, "
+                          "and in the attempt's log in the job's record)")
+            raise
+    run.step_param = step_param
+    return run
+
+
+def _running_the_block(rule: str) -> bool:
+    """Is this the Snakemake process the step runner runs a job of ``rule``
+    (a ``run:`` rule) in (``_this_job_again``)?"""
+    import json
+    marker = os.environ.get(RUN_BLOCK_ENV)
+    return bool(marker) and json.loads(marker) == rule
+
+
+def _in_job_process() -> bool:
+    """Is this Snakemake process one job's own (``--mode subprocess`` or
+    ``remote``: what ``_this_job_again`` can run again for one job)?"""
+    import sys
+    argv = sys.orig_argv
+    return "--mode" in argv and argv[argv.index("--mode") + 1] in ("subprocess", "remote") \
+        and "--target-jobs" in argv
+
+
+def _this_job_again(rule: str, wildcards: dict) -> str:
+    """The command line of this Snakemake process (one job's own:
+    ``_in_job_process``) for one job of it, ``rule`` with ``wildcards``, as
+    a subprocess whose ``RUN_BLOCK_ENV`` names the rule: the process the
+    step runner runs a ``run:`` job's block in."""
+    import json
+    import shlex
+    import sys
+
+    from snakemake_interface_executor_plugins.utils import TargetSpec, encode_target_jobs_cli_args
+    argv, again = list(sys.orig_argv), []
+    skipping = False
+    for arg in argv:
+        if skipping and not arg.startswith("--"):
+            continue
+        skipping = arg in ("--target-jobs", "--mode")
+        if arg == "--target-jobs":
+            again += [arg, *encode_target_jobs_cli_args([TargetSpec(rule, wildcards)])]
+        elif arg == "--mode":
+            again += [arg, "subprocess"]
+        else:
+            again.append(arg)
+    if "--force-use-threads" not in again:
+        again.append("--force-use-threads")
+    return f"{RUN_BLOCK_ENV}={shlex.quote(json.dumps(rule))} {shlex.join(again)}"
+
+
+def _without(params, name: str):
+    """A job's params without the one named ``name`` (their names and
+    positions otherwise kept)."""
+    from snakemake.iocontainers import Params
+    index, _ = params._names[name]
+    kept = Params(toclone=[value for i, value in enumerate(params) if i != index])
+    for other, (start, end) in params._get_names():
+        if other != name:
+            kept._set_name(other, start - (start > index), None if end is None else end - (end > index))
+    return kept
+
+
+def _step_shell(command, *args, **kwargs):
+    """``snakemake.script``'s ``shell`` while waypost records a script's
+    job: the script's command (formatted as ``shell`` formats it) read by
+    the step runner, in a here-document after the job's spec line."""
+    from snakemake.shell import shell
+    from snakemake.utils import format as snakemake_format
+    step = _SCRIPT_STEP.get()
+    if step is None:
+        return shell(command, *args, **kwargs)
+    head, spec_line = step
+    command = snakemake_format(command, *args, stepout=2, **kwargs)
+    if wspec.DELIMITER in command:
+        raise WorkflowError(f"a script's command holds {wspec.DELIMITER!r}, the line that ends waypost's "
+                            "here-document around it")
+    escaped = command.strip().replace("{", "{{").replace("}", "}}")
+    return shell(f"{head}\n{{{SPEC_LINE}}}\n{escaped}\n{wspec.DELIMITER}\n", **kwargs, **{SPEC_LINE: spec_line})
+
+
+_step_shell.waypost = True
 
 
 def wire_own_reuse(snake: Snake, name: str, source_of) -> None:
@@ -501,8 +698,8 @@ def needs_own_process(job) -> bool:
     """Does a job of a rule in its own layout need a Snakemake process of
     its own on a cluster node: a conda env, container or environment
     modules in effect (that process deploys them), a benchmark (it measures
-    it), ``protected()`` or ``ensure()`` outputs (it checks and marks them)?
-    Else the executor runs its step straight, packed or bundled as a stage
+    it), ``protected()`` or ``ensure()`` outputs (it checks and marks them),
+    a script (it writes the script out: ``_script_run_func``)? Else the executor runs its step straight, packed or bundled as a stage
     job's, and the step runner does the rest of what that process would
     (``StageDir.prepare_outputs``)."""
     methods = {getattr(method, "name", "") for method in
@@ -510,7 +707,7 @@ def needs_own_process(job) -> bool:
     deployed = (("CONDA" in methods and job.conda_env_spec) or ("APPTAINER" in methods and job.container_img_url)
                 or ("ENV_MODULES" in methods and job.env_modules))
     flagged = any(is_flagged(f, flag) for f in job.rule.output for flag in ("protected", "ensure"))
-    return bool(deployed or job.benchmark or flagged)
+    return bool(deployed or job.benchmark or flagged or job.rule.shellcmd is None)
 
 
 def log_dirs_of(snake: Snake, name: str):
