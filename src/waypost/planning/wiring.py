@@ -535,7 +535,6 @@ def _run_block_func(original, name: str, head: str, runner: str, step_param: str
     the run's main process (``--force-use-threads``; said at the start) the
     block runs as in plain Snakemake."""
     import functools
-    import json
     from subprocess import CalledProcessError
 
     from snakemake.shell import shell
