@@ -519,7 +519,8 @@ def _script_run_func(original, head: str, runner: str, step_param: str):
 
 
 # Set, for the Snakemake process the step runner runs a ``run:`` job's block
-# in, to that job (``_run_block_func``): there the block runs itself.
+# in, to its rule's name (as JSON; ``_run_block_func``): there the block runs
+# as in plain Snakemake.
 RUN_BLOCK_ENV = "WAYPOST_RUN_BLOCK"
 
 
