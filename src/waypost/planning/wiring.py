@@ -501,11 +501,7 @@ def _script_run_func(original, head: str, runner: str, step_param: str):
 
     @functools.wraps(original)
     def run(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        job = bound.arguments
-        spec_line = with_restart(getattr(job["params"], step_param),
-                                 lambda text: fill_in(text, {**original.__globals__, **job}))
-        job["params"] = _without(job["params"], step_param)   # (the script's ``snakemake.params``: the rule's own)
+        bound, spec_line = _job_and_spec(original, signature.bind(*args, **kwargs), step_param)
         token = _SCRIPT_STEP.set((head, spec_line))
         try:
             return original(*bound.args, **bound.kwargs)
@@ -549,11 +545,8 @@ def _run_block_func(original, name: str, head: str, runner: str, step_param: str
 
     @functools.wraps(original)
     def run(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+        bound, spec_line = _job_and_spec(original, signature.bind(*args, **kwargs), step_param)
         job = bound.arguments
-        spec_line = with_restart(getattr(job["params"], step_param),
-                                 lambda text: fill_in(text, {**original.__globals__, **job}))
-        job["params"] = _without(job["params"], step_param)   # (what the block sees: the rule's own params)
         if not _in_job_process():
             return original(*bound.args, **bound.kwargs)
         wildcards = dict(job["wildcards"].items())
@@ -623,6 +616,17 @@ def _without(params, name: str):
         if other != name:
             kept._set_name(other, start - (start > index), None if end is None else end - (end > index))
     return kept
+
+
+def _job_and_spec(original, bound, step_param: str):
+    """A job's arguments to its rule's run function (``bound``), with the
+    params the rule gave it (its script or block sees those, not waypost's
+    ``step_param``), and its spec line (``with_restart``)."""
+    job = bound.arguments
+    spec_line = with_restart(getattr(job["params"], step_param),
+                             lambda text: fill_in(text, {**original.__globals__, **job}))
+    job["params"] = _without(job["params"], step_param)
+    return bound, spec_line
 
 
 def _step_shell(command, *args, **kwargs):

@@ -25,6 +25,7 @@ from waypost.model import manifest, records
 from waypost.model import spec as wspec
 from waypost.state import lifecycle
 from waypost.state.reuse import read_source, unusable
+from waypost.stores.local import place_checked
 
 
 class ReuseError(manifest.ManifestError):
@@ -51,7 +52,8 @@ def take(step: wspec.StepSpec) -> int:
         archived = stores.store_for(step.stage_dir, quiet=True).archive(step.stage_dir)
         if archived:
             print(f"waypost: {name}: its earlier record archived in {archived}", file=sys.stderr)
-        _copy(copies)
+        place_checked([(target, entry, entry["source"]) for target, entry in copies],
+                      lambda entry, temp: shutil.copyfile(entry["source"], temp))
     except (OSError, manifest.ManifestError) as exc:
         print(f"waypost: {name}: can't reuse: {exc}", file=sys.stderr)
         return 1
@@ -116,26 +118,3 @@ def _plan(step: wspec.StepSpec, data: records.Manifest, base: str) -> list[tuple
     if missing:
         raise ReuseError(f"{source}: the source job has nothing for {', '.join(missing)}")
     return copies
-
-
-def _copy(copies: list[tuple[str, dict]]) -> None:
-    """Each file copied under a temporary name, checked, renamed into place."""
-    staged = []
-    try:
-        for target, entry in copies:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
-            staged.append((temp, target))
-            shutil.copyfile(entry["source"], temp)
-            size, digest = os.path.getsize(temp), manifest.sha256_file(temp)
-            if size != entry.get("size") or digest != entry.get("sha256"):
-                raise ReuseError(f"{entry['source']}: differs from its manifest (size {size} vs "
-                                 f"{entry.get('size')}, or checksum)")
-    except BaseException:
-        for temp, _ in staged:
-            if os.path.exists(temp):
-                os.unlink(temp)
-        raise
-    for temp, target in staged:
-        os.replace(temp, target)
-

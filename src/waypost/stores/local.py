@@ -161,26 +161,9 @@ class LocalStore(StageStore):
               outputs: list[dict]) -> tuple[str, dict[str, str]]:
         """Each file fetched (copied; from a bucket, downloaded) under a
         temporary name, checked (size and sha256), then renamed into place."""
-        staged, how, crc32cs = [], set(), {}
-        try:
-            for out in outputs:
-                target = _target_file(stage_dir, out["path"])
-                temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
-                staged.append((temp, target))
-                how.add(source.fetch(source_dir, out["path"], temp))
-                size, (digest, crc32c) = os.path.getsize(temp), manifest.digests_file(temp)
-                if crc32c:
-                    crc32cs[out["path"]] = crc32c
-                if size != out.get("size") or digest != out.get("sha256"):
-                    raise manifest.ManifestError(f"{layout.join(source_dir, out['path'])}: differs from its "
-                                                 f"manifest (size {size} vs {out.get('size')}, or checksum)")
-        except (OSError, manifest.ManifestError):
-            for temp, _ in staged:
-                if os.path.exists(temp):
-                    os.unlink(temp)
-            raise
-        for temp, target in staged:
-            os.replace(temp, target)
+        copies = [(_target_file(stage_dir, out["path"]), out, layout.join(source_dir, out["path"]))
+                  for out in outputs]
+        how, crc32cs = place_checked(copies, lambda out, temp: source.fetch(source_dir, out["path"], temp))
         return " and ".join(sorted(how)) or "nothing", crc32cs
 
     def local_file(self, stage_dir: str, rel: str) -> str:
@@ -423,6 +406,36 @@ def _move(source: str, target: str) -> None:
     for name in os.listdir(source):
         _move(os.path.join(source, name), os.path.join(target, name))
     os.rmdir(source)
+
+
+def place_checked(copies: list[tuple[str, dict, str]], fetch) -> tuple[set[str], dict[str, str]]:
+    """Each of ``copies`` (a target path, its manifest entry, the source's
+    name for errors) fetched by ``fetch(entry, temp)`` (which says how)
+    under a temporary name beside its target, checked against the entry's
+    size and sha256, then all renamed into place; where one fails, none is
+    (ManifestError, OSError) and no temporary file is left. Returns how
+    they came, and the crc32c of each by its entry's ``path``."""
+    staged, how, crc32cs = [], set(), {}
+    try:
+        for target, entry, name in copies:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            temp = os.path.join(os.path.dirname(target), f".tmp-reuse-{os.path.basename(target)}")
+            staged.append((temp, target))
+            how.add(fetch(entry, temp))
+            size, (digest, crc32c) = os.path.getsize(temp), manifest.digests_file(temp)
+            if crc32c and "path" in entry:
+                crc32cs[entry["path"]] = crc32c
+            if size != entry.get("size") or digest != entry.get("sha256"):
+                raise manifest.ManifestError(f"{name}: differs from its manifest (size {size} vs "
+                                             f"{entry.get('size')}, or checksum)")
+    except BaseException:
+        for temp, _ in staged:
+            if os.path.exists(temp):
+                os.unlink(temp)
+        raise
+    for temp, target in staged:
+        os.replace(temp, target)
+    return how, crc32cs
 
 
 def _target_file(stage_dir: str, rel: str) -> str:
