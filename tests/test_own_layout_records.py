@@ -410,6 +410,35 @@ def test_an_experiment_reuses_another_ones_jobs_by_rule_and_wildcards_position_b
     assert not (tmp_path / "out-gamma/models").exists() or not any((tmp_path / "out-gamma/models").rglob("*.bin"))
 
 
+def test_waypost_reuse_writes_the_entries_for_the_rules_upstream_of_a_rule_in_its_own_layout(tmp_path):
+    (tmp_path / "Snakefile").write_text(REUSING)
+    common = {"samples": ["s1", "s2"], "root": "records"}
+    (tmp_path / "alpha.yaml").write_text(yaml.safe_dump({**common, "data_dir": "out-alpha",
+                                                         "experiments": {"alpha": {}}}))
+    (tmp_path / "delta.yaml").write_text(yaml.safe_dump({**common, "data_dir": "out-delta",
+                                                         "experiments": {"delta": {}}}))
+    before = _waypost(tmp_path, "reuse", "--config", "delta.yaml", "--into", "delta", "--from", "alpha",
+                      "--upstream-of", "evaluate")
+    assert before.returncode == 2 and "waypost: rule evaluate has no job recorded in experiment alpha" \
+        in before.stderr, before.stderr   # one line, nothing written
+    assert not (tmp_path / "reuse").exists()
+    ran = _snakemake(tmp_path, "--configfile", "alpha.yaml")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    wrote = _waypost(tmp_path, "reuse", "--config", "delta.yaml", "--into", "delta", "--from", "alpha",
+                     "--upstream-of", "evaluate")
+    assert wrote.returncode == 0, wrote.stderr
+    assert wrote.stdout.startswith("wrote reuse/delta.yaml: experiment delta takes 1 stage(s) from alpha: train")
+    pointers = yaml.safe_load((tmp_path / "reuse" / "delta.yaml").read_text())
+    assert pointers == {"experiments": {"delta": {"reuse": {"train": "alpha"}}}}
+    ran = _snakemake(tmp_path, "--configfile", "delta.yaml")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert sorted((tmp_path / "train-calls.txt").read_text().split()) == ["s1", "s2"]   # alpha's training only
+    for sample in ("s1", "s2"):
+        record = json.loads((tmp_path / f"records/_all/delta/train/{sample}/_manifest.json").read_text())
+        assert record["reused_from"] == str(tmp_path / f"records/_all/alpha/train/{sample}")
+        assert (tmp_path / f"out-delta/{sample}/report.txt").read_text() == f"trained {sample}\ndim: 4\n"
+
+
 SEVERAL = textwrap.dedent("""\
     from waypost.snakemake import Pipeline
     wp = Pipeline(config, workflow)

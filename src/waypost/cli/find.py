@@ -15,7 +15,7 @@ from waypost.cli import status as clistatus
 from waypost.cli import termwidth
 from waypost.cli.args import load_config, reach
 from waypost.model import config as wconfig
-from waypost.model import graph
+from waypost.model import graph, layout
 
 
 def cmd_find(args) -> int:
@@ -204,6 +204,24 @@ def _check_find_names(cfg: dict, cat, args) -> None:
 
 
 
+def _own_pointers(cfg: dict, args) -> tuple[dict, list[str]]:
+    """``reuse`` entries for a rule in its own layout: every rule upstream of
+    it, found from the source experiment's records (``steer.own_upstream``),
+    taken from that experiment (a record directory under another root for
+    ``--from-root``, which reuse maps job by job)."""
+    from waypost.ops import steer
+    if args.pairs:
+        raise wconfig.ConfigError(f"rule {args.upstream_of} is in its own layout: its jobs have no "
+                                  f"{wconfig.axis_words(cfg)[0]}s to choose (leave out the option)")
+    root = args.from_root or cfg["root"]
+    rules, problems = steer.own_upstream(root, args.source, args.upstream_of)
+    if not rules and not problems:
+        raise wconfig.ConfigError(f"rule {args.upstream_of}: its jobs in experiment {args.source} read nothing "
+                                  "another recorded job made: nothing upstream to reuse")
+    where = args.source if not args.from_root else None
+    return {rule: where or layout.stage_dir(root, layout.ALL_PAIRS, args.source, rule) for rule in rules}, problems
+
+
 def cmd_reuse(args) -> int:
     from waypost.state import reuse
 
@@ -212,9 +230,12 @@ def cmd_reuse(args) -> int:
     # need not be: any experiment with stage directories under the root will do.
     wconfig.check_names(cfg, args.into, args.pairs, args.upstream_of)
     reach(args.from_root or cfg["root"])
-    parents = graph.load(args.config, args.workflow)
-    entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
-                                       args.from_root)
+    if args.upstream_of in graph.facts(args.config, args.workflow).get("own_layout", []):
+        entries, problems = _own_pointers(cfg, args)
+    else:
+        parents = graph.load(args.config, args.workflow)
+        entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
+                                           args.from_root)
     if problems:
         print(f"waypost: can't reuse from experiment {args.source} (nothing written): these stages are not "
               "finished:\n  " + "\n  ".join(problems), file=sys.stderr)

@@ -72,6 +72,47 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
     return consumers
 
 
+def own_upstream(root: str, source: str, rule: str) -> tuple[list[str], list[str]]:
+    """For ``waypost reuse --upstream-of RULE`` where RULE is a rule in its
+    own layout: the rules whose jobs in experiment ``source`` (under
+    ``root``) made what RULE's jobs there read, and what made their inputs
+    in turn (from the records' inputs: ``_consumers``), in the order first
+    met; and the problems that forbid taking them (such a job that is not a
+    finished SUCCESS). A ConfigError when RULE has no job recorded there."""
+    from waypost.model.config import ConfigError
+    tree = stores.store_for(root)
+    made_from: dict[str, set[str]] = {}
+    for producer, readers in _consumers(tree, [source]).items():
+        for reader in readers:
+            made_from.setdefault(reader, set()).add(producer)
+    own = tree.key(os.path.join(layout.stage_dir(root, layout.ALL_PAIRS, source, rule)))
+    todo = [d for d in made_from.keys() | {p for ps in made_from.values() for p in ps}
+            if d == own or d.startswith(own + "/")]
+    if not todo and not tree.isdir(own):
+        raise ConfigError(f"rule {rule} has no job recorded in experiment {source} (no {own}): run it there first")
+    rules, problems, seen = [], [], set(todo)
+    while todo:
+        for parent in sorted(made_from.get(todo.pop(0), ())):
+            if parent in seen:
+                continue
+            seen.add(parent)
+            todo.append(parent)
+            parts = tree.relative(parent).split("/")
+            if len(parts) < 3 or parts[1] != source:
+                continue
+            if parts[2] not in rules:
+                rules.append(parts[2])
+            try:
+                data = tree.manifest(parent)
+            except manifest.ManifestError as exc:
+                problems.append(str(exc))
+                continue
+            state = (data or {}).get("state")
+            if state != "SUCCESS" or (data or {}).get("provisional"):
+                problems.append(f"{parent}: {state}")
+    return rules, problems
+
+
 def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
     """Of these stage dirs (pair/experiment/stage[/instance] under the root),
     those the config has their experiment take from elsewhere (its ``reuse``
