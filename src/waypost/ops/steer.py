@@ -85,32 +85,45 @@ def own_upstream(root: str, source: str, rule: str) -> tuple[list[str], list[str
     for producer, readers in _consumers(tree, [source]).items():
         for reader in readers:
             made_from.setdefault(reader, set()).add(producer)
-    own = tree.key(os.path.join(layout.stage_dir(root, layout.ALL_PAIRS, source, rule)))
-    todo = [d for d in made_from.keys() | {p for ps in made_from.values() for p in ps}
-            if d == own or d.startswith(own + "/")]
-    if not todo and not tree.isdir(own):
+    own = tree.key(layout.stage_dir(root, layout.ALL_PAIRS, source, rule))
+    jobs = [d for d in made_from if d == own or d.startswith(own + "/")]
+    if not jobs and not tree.isdir(own):
         raise ConfigError(f"rule {rule} has no job recorded in experiment {source} (no {own}): run it there first")
-    rules, problems, seen = [], [], set(todo)
-    while todo:
-        for parent in sorted(made_from.get(todo.pop(0), ())):
-            if parent in seen:
-                continue
-            seen.add(parent)
-            todo.append(parent)
-            parts = tree.relative(parent).split("/")
-            if len(parts) < 3 or parts[1] != source:
-                continue
-            if parts[2] not in rules:
-                rules.append(parts[2])
-            try:
-                data = tree.manifest(parent)
-            except manifest.ManifestError as exc:
-                problems.append(str(exc))
-                continue
-            state = (data or {}).get("state")
-            if state != "SUCCESS" or (data or {}).get("provisional"):
-                problems.append(f"{parent}: {state}")
+    rules, problems = [], []
+    for directory in _reachable(made_from, jobs):
+        parts = tree.relative(directory).split("/")
+        if len(parts) < 3 or parts[1] != source:
+            continue
+        if parts[2] not in rules:
+            rules.append(parts[2])
+        problem = _unfinished(tree, directory)
+        if problem:
+            problems.append(problem)
     return rules, problems
+
+
+def _reachable(edges: dict[str, set[str]], start: list[str]) -> list[str]:
+    """What ``edges`` lead to from the nodes of ``start`` (those apart), in
+    the order first met."""
+    found, seen, todo = [], set(start), list(start)
+    while todo:
+        for node in sorted(edges.get(todo.pop(0), ())):
+            if node not in seen:
+                seen.add(node)
+                found.append(node)
+                todo.append(node)
+    return found
+
+
+def _unfinished(tree, directory: str) -> str | None:
+    """Why a job's record can't be taken (not a finished SUCCESS), or None."""
+    try:
+        data = tree.manifest(directory) or {}
+    except manifest.ManifestError as exc:
+        return str(exc)
+    if data.get("state") != "SUCCESS" or data.get("provisional"):
+        return f"{directory}: {data.get('state') or 'no manifest'}"
+    return None
 
 
 def reuse_sources(config: dict, directories: list[str]) -> dict[str, str]:
