@@ -682,3 +682,81 @@ def test_a_failing_run_block_is_reported_as_plain_snakemake_reports_it_and_recor
                           .read_text())
     assert manifest["state"] == "FAILED"
     assert (tmp_path / "wp" / "py" / "north" / "scored.txt").exists()
+
+
+ADOPTING = textwrap.dedent("""\
+    from waypost.snakemake import Pipeline
+    wp = Pipeline(config, workflow)
+
+    D = config["data_dir"]
+
+    rule scores:
+        input: expand(f"{D}/{{lang}}/score.txt", lang=["de", "fr"])
+
+    rule teach:
+        output: f"{D}/{{lang}}/teacher/model.npz", f"{D}/{{lang}}/teacher/vocab.txt"
+        shell: "echo trained {wildcards.lang} > {output[0]}; echo v > {output[1]}; echo {wildcards.lang} >> teach-calls.txt"
+
+    rule score:
+        input: rules.teach.output
+        output: f"{D}/{{lang}}/score.txt"
+        shell: "cat {input} > {output}"
+
+    wp.finish()
+    """)
+
+
+def test_waypost_adopt_records_a_hand_made_job_of_a_rule_in_its_own_layout(tmp_path):
+    (tmp_path / "Snakefile").write_text(ADOPTING)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"data_dir": "work", "root": "store",
+                                                          "experiments": {"first": {}}}))
+    teacher = tmp_path / "work" / "de" / "teacher"
+    teacher.mkdir(parents=True)
+    (teacher / "model.npz").write_text("made by hand\n")
+    (teacher / "vocab.txt").write_text("hand vocab\n")
+
+    wrong = _waypost(tmp_path, "adopt", "teach", "--config", "config.yaml", "--experiment", "first", "--wildcards", "language=de")
+    assert wrong.returncode != 0 and wrong.stderr.strip().splitlines() == [
+        "waypost: adopt teach: its jobs' wildcards are lang; give lang=VALUE; it has no language; nothing adopted"]
+    absent = _waypost(tmp_path, "adopt", "teach", "--config", "config.yaml", "--experiment", "first", "--wildcards", "lang=fr")
+    assert absent.returncode != 0 and "put its outputs where the rule writes them first; missing: " \
+        "work/fr/teacher/model.npz, work/fr/teacher/vocab.txt; nothing adopted" in absent.stderr, absent.stderr
+    assert not (tmp_path / "store").exists()   # nothing written
+
+    adopted = _waypost(tmp_path, "adopt", "teach", "--config", "config.yaml", "--experiment", "first", "--wildcards", "lang=de",
+                       "--note", "trained on the big machine")
+    assert adopted.returncode == 0, adopted.stderr
+    assert adopted.stdout.splitlines()[0] == (
+        "adopted 2 file(s) as the job teach[lang=de] of experiment first: work/de/teacher/model.npz, "
+        "work/de/teacher/vocab.txt (its record: store/_all/first/teach/de)")
+    record = json.loads((tmp_path / "store/_all/first/teach/de/_manifest.json").read_text())
+    assert record["adopted"] and record["state"] == "SUCCESS" and record["note"] == "trained on the big machine"
+    assert record["wildcards"] == {"lang": "de"} and record["declared"] == ["model.npz", "vocab.txt"]
+
+    ran = _snakemake(tmp_path, "--configfile", "config.yaml")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (tmp_path / "teach-calls.txt").read_text().split() == ["fr"]   # the adopted teacher is not trained
+    assert (tmp_path / "work/de/score.txt").read_text() == "made by hand\nhand vocab\n"
+    shown = _waypost(tmp_path, "status", "--config", "config.yaml", "--json")
+    assert shown.returncode == 0, shown.stderr
+    cell = json.loads(shown.stdout)["experiments"]["first"]["_all"]["teach"]
+    assert cell["instances"]["de"]["state"] == "adopted" and cell["instances"]["fr"]["state"] == "SUCCESS", cell
+
+    # another experiment takes the adopted job as any other: it is the source of a reuse
+    (tmp_path / "second.yaml").write_text(yaml.safe_dump({"data_dir": "work2", "root": "store",
+                                                          "experiments": {"second": {"reuse": {"teach": "first"}}}}))
+    ran = _snakemake(tmp_path, "--configfile", "second.yaml")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (tmp_path / "work2/de/score.txt").read_text() == "made by hand\nhand vocab\n"
+    assert (tmp_path / "teach-calls.txt").read_text().split() == ["fr"]
+    # over a job the pipeline ran itself: only with --force, its record archived first
+    again = _waypost(tmp_path, "adopt", "teach", "--config", "config.yaml", "--experiment", "first",
+                     "--wildcards", "lang=fr")
+    assert again.returncode != 0 and "store/_all/first/teach/fr: already a SUCCESS job with its own record" \
+        in again.stderr, again.stderr
+    forced = _waypost(tmp_path, "adopt", "teach", "--config", "config.yaml", "--experiment", "first",
+                      "--wildcards", "lang=fr", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines()[1].endswith("archived in store/_all/first/teach/fr/.attempts/1"), forced.stdout
+    assert json.loads((tmp_path / "store/_all/first/teach/fr/.attempts/1/_manifest.json").read_text())[
+        "attempts"][0]["action"] == "cmd"

@@ -442,7 +442,10 @@ class Pipeline:
 
     def _record_graph(self) -> None:
         """The workflow's facts for the ``waypost`` command (see ``waypost.model.graph``)."""
-        record_facts({**self.graph.facts(), "own_layout": self._own_layout, **self.snake.sources(),
+        own_outputs = {rule: [pattern for pattern, _ in self.snake.output_patterns(rule)]
+                       for rule in self._own_layout}   # (for ``waypost adopt`` of such a rule's job)
+        record_facts({**self.graph.facts(), "own_layout": self._own_layout, "own_outputs": own_outputs,
+                      **self.snake.sources(),
                       "code": {stage: self.code.of(stage) for stage in self.graph.stages}}, self.facts_only)
 
     def targets(self, wildcards=None) -> list[str]:

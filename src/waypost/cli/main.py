@@ -171,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", required=True)
     p.add_argument(*one, dest="pair", default="_all", help="(default: the per-experiment slot, for funnels)")
     p.add_argument("--instance", help="the instance, for a stage with instances")
+    p.add_argument("--wildcards", nargs="+", metavar="NAME=VALUE",
+                   help="for a rule in its own layout: the job's wildcards (its outputs are the rule's, filled)")
     p.add_argument("--note", help="why, for the record")
     p.add_argument("--force", action="store_true", help="even over a stage waypost finished itself")
     p.set_defaults(func=cmd_adopt)

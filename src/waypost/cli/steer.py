@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from waypost import stores
@@ -67,16 +68,46 @@ def cmd_adopt(args) -> int:
 
     cfg = load_config(args)
     wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
-    if args.stage in workflow_facts(args).get("own_layout", []):
-        raise wconfig.ConfigError(
-            f"adopt {args.stage}: a rule in its own layout: its outputs are where the rule puts them, not in a "
-            "stage directory; put your files there instead: with `rerun_policy: presence` in the config a job "
-            "whose outputs are there is done and does not run (without it, Snakemake's timestamps decide); "
-            "nothing was changed (docs/own-snakefile.md)")
+    facts = workflow_facts(args)
+    if args.stage in facts.get("own_layout", []):
+        return _adopt_own(cfg, args, facts)
+    if args.wildcards:
+        raise wconfig.ConfigError(f"adopt {args.stage}: --wildcards is for a rule in its own layout; a stage's "
+                                  "job is its experiment, pair and --instance")
     reach(cfg["root"])
     record, replaced = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
     print(f"adopted {len(record['outputs'])} file(s) as {args.experiment}/{args.pair}/{args.stage}"
           f"{'/' + args.instance if args.instance else ''}: " + ", ".join(o["path"] for o in record["outputs"]))
+    if replaced:
+        print(_set_aside(replaced))
+    return 0
+
+
+def _adopt_own(cfg: dict, args, facts: dict) -> int:
+    """``adopt`` of a job of a rule in its own layout (``ops.adoptown``)."""
+    from waypost.ops import adoptown
+
+    patterns = (facts.get("own_outputs") or {}).get(args.stage)
+    if patterns is None:
+        raise wconfig.ConfigError(f"adopt {args.stage}: the last reading of the workflow here recorded no outputs "
+                                  "for it; run `snakemake -n` once, then adopt")
+    if args.instance or args.pair != layout.ALL_PAIRS:
+        raise wconfig.ConfigError(f"adopt {args.stage}: a rule in its own layout: name its job by --wildcards "
+                                  "NAME=VALUE ..., not --instance or a pair")
+    given = {}
+    for item in args.wildcards or []:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise wconfig.ConfigError(f"adopt {args.stage}: --wildcards {item!r}: write NAME=VALUE")
+        given[name] = value
+    reach(cfg["root"])
+    record, record_dir, replaced = adoptown.adopt_own(cfg, args.stage, args.experiment, given, patterns,
+                                                      args.note, args.force)
+    print(f"adopted {len(record['outputs'])} file(s) as the job {args.stage}"
+          + (f"[{', '.join(f'{k}={v}' for k, v in record['wildcards'].items())}]" if record["wildcards"] else "")
+          + f" of experiment {record['experiment']}: "
+          + ", ".join(os.path.relpath(os.path.join(record_dir, record["outputs_dir"], o["path"]))
+                      for o in record["outputs"]) + f" (its record: {record_dir})")
     if replaced:
         print(_set_aside(replaced))
     return 0

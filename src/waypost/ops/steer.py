@@ -270,7 +270,7 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
         raise SteerError(f"{stage_dir}: already a SUCCESS stage with its own manifest (use --force to adopt "
                          "what is there now instead)")
     outputs = tree.describe(stage_dir, files)
-    replaced = _set_aside_records(tree, stage_dir, files, previous)
+    replaced = set_aside_records(tree, stage_dir, files, previous)
     record = records.manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, state="SUCCESS",
                               created=manifest.now_iso(), attempts=[], outputs=outputs, inputs=[], settings={},
                               config_hash="", code_version="", adopted=True,
@@ -279,7 +279,7 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
     return record, replaced
 
 
-def _set_aside_records(tree, stage_dir: str, files: list[str],
+def set_aside_records(tree, stage_dir: str, files: list[str],
                        previous: records.Manifest | None) -> dict | None:
     """Before adopt writes its manifest: archive what the stage dir holds
     beside the files it adopts (the earlier manifest, its logs, an
