@@ -456,6 +456,7 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
     rule = snake.workflow.get_rule(name)
     if rule.shellcmd is None:
         if _running_the_block(name):   # (the process the step runs a ``run:`` block in: plain Snakemake's)
+            rule.restart_times = 0   # (the job's retries are the run's, as a ``shell:`` job's step's are)
             return
         if step_param in rule.params._names:
             raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
