@@ -567,8 +567,7 @@ def _running_the_block(rule: str) -> bool:
     """Is this the Snakemake process the step runner runs a job of ``rule``
     (a ``run:`` rule) in (``_this_job_again``)?"""
     import json
-    marker = os.environ.get(RUN_BLOCK_ENV)
-    return bool(marker) and json.loads(marker) == rule
+    return os.environ.get(RUN_BLOCK_ENV) == json.dumps(rule)
 
 
 def _in_job_process() -> bool:
@@ -576,8 +575,8 @@ def _in_job_process() -> bool:
     ``remote``: what ``_this_job_again`` can run again for one job)?"""
     import sys
     argv = sys.orig_argv
-    return "--mode" in argv and argv[argv.index("--mode") + 1] in ("subprocess", "remote") \
-        and "--target-jobs" in argv
+    mode = argv[argv.index("--mode") + 1:][:1] if "--mode" in argv else []
+    return mode in (["subprocess"], ["remote"]) and "--target-jobs" in argv
 
 
 def _this_job_again(rule: str, wildcards: dict) -> str:
