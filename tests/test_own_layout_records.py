@@ -278,10 +278,11 @@ def test_rerun_archives_a_jobs_outputs_with_its_record_and_the_next_run_redoes_t
     again = _snakemake(wp)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _manifest(wp, "fit", "b")["state"] == "SUCCESS" and (wp / "data/b/fit/fit.log").is_file()
-    # adopt has nothing to do for such a rule: its files are where the rule puts them
+    # adopt names such a job by its wildcards, not a stage's instance
     adopt = _waypost(wp, "adopt", "fit", "--config", "config.yaml", "--experiment", "trial", "--instance", "a")
     assert adopt.returncode == 2 and adopt.stdout == ""
-    assert adopt.stderr.startswith("waypost: adopt fit: a rule in its own layout") and "nothing was changed" in adopt.stderr
+    assert adopt.stderr == ("waypost: adopt fit: a rule in its own layout: name its job by --wildcards NAME=VALUE "
+                            "..., not --instance or a pair; nothing was changed\n")
 
 
 @given(st.lists(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=3), min_size=2, max_size=6,

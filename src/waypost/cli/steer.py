@@ -93,7 +93,7 @@ def _adopt_own(cfg: dict, args, facts: dict) -> int:
                                   "for it; run `snakemake -n` once, then adopt")
     if args.instance or args.pair != layout.ALL_PAIRS:
         raise wconfig.ConfigError(f"adopt {args.stage}: a rule in its own layout: name its job by --wildcards "
-                                  "NAME=VALUE ..., not --instance or a pair")
+                                  "NAME=VALUE ..., not --instance or a pair; nothing was changed")
     given = {}
     for item in args.wildcards or []:
         name, equals, value = item.partition("=")
