@@ -365,8 +365,9 @@ class Pipeline:
         self._record_graph()
 
     def _wire_own_layout(self, runner_line: str) -> list[str]:
-        """Make each rule in its own layout (a ``shell:`` rule with outputs
-        that is not a stage) a step with a record of its own: the rules
+        """Make each rule in its own layout (a ``shell:``, ``script:`` or
+        ``run:`` rule with outputs that is not a stage;
+        ``own_layout_refusal``) a step with a record of its own: the rules
         wired. A job's record is in its experiment: the config's one, or,
         where it declares several, the job's ``{experiment}`` wildcard's (a
         rule without one stays plain Snakemake's: which experiment its jobs

@@ -218,8 +218,8 @@ def _own_pointers(cfg: dict, args) -> tuple[dict, list[str]]:
     if not rules and not problems:
         raise wconfig.ConfigError(f"rule {args.upstream_of}: its jobs in experiment {args.source} read nothing "
                                   "another recorded job made: nothing upstream to reuse")
-    where = args.source if not args.from_root else None
-    return {rule: where or layout.stage_dir(root, layout.ALL_PAIRS, args.source, rule) for rule in rules}, problems
+    return {rule: layout.stage_dir(root, layout.ALL_PAIRS, args.source, rule) if args.from_root else args.source
+            for rule in rules}, problems
 
 
 def cmd_reuse(args) -> int:
@@ -230,12 +230,12 @@ def cmd_reuse(args) -> int:
     # need not be: any experiment with stage directories under the root will do.
     wconfig.check_names(cfg, args.into, args.pairs, args.upstream_of)
     reach(args.from_root or cfg["root"])
-    if args.upstream_of in graph.facts(args.config, args.workflow).get("own_layout", []):
+    facts = graph.facts(args.config, args.workflow)
+    if args.upstream_of in facts.get("own_layout", []):
         entries, problems = _own_pointers(cfg, args)
     else:
-        parents = graph.load(args.config, args.workflow)
-        entries, problems = reuse.pointers(cfg, parents, args.into, args.source, args.upstream_of, args.pairs,
-                                           args.from_root)
+        entries, problems = reuse.pointers(cfg, graph.parents(facts), args.into, args.source, args.upstream_of,
+                                           args.pairs, args.from_root)
     if problems:
         print(f"waypost: can't reuse from experiment {args.source} (nothing written): these stages are not "
               "finished:\n  " + "\n  ".join(problems), file=sys.stderr)

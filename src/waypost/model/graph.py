@@ -123,7 +123,11 @@ def load_config(config_path: str, workflow_dir: str, known: dict | None = None) 
 
 def load(config_path: str, workflow_dir: str) -> dict[str, set[str]]:
     """stage → the stages it takes inputs from."""
-    data = facts(config_path, workflow_dir)
+    return parents(facts(config_path, workflow_dir))
+
+
+def parents(data: dict) -> dict[str, set[str]]:
+    """stage → the stages it takes inputs from, of the workflow's facts."""
     return {stage: set(data["parents"].get(stage, [])) for stage in data["stages"]}
 
 

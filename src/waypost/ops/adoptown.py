@@ -16,16 +16,13 @@ adopt archives it.
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
-import socket
 
 from waypost import stores
 from waypost.model import layout, manifest, records
 from waypost.model.config import check_names
-from waypost.ops.steer import SteerError, set_aside_records
-from waypost.state import lifecycle
+from waypost.ops.steer import SteerError, adoptable, adopted_manifest, set_aside_records
 
 _FIELD = re.compile(r"\{(\w+)\}")
 
@@ -50,21 +47,13 @@ def adopt_own(config: dict, rule: str, experiment: str, given: dict[str, str], p
     experiment, instance = layout.own_job(values, None if several else experiment)
     record_dir = layout.stage_dir(config["root"], layout.ALL_PAIRS, experiment, rule, instance)
     tree = stores.store_for(record_dir)
-    life = lifecycle.read(tree, record_dir)
-    if life.live:
-        raise SteerError(f"{record_dir}: an attempt is running ({life.live.where}); nothing was changed")
-    previous = life.manifest
-    if previous and previous["state"] == "SUCCESS" and not previous.get("adopted") and not force:
-        raise SteerError(f"{record_dir}: already a SUCCESS job with its own record (use --force to adopt what is "
-                         "there now instead)")
+    previous = adoptable(tree, record_dir, force, "job with its own record")
     base = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path in outputs])
     described = manifest.describe_outputs(base, [os.path.abspath(path) for path in outputs])
     replaced = set_aside_records(tree, record_dir, [], previous) if tree.isdir(record_dir) else None
     os.makedirs(record_dir, exist_ok=True)
-    record = records.manifest(
-        experiment=experiment, pair=layout.ALL_PAIRS, stage=rule, instance=instance, state="SUCCESS",
-        created=manifest.now_iso(), attempts=[], outputs=described, inputs=[], settings={}, config_hash="",
-        code_version="", adopted=True, adopted_by=f"{getpass.getuser()}@{socket.gethostname()}", note=note or None,
+    record = adopted_manifest(
+        experiment=experiment, pair=layout.ALL_PAIRS, stage=rule, instance=instance, outputs=described, note=note,
         outputs_dir=os.path.relpath(base, os.path.abspath(record_dir)), wildcards=values,
         declared=[os.path.relpath(os.path.abspath(path), base) for path in outputs])
     tree.write_manifest(record_dir, record)

@@ -262,25 +262,37 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
             raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
                                                           "directory or to nothing" for rel, real in away)
                              + "; nothing adopted (copy the file in, or hard-link it, instead)")
-    life = lifecycle.read(tree, stage_dir)
-    if life.live:
-        raise SteerError(f"{stage_dir}: an attempt is running ({life.live.where}); nothing was changed")
-    previous = life.manifest
-    if previous and previous["state"] == "SUCCESS" and not previous.get("adopted") and not force:
-        raise SteerError(f"{stage_dir}: already a SUCCESS stage with its own manifest (use --force to adopt "
-                         "what is there now instead)")
+    previous = adoptable(tree, stage_dir, force, "stage with its own manifest")
     outputs = tree.describe(stage_dir, files)
     replaced = set_aside_records(tree, stage_dir, files, previous)
-    record = records.manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, state="SUCCESS",
-                              created=manifest.now_iso(), attempts=[], outputs=outputs, inputs=[], settings={},
-                              config_hash="", code_version="", adopted=True,
-                              adopted_by=f"{getpass.getuser()}@{socket.gethostname()}", note=note or None)
+    record = adopted_manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, outputs=outputs,
+                              note=note)
     tree.write_manifest(stage_dir, record)
     return record, replaced
 
 
+def adoptable(tree, directory: str, force: bool, what: str) -> records.Manifest | None:
+    """The manifest ``directory`` holds (None: none), where adopt may write
+    its own there: no attempt running, and not a SUCCESS the pipeline made
+    itself (a ``what``) unless ``force``; else SteerError, nothing changed."""
+    life = lifecycle.read(tree, directory)
+    if life.live:
+        raise SteerError(f"{directory}: an attempt is running ({life.live.where}); nothing was changed")
+    previous = life.manifest
+    if previous and previous["state"] == "SUCCESS" and not previous.get("adopted") and not force:
+        raise SteerError(f"{directory}: already a SUCCESS {what} (use --force to adopt what is there now instead)")
+    return previous
+
+
+def adopted_manifest(*, note: str | None, **fields) -> records.Manifest:
+    """The manifest adopt writes: SUCCESS, no attempt, who adopted it and why."""
+    return records.manifest(state="SUCCESS", created=manifest.now_iso(), attempts=[], inputs=[], settings={},
+                            config_hash="", code_version="", adopted=True,
+                            adopted_by=f"{getpass.getuser()}@{socket.gethostname()}", note=note or None, **fields)
+
+
 def set_aside_records(tree, stage_dir: str, files: list[str],
-                       previous: records.Manifest | None) -> dict | None:
+                      previous: records.Manifest | None) -> dict | None:
     """Before adopt writes its manifest: archive what the stage dir holds
     beside the files it adopts (the earlier manifest, its logs, an
     ``_unfinished`` mark: an adopted stage is done), the way a rerun
