@@ -320,6 +320,7 @@ class Pipeline:
         # How a stage job starts the step runner (braces doubled: the line is
         # part of the rule's command, which Snakemake formats).
         runner_line = shlex.join(runner.command(sys.executable)).replace("{", "{{").replace("}", "}}")
+        self.snake.local_steps.command = [*runner.command(sys.executable), "--serve"]
         graph = self.graph
         try:
             for stage in graph.stages.values():

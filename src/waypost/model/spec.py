@@ -32,6 +32,18 @@ MAGIC = "waypost_step"
 DELIMITER = "WAYPOST_STEP_9c1e7f3a"
 
 
+def here_document(step: bytes) -> tuple[bytes, bytes] | None:
+    """(first line, here-document) of a job's step as a shell runs it (the
+    runner's line, the spec's line and the command, the delimiter's line);
+    None where the step does not end with the delimiter's line."""
+    head, _, rest = step.partition(b"\n")
+    end = b"\n" + DELIMITER.encode() + b"\n"
+    cut = rest.find(end)
+    if cut < 0 or rest[cut + len(end):].strip():
+        return None
+    return head, rest[:cut + 1]   # (every line before the delimiter's)
+
+
 class SpecError(WaypostError, ValueError):
     """A step spec that can't be read: one clear line."""
 

@@ -48,6 +48,7 @@ import contextvars
 import inspect
 import os
 import re
+import threading
 
 from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 from snakemake.io import apply_wildcards, is_flagged, strip_wildcard_constraints
@@ -128,6 +129,7 @@ class Snake:
         self._wildcard_names: dict[str, set] = {}
         self.emptied: set[tuple] = set()   # (stage, job) whose input function gave no inputs (done, reused)
         self.keeping = False   # the input functions give every job its inputs (``inputs_for_functions``)
+        self.local_steps = LocalSteps(workflow)   # the steps this process runs itself (its local executor's)
         self.declared_places: list | None = None   # every rule's files' patterns (``_declared_places``)
         self.keeps_inputs: set[str] = set()   # rules whose functions see their inputs (``_keep_inputs_for_functions``)
 
@@ -375,6 +377,79 @@ class Snake:
         where it wrote none of its own (its own, and ``--set-resources``, win)."""
         own = self.own_resources(name)
         self.fill_resources(name, {key: value for key, value in resources.items() if key not in own})
+
+
+class LocalSteps:
+    """The steps Snakemake's main process runs itself (its local executor's
+    jobs), through the local step server (``waypost.scheduler.stepserver``):
+    one process forks each step's runner, instead of an interpreter started
+    and the runner imported for each. ``command``: how the server starts
+    (set by the Snakefile's front, which knows the runner; None: no server).
+    """
+
+    def __init__(self, workflow):
+        self.workflow = workflow
+        self.command: list[str] | None = None
+        self._server = None   # (False: off)
+        self._lock = threading.Lock()
+
+    def serves(self, conda_env, container_img, env_modules, bench_record) -> bool:
+        """Does a job the run function was called for go through the server:
+        in the main process of a local run, with no conda env, container or
+        environment modules (``shell`` puts those around the command) and no
+        benchmark (``shell`` measures its process)?"""
+        if self.command is None or conda_env or container_img or env_modules or bench_record is not None:
+            return False
+        workflow = self.workflow
+        if job_process(workflow) or not getattr(workflow, "local_exec", False):
+            return False
+        if self._server is None:
+            from waypost.scheduler import stepserver
+            with self._lock:   # (the local executor's threads ask at once)
+                if self._server is None and self.command is not None:
+                    self._server = stepserver.StepServer(self.command) if stepserver.wanted() else False
+        return bool(self._server)
+
+    def serve(self, step: str, threads, resources) -> bool:
+        """Run the formatted step (the runner's line, the here-document, its
+        end) through the server, with the environment ``shell`` gives a
+        job's command (its threads for the math libraries, its ``tmpdir``).
+        False: it did not take the step (run it with ``shell``). A failure
+        raises ``CalledProcessError`` as ``shell`` does, for the same command."""
+        from subprocess import CalledProcessError
+
+        from snakemake.shell import shell
+
+        from waypost.scheduler import stepserver
+        found = wspec.here_document(step.encode())
+        if found is None:
+            return False
+        env = dict(os.environ)
+        for name in ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
+            env[name] = str(threads)
+        tmpdir = resources.get("tmpdir", None)
+        if tmpdir:
+            env.update(dict.fromkeys(("TMPDIR", "TMP", "TEMPDIR", "TEMP"), tmpdir))
+        try:
+            status = self._server.run(found[1], env)
+        except stepserver.ServerGone:
+            raise WorkflowError("waypost's local step server ended while this job's step ran; the job's record "
+                                "says how its attempt ended (set WAYPOST_STEP_SERVER=off to run each step "
+                                "alone)") from None
+        if status is None:
+            return False
+        if status:
+            executable = resources.get("shell_exec") or shell.get_executable()
+            ran = " ".join((shell._get_process_prefix(executable), step, shell._process_suffix)).strip()
+            try:   # (Snakemake's own ``shell`` raises it, ending as the runner did: Snakemake then
+                # reports it as a failing rule's command, with no traceback, as it does ``shell``'s)
+                shell(f"exit {status}" if status > 0 else f"kill -{-status} $$")
+            except CalledProcessError as failed:
+                failed.cmd = ran
+                raise
+            raise CalledProcessError(status, ran)   # (a shell whose exit did not end it)
+        return True
 
 
 def wire(snake: Snake, stage, runner_line: str, step_param: str, step_function, mirror: str | None) -> str:
@@ -816,7 +891,7 @@ def _wrap_command(snake: Snake, rule, runner_line: str, step_param: str, step_fu
     # ``shell.suffix()`` is run by the step's script only. The rule's
     # ``shellcmd`` stays the user's: what Snakemake shows of the job (a
     # failure's error block, ``--printshellcmds``, its metadata, reports).
-    rule.run_func = _shell_run_func(rule.run_func, _runner_head(runner_line), runner_line.format(), mirror,
+    rule.run_func = _shell_run_func(snake, rule.run_func, _runner_head(runner_line), runner_line.format(), mirror,
                                     step_param, _local_path(rule.basedir))   # (the runner's braces doubled, and as formatted)
     if mirror:
         _map_param_functions(rule, mirror)
@@ -1160,7 +1235,8 @@ def as_written(ran: str, runner: str) -> str:
     return (ran[:start] + command + after[1:]).strip()
 
 
-def _shell_run_func(original, head: str, runner: str, mirror: str | None, step_param: str, basedir: str):
+def _shell_run_func(snake: Snake, original, head: str, runner: str, mirror: str | None, step_param: str,
+                    basedir: str):
     """A rule's run function that runs the step (``head``, the runner line
     reading its here-document: the job's spec and the rule's command as its
     function gives it then, ``command_now``; kept as its ``step_now``)
@@ -1196,10 +1272,14 @@ def _shell_run_func(original, head: str, runner: str, mirror: str | None, step_p
     # Snakefile's globals, then this function's arguments)
     # (no local name of its own: ``shell`` formats the command with them)
     arguments = ", ".join(f"{name}={name}" for name in parameters)
-    call = (f"        {h}.shell({h}.step_now(dict({arguments})), bench_record=bench_record, "
-            "bench_iteration=bench_iteration, "
-            f"{SPEC_LINE}={h}.with_restart(params.{step_param}, "
-            f"lambda text, job={{**globals(), **locals()}}: {h}.fill_in(text, job)))")
+    spec_line = (f"{SPEC_LINE}={h}.with_restart(params.{step_param}, "
+                 f"lambda text, job={{**globals(), **locals()}}: {h}.fill_in(text, job))")
+    # (through the local step server where it takes the job: the step as
+    # ``shell`` would format it, from this function's names; else ``shell``)
+    served = (f"{h}.serves(conda_env, container_img, env_modules, bench_record) and "
+              f"{h}.serve({h}.format({h}.step_now(dict({arguments})), {spec_line}), threads, resources)")
+    call = (f"        {served} or {h}.shell({h}.step_now(dict({arguments})), bench_record=bench_record, "
+            f"bench_iteration=bench_iteration, {spec_line})")
     lines += ["    try:", call, f"    except {h}.CalledProcessError as failed:",
               f"        failed.cmd = {h}.as_written(failed.cmd, {h}.runner)", "        raise",
               "  return run"]
@@ -1216,8 +1296,10 @@ def _shell_run_func(original, head: str, runner: str, mirror: str | None, step_p
                                 "line that ends waypost's here-document around it")
         return f"{head}\n{{{SPEC_LINE}}}\n{command.strip()}\n{wspec.DELIMITER}\n"
 
+    from snakemake.utils import format as snakemake_format
     helpers = types.SimpleNamespace(
         shell=shell, step_now=step_now, runner=runner, as_written=as_written, CalledProcessError=CalledProcessError,
+        serves=snake.local_steps.serves, serve=snake.local_steps.serve, format=snakemake_format,
         local_files=local_files, mirror=mirror, runs_in_stage_dir=runs_in_stage_dir, absolute=absolute,
         step_param=step_param, with_restart=with_restart, fill_in=fill_in)
     module = compile("\n" * padding + "\n".join(lines) + "\n", filename, "exec")

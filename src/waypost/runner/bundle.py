@@ -21,6 +21,8 @@ import shlex
 import signal
 import sys
 
+from waypost.runner.forked import Forked, forkable
+
 BUNDLE_OPTION = "--bundle"
 BUNDLED_ENV = "WAYPOST_BUNDLED"
 # What Slurm (or a user) sends to end the bundle: passed on to the step at work.
@@ -51,7 +53,7 @@ def run_bundle(list_path: str) -> int:
         if stopped:
             break
         body = _runner_input(step, runner)
-        child = _Forked(runner, body) if body is not None else subprocess.Popen(["/bin/bash", step])
+        child = Forked(body, FORWARDED) if body is not None else subprocess.Popen(["/bin/bash", step])
         current[:] = [child]
         code = child.wait()
         current.clear()
@@ -66,7 +68,6 @@ def _runner_input(step: str, runner) -> bytes | None:
     file is exactly this interpreter's runner reading a here-document
     (``waypost.planning.wiring``'s step) of a step the runner works on
     locally; None for any other file: bash runs it."""
-    from waypost import stores
     from waypost.model import spec
 
     try:
@@ -74,21 +75,12 @@ def _runner_input(step: str, runner) -> bytes | None:
             text = f.read()
     except OSError:
         return None   # bash says what is wrong with it
-    head, _, rest = text.partition(b"\n")
-    end = b"\n" + spec.DELIMITER.encode() + b"\n"
-    cut = rest.find(end)
-    if not _runs_this_runner(head.decode(errors="replace"), runner.command(sys.executable), spec.DELIMITER) \
-            or cut < 0 or rest[cut + len(end):].strip():
+    found = spec.here_document(text)
+    if found is None or not _runs_this_runner(found[0].decode(errors="replace"), runner.command(sys.executable),
+                                              spec.DELIMITER):
         return None
-    body = rest[:cut + 1]   # the here-document: every line before the delimiter's
-    line = body.partition(b"\n")[0]
-    try:
-        step_spec = spec.decode(line)
-    except spec.SpecError:
-        return None   # the runner alone says what is wrong with it
-    if step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir):
-        return None   # these bring in site-packages and need the interpreter's teardown
-    return body
+    body = found[1]
+    return body if forkable(body) else None
 
 
 def _runs_this_runner(head: str, command: list[str], delimiter: str) -> bool:
@@ -104,42 +96,3 @@ def _runs_this_runner(head: str, command: list[str], delimiter: str) -> bool:
     same, ours, theirs = os.path.realpath, command, words[1:-1]
     return (same(theirs[0]) == same(ours[0]) and theirs[1:-1] == ours[1:-1]
             and same(theirs[-1]) == same(ours[-1]))
-
-
-class _Forked:
-    """One step's runner, forked from the bundle's process (``wait`` and
-    ``send_signal`` as a ``Popen``'s): a fresh process that has the runner's
-    modules imported already, reading the step from ``body``."""
-
-    def __init__(self, runner, body: bytes):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.pid = os.fork()
-        if self.pid:
-            return
-        status = 1
-        try:
-            for signum in FORWARDED:   # the runner sets its own
-                signal.signal(signum, signal.SIG_DFL)
-            null = os.open(os.devnull, os.O_RDONLY)   # as alone: the step's input was the here-document, now read
-            os.dup2(null, 0)
-            os.close(null)
-            status = runner.run_and_exit(body)
-        except SystemExit as exc:
-            status = exc.code if isinstance(exc.code, int) else 1
-            if not isinstance(exc.code, int) and exc.code is not None:
-                print(exc.code, file=sys.stderr)
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
-
-    def wait(self) -> int:
-        _, status = os.waitpid(self.pid, 0)
-        return os.waitstatus_to_exitcode(status)
-
-    def send_signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)

@@ -2,6 +2,7 @@
 
     python -S .../waypost/runner/launch.py OPTIONS -- COMMAND ...
     python -S .../waypost/runner/launch.py --bundle LIST     (waypost.runner.bundle)
+    python -S .../waypost/runner/launch.py --serve FD DIR    (waypost.runner.server)
 
 is ``python -m waypost.runner OPTIONS -- COMMAND ...`` less the ~3 ms that
 ``site`` (reading every installed package's ``.pth`` files) costs each step.
@@ -20,6 +21,10 @@ if sys.argv[1:2] == ["--bundle"]:   # a bundle's Slurm job: waypost.runner.bundl
     from waypost.runner.bundle import run_bundle
     sys.stdout.flush()
     sys.exit(run_bundle(sys.argv[2]))
+
+if sys.argv[1:2] == ["--serve"]:    # the local step server of a run's main process
+    from waypost.runner.server import serve
+    sys.exit(serve(int(sys.argv[2]), sys.argv[3]))
 
 from waypost.runner.main import run_and_exit  # noqa: E402
 

@@ -1,0 +1,75 @@
+"""A step runner forked from a process that has imported it already (a
+bundle's, ``bundle``; the local step server's, ``server``): a fresh process
+for the step that pays no interpreter start and no imports of its own.
+
+``forkable`` says which steps may: a step that works on a gs:// stage
+directory or reuses another stage brings in site-packages (gcsfs and what
+it imports) and needs the interpreter's teardown, so it runs alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def forkable(body: bytes) -> bool:
+    """May the step whose here-document is ``body`` (its spec's line, then
+    its command) run in a forked runner? False for a spec that can't be
+    read: the runner alone says what is wrong with it."""
+    from waypost import stores
+    from waypost.model import spec
+
+    try:
+        step_spec = spec.decode(body.partition(b"\n")[0])
+    except spec.SpecError:
+        return False
+    return not (step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir))
+
+
+class Forked:
+    """One step's runner, forked from this process (``wait`` and
+    ``send_signal`` as a ``Popen``'s), reading the step from ``body``.
+
+    ``defaults``: the signals this process handles or ignores, put back to
+    their defaults in the child (the runner sets its own). ``setup(child)``
+    runs first in the child (where its files, directory and environment
+    come from); the step's standard input is empty, as the here-document's
+    is once read."""
+
+    def __init__(self, body: bytes, defaults: tuple[int, ...], setup=None):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid:
+            return
+        status = 1
+        try:
+            for signum in defaults:
+                signal.signal(signum, signal.SIG_DFL)
+            if setup is not None:
+                setup()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            from waypost.runner import main as runner
+            status = runner.run_and_exit(body)
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int) and exc.code is not None:
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+
+    def wait(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
