@@ -74,7 +74,7 @@ def sha256_stream(f) -> str:
     return digest.hexdigest()
 
 
-def _crc32c():
+def crc32c_extend():
     """google_crc32c's ``extend``, imported when first needed (the runner
     starts at every step, and only a success describes outputs); None when
     it can't be imported (the manifest then records no crc32c). A runner
@@ -105,7 +105,7 @@ def crc32c_text(crc: int) -> str:
 def digests_stream(f) -> tuple[str, str | None]:
     """(sha256 hex, crc32c as GCS lists it) of what is left to read in a
     binary file object, in one read pass (crc32c None: see ``_crc32c``)."""
-    extend = _crc32c()
+    extend = crc32c_extend()
     digest, crc = hashlib.sha256(), 0
     while chunk := f.read(HASH_CHUNK):
         digest.update(chunk)

@@ -21,7 +21,7 @@ import shlex
 import signal
 import sys
 
-from waypost.runner.forked import Forked, forkable
+from waypost.runner.forked import Forked, forkable, preload
 
 BUNDLE_OPTION = "--bundle"
 BUNDLED_ENV = "WAYPOST_BUNDLED"
@@ -49,6 +49,7 @@ def run_bundle(list_path: str) -> int:
         signal.signal(signum, stop)
     os.environ[BUNDLED_ENV] = "1"
     from waypost.runner import main as runner
+    preload()
     for step, status in entries:
         if stopped:
             break

@@ -14,6 +14,20 @@ import signal
 import sys
 
 
+def preload() -> None:
+    """Import now, once, what a step imports as it goes, so that no forked
+    runner pays for it: the outputs' crc32c (and how a manifest writes
+    it), the mount check (and the codec it reads mount points with), the
+    attempt's ``select``."""
+    import binascii  # noqa: F401
+    import encodings.unicode_escape  # noqa: F401
+    import select  # noqa: F401
+
+    from waypost.model import manifest
+    from waypost.stores import mounted  # noqa: F401
+    manifest.crc32c_extend()
+
+
 def forkable(body: bytes) -> bool:
     """May the step whose here-document is ``body`` (its spec's line, then
     its command) run in a forked runner? False for a spec that can't be

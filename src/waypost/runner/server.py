@@ -20,7 +20,7 @@ import selectors
 import signal
 import socket
 
-from waypost.runner.forked import Forked, forkable
+from waypost.runner.forked import Forked, forkable, preload
 from waypost.scheduler import stepserver
 
 #: what the terminal or a kill of the run's process group sends: the runners
@@ -30,6 +30,8 @@ IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def serve(listen_fd: int, directory: str) -> int:
     from waypost.runner import main as _runner  # noqa: F401  (imported once, for every forked runner)
+
+    preload()
 
     for signum in IGNORED:
         signal.signal(signum, signal.SIG_IGN)
