@@ -32,6 +32,8 @@ import socket
 import struct
 import threading
 
+from waypost.model.errors import WaypostError
+
 #: ``off`` (or ``0``, ``no``): every step starts its own runner
 ENV = "WAYPOST_STEP_SERVER"
 #: the server's answer for a step it doesn't fork
@@ -40,7 +42,7 @@ _LENGTH = struct.Struct("!Q")
 _FDS = 2   # the step's standard output and error
 
 
-class ServerGone(Exception):
+class ServerGone(WaypostError):
     """The server ended while it ran a step: the step's end is in its record."""
 
 
