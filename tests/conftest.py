@@ -55,6 +55,30 @@ def write_config(workdir: Path, config: dict, name: str = "config.yaml") -> Path
     return path
 
 
+def one_rule_plain(workdir: Path, rule: str, output: str) -> Path:
+    """A work directory whose Snakefile is ``rule`` (its text, made for its
+    output ``output``, a quoted path) and an ``all`` asking for that output:
+    plain Snakemake, for a side-by-side with ``one_rule_waypost``."""
+    (workdir / "workflow").mkdir(parents=True)
+    (workdir / "workflow" / "Snakefile").write_text(f"rule all:\n    input: {output}\n\n" + rule)
+    return workdir
+
+
+def one_rule_waypost(workdir: Path, rule: str, pools: dict | None = None) -> Path:
+    """The same with waypost: ``rule`` (made for an output ``wp.out(...)``)
+    wired by ``wp.finish()``, one experiment ``e1`` and root ``results``,
+    and ``pools`` as the config's workers.yaml."""
+    (workdir / "workflow").mkdir(parents=True)
+    (workdir / "workflow" / "Snakefile").write_text(
+        "from waypost.snakemake import Pipeline\nwp = Pipeline(config, workflow)\n\n" + rule
+        + "\nwp.finish()\n\nrule all:\n    default_target: True\n    input: wp.targets\n")
+    (workdir / "config").mkdir()
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump({"root": "results", "experiments": {"e1": {}}}))
+    if pools:
+        (workdir / "config" / "workers.yaml").write_text(yaml.safe_dump(pools))
+    return workdir
+
+
 def snakemake(workdir: Path, *args: str, configfile: str = "config.yaml", snakefile: Path = SNAKEFILE,
               profile: Path | str = LOCAL_PROFILE, check: bool = True, timeout: float = 600,
               env: dict | None = None) -> subprocess.CompletedProcess:

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import LOCAL_PROFILE, REPO, finish
+from conftest import LOCAL_PROFILE, REPO, finish, one_rule_plain, one_rule_waypost
 
 from waypost.model import spec as wspec
 
@@ -29,22 +28,11 @@ def _rule(output: str) -> str:
 
 
 def _plain(workdir: Path) -> Path:
-    (workdir / "workflow").mkdir(parents=True)
-    (workdir / "workflow" / "Snakefile").write_text(
-        'rule all:\n    input: "crock/jar.txt"\n\n' + _rule('"crock/jar.txt"'))
-    return workdir
+    return one_rule_plain(workdir, _rule('"crock/jar.txt"'), '"crock/jar.txt"')
 
 
 def _waypost(workdir: Path, pools: dict | None = None) -> Path:
-    (workdir / "workflow").mkdir(parents=True)
-    (workdir / "workflow" / "Snakefile").write_text(
-        "from waypost.snakemake import Pipeline\nwp = Pipeline(config, workflow)\n\n" + _rule('wp.out("jar.txt")')
-        + "\nwp.finish()\n\nrule all:\n    default_target: True\n    input: wp.targets\n")
-    (workdir / "config").mkdir()
-    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump({"root": "results", "experiments": {"e1": {}}}))
-    if pools:
-        (workdir / "config" / "workers.yaml").write_text(yaml.safe_dump(pools))
-    return workdir
+    return one_rule_waypost(workdir, _rule('wp.out("jar.txt")'), pools)
 
 
 def _shell_line(workdir: Path) -> int:

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import LOCAL_PROFILE
+from conftest import LOCAL_PROFILE, one_rule_plain, one_rule_waypost
 
 # What the step reports of its world: one line of JSON. ``runner``: the
 # command line of its runner (its shell's parent), which a runner forked by
@@ -36,20 +35,11 @@ def _rule(output: str) -> str:
 
 
 def _waypost(workdir: Path) -> Path:
-    (workdir / "workflow").mkdir(parents=True)
-    (workdir / "workflow" / "Snakefile").write_text(
-        "from waypost.snakemake import Pipeline\nwp = Pipeline(config, workflow)\n\n" + _rule('wp.out("seen.json")')
-        + "\nwp.finish()\n\nrule all:\n    default_target: True\n    input: wp.targets\n")
-    (workdir / "config").mkdir()
-    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump({"root": "results", "experiments": {"e1": {}}}))
-    return workdir
+    return one_rule_waypost(workdir, _rule('wp.out("seen.json")'))
 
 
 def _plain(workdir: Path) -> Path:
-    (workdir / "workflow").mkdir(parents=True)
-    (workdir / "workflow" / "Snakefile").write_text('rule all:\n    input: "out/seen.json"\n\n'
-                                                    + _rule('"out/seen.json"'))
-    return workdir
+    return one_rule_plain(workdir, _rule('"out/seen.json"'), '"out/seen.json"')
 
 
 def _run(workdir: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
