@@ -33,6 +33,14 @@ pyproject.toml). Everything else is public:
   the rule's, shown as ``<error> in file "<Snakefile>", line N`` without a
   traceback; the step's ``shell(...)`` call is compiled at the line of the
   rule's own (``_shell_call``);
+- what ``shell`` gives a job's command besides the command: the threads
+  variables (``OMP_NUM_THREADS`` and five more) and ``TMPDIR`` (and its
+  three aliases) from ``resources.tmpdir``, which ``LocalSteps.serve`` sets
+  as ``shell.__new__`` does for a step it hands the local step server;
+  ``workflow.local_exec`` says whether this process runs its jobs itself;
+- how Snakemake prints an error raised inside its own code
+  (``exceptions.cut_traceback``: no frame once one is Snakemake's):
+  ``LocalSteps.serve`` has ``shell`` itself raise a served step's failure;
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
   ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
   (``--set-resources`` keeps the last word);
