@@ -53,6 +53,7 @@ from waypost.planning.wiring import (
     wire_own_presence,
     wire_own_reuse,
 )
+from waypost.runner import forked
 from waypost.runner import main as runner
 
 STEP_PARAM = "waypost"   # the param holding a stage job's step spec (waypost.model.spec)
@@ -321,6 +322,7 @@ class Pipeline:
         # part of the rule's command, which Snakemake formats).
         runner_line = shlex.join(runner.command(sys.executable)).replace("{", "{{").replace("}", "}}")
         self.snake.local_steps.command = [*runner.command(sys.executable), "--serve"]
+        self.snake.run_here = forked.run_here
         graph = self.graph
         try:
             for stage in graph.stages.values():

@@ -138,6 +138,10 @@ class Snake:
         self.emptied: set[tuple] = set()   # (stage, job) whose input function gave no inputs (done, reused)
         self.keeping = False   # the input functions give every job its inputs (``inputs_for_functions``)
         self.local_steps = LocalSteps(workflow)   # the steps this process runs itself (its local executor's)
+        # How a ``run:`` job's own process runs its step in a fork of itself
+        # (``waypost.runner.forked.run_here``, set by the Snakefile's front;
+        # None: in a Snakemake process of the block's own, ``_this_job_again``).
+        self.run_here = None
         self.declared_places: list | None = None   # every rule's files' patterns (``_declared_places``)
         self.keeps_inputs: set[str] = set()   # rules whose functions see their inputs (``_keep_inputs_for_functions``)
 
@@ -545,7 +549,7 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
             raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
         head, runner = _runner_head(runner_line), runner_line.format()
         rule.run_func = _script_run_func(rule.run_func, head, runner, step_param) if _runs_a_script(rule) \
-            else _run_block_func(rule.run_func, name, head, runner, step_param)
+            else _run_block_func(snake, rule.run_func, name, head, runner, step_param)
         rule.set_params(**{step_param: step_function})
         return
     _check_command(rule, step_param)
@@ -604,28 +608,35 @@ def _script_run_func(original, head: str, runner: str, step_param: str):
 RUN_BLOCK_ENV = "WAYPOST_RUN_BLOCK"
 
 
-def _run_block_func(original, name: str, head: str, runner: str, step_param: str):
+def _run_block_func(snake: Snake, original, name: str, head: str, runner: str, step_param: str):
     """A ``run:`` rule's run function. Snakemake runs a ``run:`` job's block
     in a Snakemake process of the job's own (locally, a subprocess it
     spawns; on a cluster, the job's process on its node). There this
-    function runs the step: the step runner reading the job's spec and, as
-    its command, this same process's command for this one job
-    (``_this_job_again``), marked with ``RUN_BLOCK_ENV``; in that process
-    the block itself runs. So the job gets its record, attempts and policy
-    as a ``shell:`` job does, at the cost of one more Snakemake process. In
-    the run's main process (``--force-use-threads``; said at the start) the
-    block runs as in plain Snakemake."""
+    function runs the step, so the job gets its record, attempts and policy
+    as a ``shell:`` job does: the step runner, reading the job's spec,
+    forked from this process (``snake.run_here``), its attempts each calling
+    the block in a fork of it (``_block_call``). The step's command (its
+    attempt's ``.sh``) is this same process's command for this one job
+    (``_this_job_again``), marked with ``RUN_BLOCK_ENV``: the block run by
+    hand, and how it runs where a fork can't (no ``run_here``,
+    ``WAYPOST_STEP_SERVER=off``, a ``benchmark:``), at the cost of one more
+    Snakemake process. In the run's main process (``--force-use-threads``;
+    said at the start) the block runs as in plain Snakemake."""
     import functools
     from subprocess import CalledProcessError
 
     from snakemake.shell import shell
+
+    from waypost.scheduler import stepserver
     signature = inspect.signature(original)
     # A failure is raised through a frame at the rule's line in its Snakefile:
     # Snakemake reports it as the rule's, with no traceback.
     filename, line = original.__code__.co_filename, original.__code__.co_firstlineno
-    at_the_rule = compile("\n" * (line - 1) + "def at_the_rule(call): return call()\n", filename, "exec")
     namespace: dict = {}
-    exec(at_the_rule, namespace)
+    for source in ("def at_the_rule(call): return call()", "def fail_at_the_rule(error): raise error"):
+        exec(compile("\n" * (line - 1) + source, filename, "exec"), namespace)
+    failed_block = (f"the run: block of rule {name} (its error is above, and in the attempt's log in the "
+                    "job's record)")
 
     @functools.wraps(original)
     def run(*args, **kwargs):
@@ -633,17 +644,50 @@ def _run_block_func(original, name: str, head: str, runner: str, step_param: str
         job = bound.arguments
         if not _in_job_process():
             return original(*bound.args, **bound.kwargs)
-        wildcards = dict(job["wildcards"].items())
-        command = _this_job_again(name, wildcards).replace("{", "{{").replace("}", "}}")
+        command = _this_job_again(name, dict(job["wildcards"].items()))
+        if snake.run_here is not None and job.get("bench_record") is None and stepserver.wanted():
+            status = snake.run_here(f"{spec_line}\n{command}\n".encode(),
+                                    _block_call(original, bound, snake.workflow.linemaps), dict(os.environ))
+            if status:
+                namespace["fail_at_the_rule"](CalledProcessError(status, failed_block))
+            return
+        command = command.replace("{", "{{").replace("}", "}}")
         try:
             namespace["at_the_rule"](lambda: shell(f"{head}\n{{{SPEC_LINE}}}\n{command}\n{wspec.DELIMITER}\n",
                                                    bench_record=job.get("bench_record"), **{SPEC_LINE: spec_line}))
-        except CalledProcessError as failed:
-            failed.cmd = (f"the run: block of rule {name}, in a Snakemake process of its own (its error is above, "
-                          "and in the attempt's log in the job's record)")
+        except CalledProcessError as failure:
+            failure.cmd = failed_block
             raise
     run.step_param = step_param
     return run
+
+
+def _block_call(original, bound, linemaps):
+    """What an attempt of a ``run:`` job calls in its step's process (a fork
+    of the job's own Snakemake process): the block, then its exit status.
+    An error in it is written as Snakemake writes a failing block's (the
+    error, the file and line in the Snakefile, and where it came from), with
+    status 1; ``sys.exit(N)`` is status N."""
+    import sys
+
+    def call() -> int:
+        from snakemake.exceptions import format_error, get_exception_origin
+        try:
+            original(*bound.args, **bound.kwargs)
+        except SystemExit as exc:
+            if isinstance(exc.code, int) or exc.code is None:
+                return exc.code or 0
+            print(exc.code, file=sys.stderr)
+            return 1
+        except BaseException as exc:   # (the block's error, whatever it is: said as Snakemake says it)
+            exc.__traceback__ = exc.__traceback__.tb_next   # (from the block on, not this function)
+            origin = get_exception_origin(exc, linemaps)
+            lineno, file = origin if origin is not None else (None, None)
+            said = format_error(exc, lineno, linemaps=linemaps, snakefile=file, show_traceback=True)
+            sys.stderr.write(f"RuleException:\n{said}\n")
+            return 1
+        return 0
+    return call
 
 
 def _running_the_block(rule: str) -> bool:

@@ -37,6 +37,18 @@ WATCHDOG_NAME = b"waypost-watch"   # its name in ps and /proc/PID/comm
 # kernel on its behalf) did it, not the step.
 HARDWARE_SIGNALS = (signal.SIGKILL, signal.SIGBUS)
 
+# Where the runner is a fork of a ``run:`` job's own Snakemake process
+# (``forked.run_here``), its step is the job's block: a call in the step's
+# process (forked as for any step) in place of the exec of its command.
+_call_instead = None
+
+
+def call_instead(step) -> None:
+    """From now on, each step's process calls ``step()`` (its exit status)
+    instead of running its command."""
+    global _call_instead
+    _call_instead = step
+
 
 def _prctl(option: int, value) -> None:
     try:
@@ -165,6 +177,10 @@ def _spawn(command: list[str], env: dict, started=None, cwd: str | None = None) 
             os.dup2(write_end, 2)
             if cwd is not None:
                 os.chdir(cwd)
+            if _call_instead is not None:
+                for fd in (write_end, error_write, gate_read, read_end):   # (EOF: it started)
+                    os.close(fd)
+                _call(_call_instead, env)
             os.execvpe(command[0], command, env)
         except BaseException as exc:
             try:
@@ -195,6 +211,22 @@ def _spawn(command: list[str], env: dict, started=None, cwd: str | None = None) 
         number, _, message = error.decode(errors="replace").partition(":")
         raise OSError(int(number), message, command[0])
     return pid, read_end
+
+
+def _call(step, env: dict) -> None:
+    """In the step's process: ``step()`` with the step's environment, then
+    exit with its status (never returns)."""
+    status = 1
+    try:
+        for signum in (signal.SIGPIPE, signal.SIGXFSZ):   # (as Python has them)
+            signal.signal(signum, signal.SIG_IGN)
+        os.environ.clear()
+        os.environ.update(env)
+        status = step()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 class Attempt:

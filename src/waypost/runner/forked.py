@@ -1,6 +1,7 @@
 """A step runner forked from a process that has imported it already (a
-bundle's, ``bundle``; the local step server's, ``server``): a fresh process
-for the step that pays no interpreter start and no imports of its own.
+bundle's, ``bundle``; the local step server's, ``server``; a ``run:`` job's
+own Snakemake process, ``run_here``): a fresh process for the step that pays
+no interpreter start and no imports of its own.
 
 ``forkable`` says which steps may: a step that works on a gs:// stage
 directory or reuses another stage brings in site-packages (gcsfs and what
@@ -87,3 +88,27 @@ class Forked:
 
     def send_signal(self, signum: int) -> None:
         os.kill(self.pid, signum)
+
+
+def run_here(body: bytes, step, env: dict[str, str]) -> int:
+    """Run the step ``body`` (its spec's line, then its command) with a
+    runner forked from this process, whose attempts each call ``step()``
+    (their exit status) in a fork of it, in place of running the command:
+    how a ``run:`` job's own Snakemake process runs its block as a step,
+    with no second Snakemake process. ``env``: the runner's environment.
+    The runner's exit status (negative: the signal that ended it).
+
+    This process may have threads (Snakemake's); the fork has only the one
+    that called, and runs nothing of the others' until it exits."""
+    import warnings
+
+    from waypost.runner import attempt
+
+    def setup() -> None:
+        os.environ.clear()
+        os.environ.update(env)
+        attempt.call_instead(step)
+    with warnings.catch_warnings():   # (Python 3.12+ warns of any fork of a process with threads)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = Forked(body, attempt.FORWARDED_SIGNALS, setup)
+    return child.wait()
