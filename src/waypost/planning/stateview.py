@@ -68,6 +68,8 @@ class StateView:
                 if not life.entries:   # nothing there (kept as a name only: fewer objects)
                     self._nothing.add(stage_dir)
                     return life
+                if self._store.bucket_url is not None:
+                    _listed_here_too(life)
                 self._lives[stage_dir] = life
             else:
                 url = stores.resolve(self.root, stage_dir)
@@ -309,3 +311,23 @@ class StateView:
     def waits_for_sources(self, stage: str) -> bool:
         """Does some reused job of ``stage`` wait for its source's outputs?"""
         return not self.snake.job_process and self.resolver.is_reused(stage) and stage in self.reuse_plan().stages
+
+
+def _listed_here_too(life: lifecycle.Life) -> None:
+    """On a mount served through its bucket's API: a stage directory whose
+    manifest the bucket shows written within a mount's cache time
+    (``mounted.SETTLE_S``), by another node maybe, is waited for until this
+    node's mount lists it too. Snakemake looks at the outputs through the
+    mount: a stale listing would have it redo what another node just did."""
+    import time
+
+    from waypost.model.layout import MANIFEST
+    from waypost.stores import mounted
+    if MANIFEST not in life.entries:
+        return
+    try:
+        written = life.store.mtime(layout.join(life.dir, MANIFEST))
+    except OSError:
+        return
+    if time.time() - written < mounted.SETTLE_S:
+        mounted.settle(life.dir, [name for name in life.entries if not name.startswith(".")])

@@ -4,8 +4,10 @@ own Snakemake process, ``run_here``): a fresh process for the step that pays
 no interpreter start and no imports of its own.
 
 ``forkable`` says which steps may: a step that works on a gs:// stage
-directory or reuses another stage brings in site-packages (gcsfs and what
-it imports) and needs the interpreter's teardown, so it runs alone.
+directory, reuses another stage, or reads its stage directory's state
+through the API of the bucket a mount serves brings in site-packages
+(gcsfs and what it imports) and needs the interpreter's teardown, so it
+runs alone.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def forkable(body: bytes) -> bool:
         step_spec = spec.decode(body.partition(b"\n")[0])
     except spec.SpecError:
         return False
-    return not (step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir))
+    return not (step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir)
+                or stores.on_a_bucket_mount(step_spec.stage_dir))
 
 
 class Forked:

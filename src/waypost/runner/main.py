@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None, data: bytes | None = None) -> int:
     step, lost = parse_args(sys.argv[1:] if argv is None else argv, data)
     if step.mounts:   # which bucket a mount serves, as the config says (stores.mounted)
         locations.declare_mounts(step.mounts)
-    if step.reuse_from or stores.needs_mirror(step.stage_dir):
+    if step.reuse_from or stores.needs_mirror(step.stage_dir) or stores.on_a_bucket_mount(step.stage_dir):
         with_site()   # gcsfs and the rest of what they import are site-packages'
     try:
         if step.reuse_from and not lost:

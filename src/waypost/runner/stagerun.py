@@ -9,6 +9,7 @@ import sys
 import time
 
 from waypost import scheduler as wscheduler
+from waypost import stores
 from waypost.model import fingerprints, manifest, records, states
 from waypost.model import policy as wpolicy
 from waypost.model import spec as wspec
@@ -231,6 +232,8 @@ class StageRun:
                 print(f"waypost: {self.name}: {self.series.leftover}", file=sys.stderr)
         if waited and directory.remote:
             directory.remote.refresh()     # what it left
+        elif not directory.remote:
+            stores.catch_up(stage_dir)     # (on a bucket mount: what another node left, listed here too)
         if waited and directory.done():
             print(f"waypost: {self.name}: done by the attempt waited for ({waited.where})", file=sys.stderr)
             return 0

@@ -297,9 +297,12 @@ def read(store, stage_dir: str, now: float | None = None, me: int | None = None)
 
 def at(stage_dir: str, me: int | None = None) -> Life:
     """The lifecycle of one stage directory, from a store over it (in a
-    bucket: the planning's listing when this process has one)."""
+    bucket: the planning's listing when this process has one; on a mount
+    served through its bucket's API, the bucket's listing, not this node's
+    maybe older view: ``stores.consistent``)."""
     from waypost import stores
-    return read(stores.over(stage_dir), stage_dir, me=me)
+    where = stores.consistent(stage_dir)
+    return read(stores.over(where), where, me=me)
 
 
 def live_attempt(stage_dir: str, me: int | None = None) -> LiveAttempt | None:

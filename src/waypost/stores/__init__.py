@@ -82,6 +82,49 @@ def store_for(root: str, snapshot: bool = False, quiet: bool = False, reads: boo
     return LocalSnapshot(root) if snapshot else LocalStore(root)
 
 
+def on_a_bucket_mount(stage_dir: str) -> bool:
+    """Is ``stage_dir`` on a mount that may serve a bucket (its mount
+    table or the config names one)? A step runner there reads its stage
+    directory's state through the bucket's API (``consistent``), so it
+    needs site-packages."""
+    if is_bucket_url(stage_dir):
+        return False
+    from waypost.stores.mounted import mount_of
+    mount = mount_of(stage_dir)
+    return mount is not None and mount.url is not None
+
+
+def consistent(stage_dir: str) -> str:
+    """Where to read a stage directory's state so that what other nodes
+    wrote is seen: for one on a mount served through its bucket's API
+    (``mounted.way_of``), the bucket's URL of it (a node's mount lists
+    late, as long as its caches keep a listing: rclone's
+    ``--dir-cache-time``, gcsfuse's TTLs); else ``stage_dir`` itself."""
+    if not on_a_bucket_mount(stage_dir):
+        return stage_dir
+    import os
+
+    from waypost.stores.mounted import mount_of, way_of
+    mount = mount_of(stage_dir)
+    way = way_of(mount)
+    if way.url is None:
+        return stage_dir
+    return way.url + os.path.realpath(stage_dir)[len(mount.point.rstrip("/")):]
+
+
+def catch_up(stage_dir: str) -> None:
+    """Wait (at most ``mounted.SETTLE_S``) until this node's mount lists
+    every file its bucket lists in ``stage_dir`` (nothing to wait for off
+    a bucket mount): what another node's attempt left there, read next
+    through the mount."""
+    url = consistent(stage_dir)
+    if url == stage_dir:
+        return
+    from waypost.stores.bucket import BucketStore
+    from waypost.stores.mounted import settle
+    settle(stage_dir, [name for name in BucketStore(url).entries(url) if not name.startswith(".")])
+
+
 _planning: dict[str, tuple] = {}   # root → (the planning's listing, a store over it)
 
 

@@ -384,14 +384,14 @@ class MountedStore(LocalStore):
 
 
 def settle(directory: str, want: list[str]) -> None:
-    """Wait (at most SETTLE_S) until this node's mount lists the files the
-    API wrote into ``directory`` (its listing cache: rclone
-    --dir-cache-time, gcsfuse's TTLs): the step or run that comes next
-    looks for them through the mount."""
+    """Wait (at most SETTLE_S) until this node's mount lists the files its
+    bucket lists in ``directory`` (``want``: written through the API, or
+    by another node; the mount's listing cache: rclone --dir-cache-time,
+    gcsfuse's TTLs): what comes next looks for them through the mount."""
     until = time.monotonic() + SETTLE_S
     while time.monotonic() < until:
         if all(os.path.exists(os.path.join(directory, w)) for w in want):
             return
         time.sleep(0.2)
-    print(f"waypost: {directory}: the mount does not show the copied files after {SETTLE_S:.0f} s "
-          "(its directory cache); going on", file=sys.stderr)
+    print(f"waypost: {directory}: this node's mount does not list what its bucket lists there after "
+          f"{SETTLE_S:.0f} s (its directory cache; WAYPOST_MOUNT_SETTLE_SECONDS); going on", file=sys.stderr)
