@@ -108,6 +108,12 @@ def run_here(body: bytes, step, env: dict[str, str]) -> int:
     from waypost.runner import attempt
 
     def setup() -> None:
+        # Fresh standard streams: another thread may have held the old ones'
+        # locks at the fork, and nothing would ever release them here.
+        for fd, name, errors in ((1, "stdout", "strict"), (2, "stderr", "backslashreplace")):
+            old = getattr(sys, name)
+            setattr(sys, name, open(fd, "w", encoding=getattr(old, "encoding", None), errors=errors,  # noqa: SIM115
+                                    closefd=False, buffering=1 if getattr(old, "line_buffering", False) else -1))
         os.environ.clear()
         os.environ.update(env)
         attempt.call_instead(step)
