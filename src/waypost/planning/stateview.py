@@ -17,6 +17,7 @@ from waypost import stores
 from waypost.model import events, layout, manifest
 from waypost.model.records import Manifest, made_here
 from waypost.planning import fanout
+from waypost.planning.mountlag import MountLag
 from waypost.planning.resolver import Resolver
 from waypost.state import lifecycle
 from waypost.stores import gcs
@@ -34,6 +35,7 @@ class StateView:
         self._pending: dict = {}   # checkpoint outputs that instances wait for (see stage_outputs)
         self._own: dict[str, tuple] = {}
         self._reuse = None   # see reuse_plan
+        self._mount_lag = MountLag()   # on a bucket mount: waits for what it lists late
 
     # --- files ---------------------------------------------------------------
     def present(self, path: str) -> bool:
@@ -69,7 +71,7 @@ class StateView:
                     self._nothing.add(stage_dir)
                     return life
                 if self._store.bucket_url is not None:
-                    _listed_here_too(life)
+                    self._mount_lag.wait_for(life)
                 self._lives[stage_dir] = life
             else:
                 url = stores.resolve(self.root, stage_dir)
@@ -312,22 +314,3 @@ class StateView:
         """Does some reused job of ``stage`` wait for its source's outputs?"""
         return not self.snake.job_process and self.resolver.is_reused(stage) and stage in self.reuse_plan().stages
 
-
-def _listed_here_too(life: lifecycle.Life) -> None:
-    """On a mount served through its bucket's API: a stage directory whose
-    manifest the bucket shows written within a mount's cache time
-    (``mounted.SETTLE_S``), by another node maybe, is waited for until this
-    node's mount lists it too. Snakemake looks at the outputs through the
-    mount: a stale listing would have it redo what another node just did."""
-    import time
-
-    from waypost.model.layout import MANIFEST
-    from waypost.stores import mounted
-    if MANIFEST not in life.entries:
-        return
-    try:
-        written = life.store.mtime(layout.join(life.dir, MANIFEST))
-    except OSError:
-        return
-    if time.time() - written < mounted.SETTLE_S:
-        mounted.settle(life.dir, [name for name in life.entries if not name.startswith(".")])

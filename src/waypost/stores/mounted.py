@@ -383,15 +383,21 @@ class MountedStore(LocalStore):
         return how
 
 
-def settle(directory: str, want: list[str]) -> None:
-    """Wait (at most SETTLE_S) until this node's mount lists the files its
-    bucket lists in ``directory`` (``want``: written through the API, or
-    by another node; the mount's listing cache: rclone --dir-cache-time,
-    gcsfuse's TTLs): what comes next looks for them through the mount."""
-    until = time.monotonic() + SETTLE_S
-    while time.monotonic() < until:
+def settle(directory: str, want: list[str], until: float | None = None) -> bool:
+    """Wait (at most SETTLE_S, or until the ``time.monotonic()`` ``until``)
+    until this node's mount lists the files its bucket lists in
+    ``directory`` (``want``: written through the API, or by another node;
+    the mount's listing cache: rclone --dir-cache-time, gcsfuse's TTLs):
+    what comes next looks for them through the mount. False (said, when it
+    waited for SETTLE_S) when it does not list them in that time."""
+    deadline = time.monotonic() + SETTLE_S if until is None else until
+    while True:
         if all(os.path.exists(os.path.join(directory, w)) for w in want):
-            return
+            return True
+        if time.monotonic() >= deadline:
+            break
         time.sleep(0.2)
-    print(f"waypost: {directory}: this node's mount does not list what its bucket lists there after "
-          f"{SETTLE_S:.0f} s (its directory cache; WAYPOST_MOUNT_SETTLE_SECONDS); going on", file=sys.stderr)
+    if until is None:
+        print(f"waypost: {directory}: this node's mount does not list what its bucket lists there after "
+              f"{SETTLE_S:.0f} s (its directory cache; WAYPOST_MOUNT_SETTLE_SECONDS); going on", file=sys.stderr)
+    return False
