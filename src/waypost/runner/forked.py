@@ -42,8 +42,21 @@ def forkable(body: bytes) -> bool:
         step_spec = spec.decode(body.partition(b"\n")[0])
     except spec.SpecError:
         return False
-    return not (step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir)
-                or stores.on_a_bucket_mount(step_spec.stage_dir))
+    if step_spec.reuse_from or stores.needs_mirror(step_spec.stage_dir):
+        return False
+    if stores.on_a_bucket_mount(step_spec.stage_dir):
+        _with_the_bucket_client()
+    return True
+
+
+def _with_the_bucket_client() -> None:
+    """Import the GCS client here, once, so that the runners forked for
+    steps on a bucket mount (which read their stage through its API) pay
+    no import of it. Its event loop starts in each child (fsspec resets it
+    after a fork; no instance of this process's is shared)."""
+    from waypost import with_site
+    with_site()
+    import gcsfs  # noqa: F401
 
 
 class Forked:
