@@ -42,6 +42,5 @@ class MountLag:
                                 until=self._until)
         if not listed and self._until > 0:
             self._until = 0.0
-            print(f"waypost: {life.dir}: this node's mount does not list what its bucket lists there after "
-                  f"{mounted.SETTLE_S:.0f} s (its directory cache; WAYPOST_MOUNT_SETTLE_SECONDS); Snakemake may "
-                  "take what another node just made for missing", file=sys.stderr)
+            print(f"{mounted.lagging(life.dir)}; Snakemake may take what another node just made for missing",
+                  file=sys.stderr)

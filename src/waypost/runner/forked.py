@@ -4,10 +4,10 @@ own Snakemake process, ``run_here``): a fresh process for the step that pays
 no interpreter start and no imports of its own.
 
 ``forkable`` says which steps may: a step that works on a gs:// stage
-directory, reuses another stage, or reads its stage directory's state
-through the API of the bucket a mount serves brings in site-packages
-(gcsfs and what it imports) and needs the interpreter's teardown, so it
-runs alone.
+directory or reuses another stage brings in site-packages (gcsfs and what
+it imports) and needs the interpreter's teardown, so it runs alone. A step
+on a bucket mount only reads its stage directory's state through the
+bucket's API: it is forked, with the GCS client imported here first.
 """
 
 from __future__ import annotations

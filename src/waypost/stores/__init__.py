@@ -100,12 +100,14 @@ def consistent(stage_dir: str) -> str:
     (``mounted.way_of``), the bucket's URL of it (a node's mount lists
     late, as long as its caches keep a listing: rclone's
     ``--dir-cache-time``, gcsfuse's TTLs); else ``stage_dir`` itself."""
-    if not on_a_bucket_mount(stage_dir):
+    if is_bucket_url(stage_dir):
         return stage_dir
     import os
 
     from waypost.stores.mounted import mount_of, way_of
     mount = mount_of(stage_dir)
+    if mount is None or mount.url is None:
+        return stage_dir
     way = way_of(mount)
     if way.url is None:
         return stage_dir

@@ -398,6 +398,11 @@ def settle(directory: str, want: list[str], until: float | None = None) -> bool:
             break
         time.sleep(0.2)
     if until is None:
-        print(f"waypost: {directory}: this node's mount does not list what its bucket lists there after "
-              f"{SETTLE_S:.0f} s (its directory cache; WAYPOST_MOUNT_SETTLE_SECONDS); going on", file=sys.stderr)
+        print(f"{lagging(directory)}; going on", file=sys.stderr)
     return False
+
+
+def lagging(directory: str) -> str:
+    """The line that says this node's mount still lags its bucket at ``directory``."""
+    return (f"waypost: {directory}: this node's mount does not list what its bucket lists there after "
+            f"{SETTLE_S:.0f} s (its directory cache; WAYPOST_MOUNT_SETTLE_SECONDS)")
