@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, SMALL_CONFIG, SNAKEFILE, finish, gcs_fs, gcs_key, read_manifest, write_config
 from test_slurm_jobs import FAST, ONPREM, pipeline, running_job, sacct, stage, wait_for
 
@@ -69,7 +70,7 @@ def nodes(slurm_cluster) -> list[str]:
     """The compute nodes of their own, each up."""
     names = subprocess.run(["sinfo", "-h", "-N", "-p", "compute", "-o", "%N"], capture_output=True,
                            text=True).stdout.split()
-    if not names or not node("up", LOGIN).returncode == 0:
+    if not names or node("up", LOGIN).returncode != 0:
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true: the cluster must have nodes of their own (namespaces), but has none")
         pytest.skip("the local cluster has no nodes of their own here (root can't make namespaces)")
@@ -166,3 +167,137 @@ def test_the_login_nodes_driver_dies_with_it_and_cron_there_adopts_its_jobs(node
         assert [(a["state"], a["slurm_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
         assert record["attempts"][0]["host"] in nodes
     assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
+
+
+# --- cloud nodes: booted on demand, the bucket mounted on each ----------------
+
+MOUNT = Path("/mnt/waypost-bucket")     # the same path on every node, each its own mount
+
+
+def cloud_nodes() -> dict[str, str]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-n", CLOUD_NODES, "-o", "%N %T"], capture_output=True,
+                         text=True).stdout
+    return dict(line.split() for line in out.splitlines())
+
+
+def power_down_cloud() -> None:
+    """Every cloud node removed (as after SuspendTime idle): zero cloud nodes."""
+    subprocess.run(["scontrol", "update", f"nodename={CLOUD_NODES}", "state=power_down_force"], capture_output=True)
+    wait_for(lambda: all(state == "idle~" for state in cloud_nodes().values()), 90, "the cloud nodes powered down")
+
+
+@pytest.fixture
+def bucket_on_every_node(nodes, gcs_emulator, tmp_path_factory):
+    """A bucket that every node mounts at MOUNT as it boots (a startup
+    script, as a cloud image's mounts its bucket with gcsfuse): each node its
+    own rclone mount, its own caches. The login node is booted again to
+    mount it; the cloud nodes are all powered down. Yields (its gs:// URL,
+    the mount point on the nodes)."""
+    import fake_gcs
+    from conftest import _mount_or_skip
+
+    from waypost.stores import gcs
+    _mount_or_skip()
+    name = f"nodes-{os.getpid()}-{int(time.time())}"
+    gcs.filesystem("gs://" + name)[0].mkdir(name)
+    work = tmp_path_factory.mktemp("node-mounts")
+    config = fake_gcs.rclone_config(gcs_emulator, work / "rclone.conf")
+    script = SLURM_DIR / "nodes" / "boot.d" / "50-test-bucket"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!/bin/sh\nmkdir -p {MOUNT}\n"
+                      f"exec rclone --config {config} mount fgcs:{name} {MOUNT} --vfs-cache-mode off "
+                      f"--dir-cache-time 1s --cache-dir {work}/cache-$1 --log-file {work}/rclone-$1.log --daemon\n")
+    script.chmod(0o755)
+    try:
+        power_down_cloud()
+        assert node("kill", LOGIN).returncode == 0 and node("start", LOGIN, "login").returncode == 0
+        yield "gs://" + name, MOUNT
+    finally:
+        script.unlink()
+        power_down_cloud()
+        node("kill", LOGIN)
+        node("start", LOGIN, "login")
+
+
+def test_the_cloud_profile_runs_the_pipeline_from_zero_cloud_nodes(bucket_on_every_node, tmp_path):
+    # `snakemake --profile cloud` from the login node, with no cloud node up:
+    # Slurm boots them for the jobs (ResumeProgram), each mounts the bucket,
+    # and the pipeline's stages land in the bucket from cloud CPU and GPU nodes.
+    url, mount = bucket_on_every_node
+    assert set(cloud_nodes().values()) == {"idle~"}                # zero cloud nodes
+    config = copy.deepcopy(SMALL_CONFIG)
+    config["experiments"]["exp1"]["pairs"] = ["en-xa"]
+    config["root"] = str(mount / "results")
+    write_config(tmp_path, config)
+    driver = on(LOGIN, [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(tmp_path), "--profile",
+                        str(CLOUD), "--configfile", str(tmp_path / "config.yaml"), *FAST], tmp_path,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    code, out = finish(driver, timeout=900)
+    assert code == 0, out[-5000:]
+    fs = gcs_fs()
+    report = fs.cat(f"{gcs_key(url)}/results/_all/exp1/report/report.md").decode()
+    assert "en-xa | student" in report
+    hosts, partitions = {}, {}
+    for path in fs.glob(f"{gcs_key(url)}/results/**/_manifest.json"):
+        record = json.loads(fs.cat(path))
+        for attempt in record["attempts"]:
+            hosts[path] = attempt["host"]
+            job = attempt["slurm_job_id"]
+            partitions[path] = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "Partition"],
+                                              capture_output=True, text=True).stdout.strip()
+    assert hosts and all(re.fullmatch(r"wp-[cg]\d", host) for host in hosts.values()), hosts
+    assert set(partitions.values()) == {"cloud-cpu", "cloud-gpu"}, partitions
+    teacher = next(p for p in partitions if "/train_teacher/" in p)
+    assert partitions[teacher] == "cloud-gpu" and hosts[teacher].startswith("wp-g")
+
+
+def test_a_spot_node_lost_mid_job_is_hwfailure_and_restarts_on_another_from_its_checkpoint(
+        bucket_on_every_node, tmp_path):
+    # A point takes a whole cloud node. The node is taken away once the
+    # point has a checkpoint in the bucket (its namespaces killed, marked down
+    # as a preempted spot VM is): the job ends NODE_FAIL, recorded
+    # HWFAILURE, and the stage's cue restarts it on the other cloud node,
+    # which Slurm boots, from that checkpoint.
+    url, mount = bucket_on_every_node
+    policy = {"max_attempts": 3, "cues": [{"action": "restart", "when": "cmd.HWFAILURE"}]}
+    workdir = pipeline(tmp_path, {"a": "sleep:12"}, {}, stages={"work": {"policy": policy}})
+    (workdir / "config" / "workers.yaml").write_text(yaml.safe_dump({"pools": {"cloud": {"executor": "slurm", "classes": {
+        "small": {"partition": "cloud-cpu", "cpus": 8, "mem_mb": 200, "runtime": 10}}}}}))
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config["root"] = str(mount / "results")
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    stage_key = f"{gcs_key(url)}/results/_all/e/work/a"
+    fs = gcs_fs()
+
+    def at_work() -> str | None:
+        try:
+            if not fs.exists(f"{stage_key}/ckpt"):
+                return None
+            fs.invalidate_cache()
+            return json.loads(fs.cat(f"{stage_key}/_running.json"))["slurm_job_id"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    since = time.time()
+    driver = on(LOGIN, [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(CLOUD),
+                        *FAST, "--until", "work"], workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        job = wait_for(lambda: (fs.invalidate_cache(), at_work())[1], 240, "point a at work with a checkpoint")
+        lost = node_of(job)
+        assert lost in ("wp-c1", "wp-c2"), lost
+        lose(lost)
+        code, out = finish(driver, timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert code == 0, out[-5000:]
+    fs.invalidate_cache()
+    record = json.loads(fs.cat(f"{stage_key}/_manifest.json"))
+    steps = [(a["action"], a["state"], a["host"]) for a in record["attempts"]]
+    assert steps[0] == ("cmd", "HWFAILURE", lost), steps
+    assert steps[-1][:2] == ("restart", "SUCCESS") and steps[-1][2] not in (lost, None), steps
+    assert "NODE_FAIL" in record["attempts"][0]["error"]
+    log = fs.cat(f"{stage_key}/{record['attempts'][-1]['log']}").decode()
+    assert "resuming from step" in log, log
+    ended = {r["JobIDRaw"]: r["State"] for r in sacct("JobIDRaw", "State", since=since, workdir=workdir)}
+    assert ended[job] == "NODE_FAIL"
