@@ -47,7 +47,7 @@ test: profiles
 	    bash scripts/slurm-dev-cluster.sh start; \
 	else echo "not root: the Slurm tests will be skipped"; fi
 	$(MAKE) --no-print-directory lint docs-build
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	bash tests/run.sh $(BIN)/python $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -402,6 +402,14 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
     return proc.returncode, out
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests on the Slurm cluster carry the ``slurm`` marker: `make test`
+    runs them beside the others (tests/run.sh), as they mostly wait on Slurm."""
+    for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """The single-node Slurm cluster of scripts/slurm-dev-cluster.sh, started

@@ -301,3 +301,92 @@ def test_a_spot_node_lost_mid_job_is_hwfailure_and_restarts_on_another_from_its_
     assert "resuming from step" in log, log
     ended = {r["JobIDRaw"]: r["State"] for r in sacct("JobIDRaw", "State", since=since, workdir=workdir)}
     assert ended[job] == "NODE_FAIL"
+
+
+# --- the soak, over the cluster ----------------------------------------------
+
+CLUSTER_FAULTS = ("compute node lost", "cloud node lost", "login node lost", "scancel")
+
+
+@pytest.mark.soak
+def test_soak_over_the_cluster_with_nodes_lost_keeps_its_invariants_and_converges(nodes, tmp_path):
+    # The Slurm soak's invariants (tests/test_slurm_jobs.py), over several
+    # nodes: crons from the login node, points on the compute nodes and, when
+    # they are full, on cloud nodes Slurm boots; into each cron a seeded fault:
+    # a compute node lost under a job (back after the cron), a cloud node lost
+    # under a job, the login node lost with its cron (booted again for the
+    # next), a job scancelled. In the end every point is done, and every one
+    # of its Slurm jobs is an attempt in its manifest.
+    import random
+
+    from test_slurm_jobs import _soak_invariants
+    rng = random.Random(43)
+    points = {f"p{i}": "sleep:10" for i in range(6)}     # 3 fill the compute nodes, 3 go to cloud nodes
+    policy = {"max_attempts": 4, "max_series": 8,
+              "cues": [{"action": "restart", "when": "any(cmd.TIMEOUT, cmd.PREEMPTED, cmd.HWFAILURE, cmd.CANCELLED)"}]}
+    workdir = pipeline(tmp_path, points, {"partition": "compute,cloud-cpu", "cpus": 4},
+                       stages={"work": {"policy": policy}})
+    cron_cmd = [sys.executable, "-m", "waypost.cli", "cron", "--profile", str(ONPREM), "--", *FAST]
+    since, figures, faults = time.time(), {}, []
+    for round_no, fault in enumerate(CLUSTER_FAULTS):
+        if round_no:   # points to do again, so the cron has work to be hit in (all: some on cloud nodes)
+            redo = sorted(points) if fault == "cloud node lost" else rng.sample(sorted(points), 3)
+            again = [arg for p in redo for arg in ("--instance", p)]
+            subprocess.run([sys.executable, "-m", "waypost.cli", "rerun", "work", *again], cwd=workdir,
+                           capture_output=True, text=True)
+        run = on(LOGIN, cron_cmd, workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        lost = None
+        try:
+            wanted = "wp-c" if fault == "cloud node lost" else "wp-n" if fault == "compute node lost" else ""
+
+            def at_work(wanted=wanted, run=run):
+                jobs = [j for p in points if (j := running_job(stage(workdir, "work", p)))]
+                found = [j for j in jobs if node_of(j).startswith(wanted)]
+                return found or (run.poll() is not None and ["(none)"])
+            jobs = wait_for(at_work, 180, f"a point at work for the fault '{fault}'")
+            if jobs != ["(none)"] and run.poll() is None:
+                faults.append(fault)
+                job = rng.choice(jobs)
+                if fault == "scancel":
+                    subprocess.run(["scancel", job])
+                elif fault == "login node lost":
+                    node("kill", LOGIN)
+                    node("start", LOGIN, "login")
+                else:
+                    lost = node_of(job)
+                    lose(lost)
+            run.communicate(timeout=600)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+            if lost and lost.startswith("wp-n"):
+                bring_back(lost)
+            elif lost:      # a lost cloud node: Slurm removes it, to boot it again on demand
+                subprocess.run(["scontrol", "update", f"nodename={lost}", "state=power_down_force"])
+        _soak_invariants(workdir, since, figures)
+    calm = 0
+    while True:
+        calm += 1
+        assert calm <= 6, "the soak did not converge"
+        run = on(LOGIN, cron_cmd, workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out, _ = run.communicate(timeout=600)
+        assert run.returncode == 0, out
+        _soak_invariants(workdir, since, figures)
+        if json.loads((workdir / ".waypost" / "cron.log").read_text().splitlines()[-1])["nothing_to_do"]:
+            break
+    rows = sacct("JobIDRaw", "Comment", since=since, workdir=workdir)
+    for point in points:
+        data = read_manifest(stage(workdir, "work", point))
+        assert data["state"] == "SUCCESS", (point, data["attempts"])
+        records = [data, *(json.loads(m.read_text()) for m in stage(workdir, "work", point).glob(
+            ".attempts/*/_manifest.json"))]
+        recorded = {str(a.get("slurm_job_id")) for r in records for a in r["attempts"]}
+        jobs = {r["JobIDRaw"] for r in rows if r["Comment"] == f"rule_work_wildcards_e_{point}"}
+        assert jobs <= recorded, f"work/{point}: Slurm jobs {sorted(jobs - recorded)} are in no attempt of its manifest"
+    assert faults == list(CLUSTER_FAULTS), faults
+    summary = {"points": len(points), "faults": faults, "slurm_jobs_of_work": figures["jobs"], "calm_crons": calm}
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "soak-cluster.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print("soak over the cluster:", summary)
