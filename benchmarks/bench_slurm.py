@@ -30,6 +30,10 @@
    10,000) points of small meshes, bundled (``bundle: 25``), on
    ``profiles/onprem`` as shipped (no other flag), the speed probe just before.
 
+6. **Several nodes** (``run_several_nodes``, its own section: ``--only
+   slurm_nodes``): BENCH_SLURM_BIG trivial stages bundled, then packed, on
+   the cluster's three compute nodes beside the same on the one node.
+
 Skipped with BENCH_SLURM=0, or when ``sinfo`` shows no idle node (start one
 as root: ``scripts/slurm-dev-cluster.sh start``). Run alone:
 ``.venv/bin/python benchmarks/bench_slurm.py``, or ``benchmarks/run.py --only
@@ -459,6 +463,70 @@ def big_study(tmp: Path) -> tuple[list[Row], list[str]]:
                    f"{len(jobs):,} Slurm jobs for {stages:,} stages; speed probe {speed:.0f} ms")
     shutil.rmtree(d, ignore_errors=True)
     return [row], []
+
+
+# --- 6: several nodes ----------------------------------------------------------
+
+def several_nodes(tmp: Path) -> tuple[list[Row], list[str]]:
+    """BIG trivial stages, bundled and packed, on the three compute nodes
+    (partition `compute`, 4 CPUs each) beside the same on the one node
+    (`cpu`, 8 CPUs), back to back; each job's node from sacct."""
+    runs = iter(range(10**6))
+    rows: list[Row] = []
+    for how, pack, bundle in (("bundled", 1, BUNDLE), ("packed", PACK, 1)):
+        seconds: dict[str, float] = {}
+        spread: dict[str, dict[str, int]] = {}
+        for partition in ("compute", "cpu"):
+            d = trivial_workdir(tmp / f"nodes-{next(runs)}", BIG)
+            cpu = {"partition": partition, **({"runtime": 2} if bundle > 1 else {})}
+            cfg = json.loads((d / "config.yaml").read_text())
+            (d / "config.yaml").write_text(json.dumps({**cfg, "workers": str(workers_file(d, pack, bundle, cpu=cpu))}))
+            extra = ["--jobs", str(BUNDLE * 16)] if bundle > 1 else []
+            cmd = snakemake(WAYPOST_SNAKEFILE, d, ONPREM_PROFILE, "waypost", *extra)
+            seconds[partition] = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), f"{how} on {partition}").seconds
+            check_outputs(d, manifests=True)
+            jobs = jobs_of(d, -(-BIG // max(bundle, 1)) if bundle > 1 else BIG)
+            spread[partition] = _nodes_of(d)
+            log(f"slurm nodes: {how}, {BIG} stages on {partition} in {seconds[partition]:.1f}s, "
+                f"{len(jobs)} Slurm jobs, per node {spread[partition]}")
+            shutil.rmtree(d, ignore_errors=True)
+        per_node = ", ".join(f"{n} {c}" for n, c in sorted(spread["compute"].items()))
+        rows.append(Row(
+            measure=f"Slurm, 3 compute nodes: {BIG:,} trivial stages, {how} "
+                    f"(`{'bundle' if bundle > 1 else 'pack'}: {bundle if bundle > 1 else pack}`; {TUNED}), stages/s",
+            value=BIG / seconds["compute"], unit="stages/s", baseline=BIG / seconds["cpu"],
+            baseline_label="the same on the one node (partition `cpu`), same run", target="(informational)",
+            samples={"3 nodes": [seconds["compute"]], "1 node": [seconds["cpu"]]},
+            note=f"{seconds['compute']:.1f} s against {seconds['cpu']:.1f} s; Slurm jobs per node: {per_node}; "
+                 "every manifest SUCCESS"))
+    notes = ["Several nodes: the local cluster's compute nodes `wp-n1`..`wp-n3` (each in namespaces of its own, "
+             "its own slurmd; 4 CPUs declared each) against the machine's own node (8 CPUs declared). All of them "
+             "share this machine's 2 cores, so more nodes bring no more CPU: these rows measure what Slurm and "
+             "waypost do with several nodes (jobs spread over them, one slurmd each), not more compute."]
+    return rows, notes
+
+
+def _nodes_of(workdir: Path) -> dict[str, int]:
+    """How many of a run's Slurm jobs (array tasks one by one) ran on each node."""
+    out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-S", "now-3hours", "-o", "NodeList,WorkDir"],
+                         capture_output=True, text=True, timeout=120).stdout
+    counts: dict[str, int] = {}
+    for line in out.splitlines():
+        nodes, _, where = line.partition("|")
+        if where == str(workdir):
+            counts[nodes] = counts.get(nodes, 0) + 1
+    return counts
+
+
+def run_several_nodes(ctx: dict) -> Section:
+    reason = unavailable()
+    if not reason and not subprocess.run(["sinfo", "-h", "-p", "compute", "-o", "%N"], capture_output=True,
+                                         text=True).stdout.strip():
+        reason = "skipped: the local cluster has no compute nodes here (no namespaces)"
+    if reason:
+        log(f"slurm nodes: {reason}")
+        return Section("Slurm throughput on several nodes", skipped=reason)
+    return run_parts("Slurm throughput on several nodes", ctx, [several_nodes])
 
 
 def run(ctx: dict) -> Section:

@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,checkpoints,runner,local_profile,catalog,findpage,status,study_status,study_planning,mount,own_snakefile,slurm] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,checkpoints,runner,local_profile,catalog,findpage,status,study_status,study_planning,mount,own_snakefile,slurm,slurm_nodes] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -75,6 +75,7 @@ BENCHMARKS = {                      # the issue's order
     "mount": bench_mount.run,           # issue 29: a bucket mounted as the root
     "own_snakefile": bench_own_snakefile.run,   # issue 40: a user's own Snakefile, with and without waypost
     "slurm": bench_slurm.run,
+    "slurm_nodes": bench_slurm.run_several_nodes,
 }
 DOCUMENT = REPO / "docs" / "benchmarks.md"
 RESULTS = REPO / "benchmarks" / "results.json"
