@@ -380,7 +380,7 @@ def test_a_node_failure_is_recorded_hwfailure_and_rerun_per_the_policy(slurm_clu
     # The node goes down under a running job (NODE_FAIL), then comes back.
     policy = {"max_attempts": 3, "cues": [{"action": "rerun", "when": "cmd.HWFAILURE"}]}
     workdir = pipeline(tmp_path, {"a": "gated:2"}, {}, stages={"work": {"policy": policy}})
-    node = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, check=True).stdout.strip()
+    node = subprocess.run(["sinfo", "-h", "-p", "cpu", "-o", "%N"], capture_output=True, text=True, check=True).stdout.strip()
     since = time.time()
     proc = start(workdir, "--until", "work")
     try:
@@ -473,7 +473,7 @@ def test_soak_on_slurm_with_random_faults_keeps_its_invariants_and_converges(slu
     policy = {"max_attempts": 4, "max_series": 8,
               "cues": [{"action": "restart", "when": "any(cmd.TIMEOUT, cmd.PREEMPTED, cmd.HWFAILURE, cmd.CANCELLED)"}]}
     workdir = pipeline(tmp_path, points, {}, stages={"work": {"policy": policy}})
-    node = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, check=True).stdout.strip()
+    node = subprocess.run(["sinfo", "-h", "-p", "cpu", "-o", "%N"], capture_output=True, text=True, check=True).stdout.strip()
     cron_cmd = [sys.executable, "-m", "waypost.cli", "cron", "--profile", str(ONPREM), "--", *FAST]
     since, figures, faults = time.time(), {}, []
     for round_no in range(len(SOAK_FAULTS) * 2):
