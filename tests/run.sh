@@ -14,10 +14,10 @@ if (($#)); then
 fi
 mkdir -p test-artifacts
 log=test-artifacts/slurm-tests.log
-"$PY" -m pytest -q -m slurm -p no:cacheprovider --basetemp=/tmp/waypost-tests-slurm >"$log" 2>&1 &
+"$PY" -m pytest -q -m slurm -p no:cacheprovider --durations=10 --basetemp=/tmp/waypost-tests-slurm >"$log" 2>&1 &
 slurm=$!
 trap 'kill $slurm 2>/dev/null' EXIT
-"$PY" -m pytest -q -m "not slurm" --basetemp=/tmp/waypost-tests-rest
+"$PY" -m pytest -q -m "not slurm" --durations=15 --basetemp=/tmp/waypost-tests-rest
 rest=$?
 wait "$slurm"
 slurm_rc=$?

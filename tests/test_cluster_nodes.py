@@ -243,12 +243,17 @@ def test_the_cloud_profile_runs_the_pipeline_from_zero_cloud_nodes(bucket_on_eve
         for attempt in record["attempts"]:
             hosts[path] = attempt["host"]
             job = attempt["slurm_job_id"]
-            partitions[path] = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "Partition"],
-                                              capture_output=True, text=True).stdout.strip()
+            partitions[path] = wait_for(lambda job=job: subprocess.run(   # (accounting lags a moment)
+                ["sacct", "-X", "-n", "-P", "-j", job, "-o", "Partition"], capture_output=True,
+                text=True).stdout.strip(), 30, f"sacct to know job {job}")
     assert hosts and all(re.fullmatch(r"wp-[cg]\d", host) for host in hosts.values()), hosts
     assert set(partitions.values()) == {"cloud-cpu", "cloud-gpu"}, partitions
     teacher = next(p for p in partitions if "/train_teacher/" in p)
     assert partitions[teacher] == "cloud-gpu" and hosts[teacher].startswith("wp-g")
+    # Idle for SuspendTime, the nodes are removed again (SuspendProgram): no process of theirs is left.
+    booted = set(hosts.values())
+    wait_for(lambda: all(state == "idle~" for state in cloud_nodes().values()), 150, "Slurm to suspend idle nodes")
+    assert not booted & set(node("list").stdout.split())
 
 
 def test_a_spot_node_lost_mid_job_is_hwfailure_and_restarts_on_another_from_its_checkpoint(
@@ -319,7 +324,7 @@ def test_soak_over_the_cluster_with_nodes_lost_keeps_its_invariants_and_converge
     # of its Slurm jobs is an attempt in its manifest.
     import random
 
-    from test_slurm_jobs import _soak_invariants
+    from test_slurm_jobs import _soak_converged, _soak_invariants
     rng = random.Random(43)
     points = {f"p{i}": "sleep:10" for i in range(6)}     # 3 fill the compute nodes, 3 go to cloud nodes
     policy = {"max_attempts": 4, "max_series": 8,
@@ -375,17 +380,10 @@ def test_soak_over_the_cluster_with_nodes_lost_keeps_its_invariants_and_converge
         _soak_invariants(workdir, since, figures)
         if json.loads((workdir / ".waypost" / "cron.log").read_text().splitlines()[-1])["nothing_to_do"]:
             break
-    rows = sacct("JobIDRaw", "Comment", since=since, workdir=workdir)
-    for point in points:
-        data = read_manifest(stage(workdir, "work", point))
-        assert data["state"] == "SUCCESS", (point, data["attempts"])
-        records = [data, *(json.loads(m.read_text()) for m in stage(workdir, "work", point).glob(
-            ".attempts/*/_manifest.json"))]
-        recorded = {str(a.get("slurm_job_id")) for r in records for a in r["attempts"]}
-        jobs = {r["JobIDRaw"] for r in rows if r["Comment"] == f"rule_work_wildcards_e_{point}"}
-        assert jobs <= recorded, f"work/{point}: Slurm jobs {sorted(jobs - recorded)} are in no attempt of its manifest"
+    attempts = _soak_converged(workdir, since, points)
     assert faults == list(CLUSTER_FAULTS), faults
-    summary = {"points": len(points), "faults": faults, "slurm_jobs_of_work": figures["jobs"], "calm_crons": calm}
+    summary = {"points": len(points), "faults": faults, "slurm_jobs_of_work": figures["jobs"], "attempts": attempts,
+               "calm_crons": calm}
     artifacts = REPO / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     (artifacts / "soak-cluster.json").write_text(json.dumps(summary, indent=2) + "\n")

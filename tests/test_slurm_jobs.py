@@ -461,6 +461,23 @@ def _soak_invariants(workdir: Path, since: float, figures: dict) -> None:
     figures["jobs"] = sum(len(j) for j in by_point.values())
 
 
+def _soak_converged(workdir: Path, since: float, points) -> int:
+    """Every point SUCCESS, and each of its Slurm jobs an attempt in its
+    manifest or in one `waypost rerun` archived; the final manifests' attempts."""
+    rows = sacct("JobIDRaw", "Comment", since=since, workdir=workdir)
+    attempts = 0
+    for point in points:
+        data = read_manifest(stage(workdir, "work", point))
+        assert data["state"] == "SUCCESS", (point, data["attempts"])
+        records = [data, *(json.loads(m.read_text()) for m in stage(workdir, "work", point).glob(
+            ".attempts/*/_manifest.json"))]
+        recorded = {str(a.get("slurm_job_id")) for r in records for a in r["attempts"]}
+        jobs = {r["JobIDRaw"] for r in rows if r["Comment"] == f"rule_work_wildcards_e_{point}"}
+        assert jobs <= recorded, f"work/{point}: Slurm jobs {sorted(jobs - recorded)} are in no attempt of its manifest"
+        attempts += len(data["attempts"])
+    return attempts
+
+
 def test_soak_on_slurm_with_random_faults_keeps_its_invariants_and_converges(slurm_cluster, tmp_path):
     # Crons run one after another; into each a seeded fault comes while its
     # points run: a job scancelled, the node down then back, the driver
@@ -518,18 +535,7 @@ def test_soak_on_slurm_with_random_faults_keeps_its_invariants_and_converges(slu
         _soak_invariants(workdir, since, figures)
         if json.loads((workdir / ".waypost" / "cron.log").read_text().splitlines()[-1])["nothing_to_do"]:
             break
-    rows = sacct("JobIDRaw", "Comment", since=since, workdir=workdir)
-    attempts = 0
-    for point in points:
-        data = read_manifest(stage(workdir, "work", point))
-        assert data["state"] == "SUCCESS", (point, data["attempts"])
-        # Its manifest's attempts, and those of the runs `waypost rerun` archived.
-        records = [data, *(json.loads(m.read_text()) for m in stage(workdir, "work", point).glob(
-            ".attempts/*/_manifest.json"))]
-        recorded = {str(a.get("slurm_job_id")) for r in records for a in r["attempts"]}
-        jobs = {r["JobIDRaw"] for r in rows if r["Comment"] == f"rule_work_wildcards_e_{point}"}
-        assert jobs <= recorded, f"work/{point}: Slurm jobs {sorted(jobs - recorded)} are in no attempt of its manifest"
-        attempts += len(data["attempts"])
+    attempts = _soak_converged(workdir, since, points)
     assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
     summary = {"points": SOAK_POINTS, "faults": faults, "slurm_jobs_of_work": figures["jobs"],
                "attempts": attempts, "calm_crons": calm}
