@@ -403,11 +403,15 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tests on the Slurm cluster carry the ``slurm`` marker: `make test`
-    runs them beside the others (tests/run.sh), as they mostly wait on Slurm."""
+    """The tests on the Slurm cluster carry the ``slurm`` marker, and those
+    on a bucket mount the ``mount`` marker: `make test` runs them beside the
+    others (tests/run.sh), as they mostly wait on Slurm and on the mounts."""
     for item in items:
-        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "slurm_cluster" in fixtures:
             item.add_marker(pytest.mark.slurm)
+        if "mounted_bucket" in fixtures:
+            item.add_marker(pytest.mark.mount)
 
 
 @pytest.fixture(scope="session")
