@@ -48,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -123,7 +124,7 @@ def _seconds(text: str) -> float:
 def jobs_of(workdir: Path, expected: int = 0) -> list[dict]:
     """The Slurm jobs (array tasks one by one) a run in ``workdir`` made, as
     sacct accounts them, once it has them all (accounting lags a moment)."""
-    fields = ("JobIDRaw", "JobID", "WorkDir", "State", "Submit", "Start", "End", "TotalCPU", "Comment")
+    fields = ("JobIDRaw", "JobID", "WorkDir", "State", "Submit", "Start", "End", "TotalCPU", "Comment", "NodeList")
     deadline = time.time() + 90
     while True:
         # Not -X: with it, sacct leaves the steps' CPU out of the job's line.
@@ -485,8 +486,8 @@ def several_nodes(tmp: Path) -> tuple[list[Row], list[str]]:
             cmd = snakemake(WAYPOST_SNAKEFILE, d, ONPREM_PROFILE, "waypost", *extra)
             seconds[partition] = check(timed(cmd, cwd=d, timeout=TIMEOUT_S), f"{how} on {partition}").seconds
             check_outputs(d, manifests=True)
-            jobs = jobs_of(d, -(-BIG // max(bundle, 1)) if bundle > 1 else BIG)
-            spread[partition] = _nodes_of(d)
+            jobs = jobs_of(d, -(-BIG // bundle))
+            spread[partition] = dict(Counter(job["NodeList"] for job in jobs))
             log(f"slurm nodes: {how}, {BIG} stages on {partition} in {seconds[partition]:.1f}s, "
                 f"{len(jobs)} Slurm jobs, per node {spread[partition]}")
             shutil.rmtree(d, ignore_errors=True)
@@ -504,18 +505,6 @@ def several_nodes(tmp: Path) -> tuple[list[Row], list[str]]:
              "share this machine's 2 cores, so more nodes bring no more CPU: these rows measure what Slurm and "
              "waypost do with several nodes (jobs spread over them, one slurmd each), not more compute."]
     return rows, notes
-
-
-def _nodes_of(workdir: Path) -> dict[str, int]:
-    """How many of a run's Slurm jobs (array tasks one by one) ran on each node."""
-    out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-S", "now-3hours", "-o", "NodeList,WorkDir"],
-                         capture_output=True, text=True, timeout=120).stdout
-    counts: dict[str, int] = {}
-    for line in out.splitlines():
-        nodes, _, where = line.partition("|")
-        if where == str(workdir):
-            counts[nodes] = counts.get(nodes, 0) + 1
-    return counts
 
 
 def run_several_nodes(ctx: dict) -> Section:

@@ -392,32 +392,38 @@ EOF
     chmod 600 "$ETC/slurmdbd.conf"
 }
 
+# What each kind of node declares to Slurm (the login node runs no slurmd).
+node_spec() {
+    case $1 in
+        compute) echo "CPUs=4 RealMemory=4096 State=UNKNOWN" ;;
+        cloud-cpu) echo "CPUs=8 RealMemory=16384 Features=spot State=CLOUD" ;;
+        cloud-gpu) echo "CPUs=16 RealMemory=65536 Gres=gpu:a100:8 Features=spot State=CLOUD" ;;
+    esac
+}
+
 # The nodes of their own namespaces: the node table scripts/slurm-dev-node.sh
-# reads, an /etc/hosts naming them, and their slurm.conf lines (printed).
+# reads, an /etc/hosts naming them, and their slurm.conf lines (printed), all
+# from the one table (name, kind, address, port).
 namespaced_nodes_conf() {
     namespaces_usable || return 0
-    local i table="" name addr hosts compute="wp-n[1-$COMPUTE_NODES]"
+    local i table="" name kind addr port hosts compute="wp-n[1-$COMPUTE_NODES]"
     for ((i = 1; i <= COMPUTE_NODES; i++)); do table+="wp-n$i compute 127.0.1.$i $((6830 + i))"$'\n'; done
-    table+="wp-c1 cloud 127.0.1.101 6901"$'\n'"wp-c2 cloud 127.0.1.102 6902"$'\n'
-    table+="wp-g1 cloud 127.0.1.111 6911"$'\n'"wp-g2 cloud 127.0.1.112 6912"$'\n'
+    table+="wp-c1 cloud-cpu 127.0.1.101 6901"$'\n'"wp-c2 cloud-cpu 127.0.1.102 6902"$'\n'
+    table+="wp-g1 cloud-gpu 127.0.1.111 6911"$'\n'"wp-g2 cloud-gpu 127.0.1.112 6912"$'\n'
     table+="$LOGIN_NODE login 127.0.1.200 0"$'\n'
     mkdir -p "$NODES_DIR" "$STATE/bin"
     printf '%s' "$table" >"$NODES_DIR/table"
     hosts=$(grep -v ' # waypost node$' /etc/hosts || true)
-    while read -r name _ addr _; do hosts+=$'\n'"$addr $name # waypost node"; done <<<"${table%$'\n'}"
+    echo "# Nodes in namespaces of their own (scripts/slurm-dev-node.sh)."
+    while read -r name kind addr port; do
+        hosts+=$'\n'"$addr $name # waypost node"
+        [[ $kind == login ]] || echo "NodeName=$name NodeAddr=$addr Port=$port $(node_spec "$kind")"
+    done <<<"${table%$'\n'}"
     printf '%s\n' "$hosts" >"$NODES_DIR/hosts"
     printf '#!/bin/sh\nexec bash %q resume "$@"\n' "$NODE_SCRIPT" >"$STATE/bin/resume"
     printf '#!/bin/sh\nexec bash %q suspend "$@"\n' "$NODE_SCRIPT" >"$STATE/bin/suspend"
     chmod 755 "$STATE/bin/resume" "$STATE/bin/suspend"
-    echo "# Nodes in namespaces of their own (scripts/slurm-dev-node.sh)."
-    for ((i = 1; i <= COMPUTE_NODES; i++)); do
-        echo "NodeName=wp-n$i NodeAddr=127.0.1.$i Port=$((6830 + i)) CPUs=4 RealMemory=4096 State=UNKNOWN"
-    done
     cat <<CONF
-NodeName=wp-c1 NodeAddr=127.0.1.101 Port=6901 CPUs=8 RealMemory=16384 Features=spot State=CLOUD
-NodeName=wp-c2 NodeAddr=127.0.1.102 Port=6902 CPUs=8 RealMemory=16384 Features=spot State=CLOUD
-NodeName=wp-g1 NodeAddr=127.0.1.111 Port=6911 CPUs=16 RealMemory=65536 Gres=gpu:a100:8 Features=spot State=CLOUD
-NodeName=wp-g2 NodeAddr=127.0.1.112 Port=6912 CPUs=16 RealMemory=65536 Gres=gpu:a100:8 Features=spot State=CLOUD
 PartitionName=compute Nodes=$compute PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
 PartitionName=cloud-cpu Nodes=wp-c[1-2] PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
 PartitionName=cloud-gpu Nodes=wp-g[1-2] PriorityTier=1 DefaultTime=60 MaxTime=INFINITE State=UP
@@ -647,13 +653,10 @@ start_namespaced_nodes() {
         ((COMPUTE_NODES == 0)) || say "nodes: namespaces unavailable here (unshare failed): only node $NODE"
         return 0
     fi
-    local i name st
+    local i
     for ((i = 1; i <= COMPUTE_NODES; i++)); do node_cmd start "wp-n$i" slurmd >/dev/null; done
     node_cmd start "$LOGIN_NODE" login >/dev/null
-    for ((i = 1; i <= COMPUTE_NODES; i++)); do
-        name=wp-n$i
-        NODE=$name wait_node >/dev/null
-    done
+    for ((i = 1; i <= COMPUTE_NODES; i++)); do NODE=wp-n$i wait_node >/dev/null; done
     say "nodes: wp-n[1-$COMPUTE_NODES] up (partition compute), $LOGIN_NODE up;" \
         "cloud nodes wp-c[1-2] (cloud-cpu), wp-g[1-2] (cloud-gpu) boot on demand"
 }

@@ -17,7 +17,8 @@
 # own at an address of 127.0.1.0/24): jobs on them reach services on this
 # machine's loopback, as a real cluster's nodes reach theirs over the network.
 # Started by scripts/slurm-dev-cluster.sh, which writes the node table
-# ($WAYPOST_SLURM_DIR/nodes/table: name, kind, address, port per line).
+# ($WAYPOST_SLURM_DIR/nodes/table: name, kind, address, port per line; kind
+# compute, cloud-cpu, cloud-gpu or login).
 # A node runs the executables in $WAYPOST_SLURM_DIR/nodes/boot.d/ (its name
 # as their argument) as it boots, before its slurmd: its startup scripts,
 # as a cloud image's mount the bucket with gcsfuse.

@@ -3,8 +3,9 @@
 # temp dir of its own: the tests on the local Slurm cluster (marker `slurm`:
 # they mostly wait on Slurm's scheduling and polling), on a bucket mount
 # (`mount`) and the soaks (`soak`), beside all the others. On 2 cores that
-# took the tests from 47 minutes to 27. The first half's output follows the other's (and stays in
-# test-artifacts/slurm-tests.log). With arguments, one plain pytest run of them.
+# took the tests from 47 minutes to 27. The first half's output follows the
+# other's (and stays in test-artifacts/slurm-tests.log). With arguments, one
+# plain pytest run of them.
 #
 #   tests/run.sh PYTHON [PYTEST_ARGS...]
 set -uo pipefail

@@ -275,10 +275,10 @@ def test_a_spot_node_lost_mid_job_is_hwfailure_and_restarts_on_another_from_its_
     fs = gcs_fs()
 
     def at_work() -> str | None:
+        fs.invalidate_cache()     # (the bucket as it is now, not as gcsfs listed it before)
         try:
             if not fs.exists(f"{stage_key}/ckpt"):
                 return None
-            fs.invalidate_cache()
             return json.loads(fs.cat(f"{stage_key}/_running.json"))["slurm_job_id"]
         except (OSError, ValueError, KeyError):
             return None
@@ -287,7 +287,7 @@ def test_a_spot_node_lost_mid_job_is_hwfailure_and_restarts_on_another_from_its_
     driver = on(LOGIN, [sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(CLOUD),
                         *FAST, "--until", "work"], workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        job = wait_for(lambda: (fs.invalidate_cache(), at_work())[1], 240, "point a at work with a checkpoint")
+        job = wait_for(at_work, 240, "point a at work with a checkpoint")
         lost = node_of(job)
         assert lost in ("wp-c1", "wp-c2"), lost
         lose(lost)
