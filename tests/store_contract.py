@@ -183,6 +183,31 @@ class StoreContract:
         assert not backend.exists(f"{STAGE}/.attempts/1/{layout.ARCHIVING}")
         assert backend.open().archives(stage) == ["1"]
 
+    def test_archive_from_moves_a_jobs_outputs_elsewhere_into_its_records_archive(self, backend):
+        """A rule in its own layout: its record in one directory, its outputs
+        (and side files) where its rule put them; each is archived at its
+        path from there, into the archive a record's archive just made."""
+        record_dir = "_all/exp1/fit/a"
+        backend.write(f"{record_dir}/{layout.MANIFEST}", b"{}")
+        backend.write("data/a/model.bin", b"weights")
+        backend.write("data/a/sub/notes.txt", b"side")
+        backend.write("data/a/other.txt", b"not the job's")
+        directory, base = self.stage(backend, record_dir), self.stage(backend, "data/a")
+        store = backend.open()
+        assert store.archive_from(directory, base, ["model.bin", "sub/notes.txt", "gone.txt"]) == ".attempts/1"
+        assert backend.read(f"{record_dir}/.attempts/1/model.bin") == b"weights"
+        assert backend.read(f"{record_dir}/.attempts/1/sub/notes.txt") == b"side"
+        assert not backend.exists("data/a/model.bin") and not backend.exists("data/a/sub/notes.txt")
+        assert backend.exists("data/a/other.txt") and backend.exists(f"{record_dir}/{layout.MANIFEST}")
+        assert not backend.exists(f"{record_dir}/.attempts/1/{layout.ARCHIVING}")
+        assert backend.open().archive_from(directory, base, ["model.bin"]) is None   # nothing there
+        backend.write("data/a/model.bin", b"again")
+        store = backend.open()
+        assert store.archive(directory) == ".attempts/2"
+        assert store.archive_from(directory, base, ["model.bin"], into=".attempts/2") == ".attempts/2"
+        assert backend.read(f"{record_dir}/.attempts/2/model.bin") == b"again"
+        assert backend.read(f"{record_dir}/.attempts/2/{layout.MANIFEST}") == b"{}"
+
     # --- checksums and reuse -----------------------------------------------------
     def test_digests_match_the_manifest(self, backend):
         outputs = self.populate(backend)

@@ -132,3 +132,14 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         prefix = gcs.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
         bucket = prefix.split("/", 1)[0]   # names with "..", empty parts, ... never become wildcards
         return [stores.SCHEME + name for name in gcs.plain_names(bucket, self.fs.find(prefix))]
+
+
+class RetrievedStorageObject(StorageObject):
+    """A file of a rule that runs as plain Snakemake runs it, with no
+    waypost record (``waypost.planning.wiring.as_plain_on_the_bucket``):
+    Snakemake fetches it before the job and stores it after, as it does
+    with any storage plugin, and the job sees its local copy."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.retrieve = True

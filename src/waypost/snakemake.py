@@ -42,8 +42,9 @@ from waypost.planning.wiring import (
     Snake,
     WorkflowError,
     after_reading,
+    as_plain_on_the_bucket,
     flagged_positions,
-    log_dirs_of,
+    log_files_of,
     own_dirs_of,
     own_layout_refusal,
     run_identity,
@@ -374,12 +375,11 @@ class Pipeline:
         wired. A job's record is in its experiment: the config's one, or,
         where it declares several, the job's ``{experiment}`` wildcard's (a
         rule without one stays plain Snakemake's: which experiment its jobs
-        belong to can't be told). On a gs:// root every such rule stays
-        plain (their outputs are the rule's own paths, not the bucket's)."""
+        belong to can't be told). On a gs:// root their files are the
+        bucket's, below the root (Snakemake's default storage): the step runs
+        on their local copies and the runner stores the outputs, then the
+        manifest last, as for a stage."""
         rules = self.snake.job_rules(self.graph.stages)
-        if self.mirror:
-            self._say_plain({rule: "the root is a gs:// bucket" for rule in rules})
-            return []
         experiments = self.graph.experiments
         experiment = experiments[0] if len(experiments) == 1 else None
         wired, plain = [], {}
@@ -389,12 +389,14 @@ class Pipeline:
                 refusal = "no {experiment} wildcard, and the config declares several experiments"
             if refusal:
                 plain[rule] = refusal
+                if self.mirror:
+                    as_plain_on_the_bucket(self.snake, rule)
                 continue
-            wire_own_layout(self.snake, rule, runner_line, STEP_PARAM,
+            wire_own_layout(self.snake, rule, runner_line, STEP_PARAM, self.mirror,
                             self.lines.own_layout_function(
                                 rule, experiment, {flag: flagged_positions(self.snake, rule, flag)
                                                    for flag in ("temp", "touch")}, own_dirs_of(self.snake, rule),
-                                log_dirs_of(self.snake, rule)))
+                                log_files_of(self.snake, rule)))
             self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
             wired.append(rule)
         self._say_plain(plain)

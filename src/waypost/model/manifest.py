@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from waypost.model import trust, writes
+from waypost.model import locations, trust, writes
 from waypost.model.errors import WaypostError
 from waypost.model.layout import ATTEMPTS, ENGINE_FILES, MANIFEST
 from waypost.model.records import Manifest
@@ -468,7 +468,7 @@ def outputs_base(stage_dir: str, data: Mapping[str, Any] | None) -> str:
     lists are: the directory itself, or for a rule in its own layout the
     record's ``outputs_dir``, from it."""
     rel = (data or {}).get("outputs_dir")
-    return os.path.normpath(os.path.join(stage_dir, rel)) if rel else stage_dir
+    return locations.resolve(stage_dir, rel) if rel else stage_dir
 
 
 def verify_outputs(stage_dir: str, data: Manifest, checksums: bool = True) -> list[str]:

@@ -30,6 +30,10 @@ MAGIC = "waypost_step"
 # Ends the here-document that carries a job's step (a rule whose command
 # holds this line is refused when the pipeline is read).
 DELIMITER = "WAYPOST_STEP_9c1e7f3a"
+# Set, for the Snakemake process the step runner runs a ``run:`` job's block
+# in, to its rule's name (as JSON; ``planning.wiring._run_block_func``): there
+# the block runs as in plain Snakemake. That process's command is the step's.
+RUN_BLOCK_ENV = "WAYPOST_RUN_BLOCK"
 
 
 def here_document(step: bytes) -> tuple[bytes, bytes] | None:
@@ -82,6 +86,7 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     # a file it leaves there that none declares is said, not taken
     "shared_dirs": (dict, {}),
     "log_dirs": (list, []),    # the directories of its log files (made by the runner, as Snakemake makes them)
+    "log_files": (list, []),   # on a gs:// root, its log files' local copies: they go up as the step ends
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 

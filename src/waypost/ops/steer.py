@@ -216,10 +216,9 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     if busy:
         raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
     done = []
-    local = not stores.needs_mirror(config["root"])   # (a rule in its own layout keeps its records on a local root)
     for directory in selected:
         try:
-            data = tree.manifest(directory) if local else None
+            data = tree.manifest(directory)
         except manifest.ManifestError:
             data = None
         own = bool((data or {}).get("outputs_dir"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from waypost import stores
 from waypost.model import layout
 
 
@@ -35,4 +36,12 @@ class OwnPresence:
         redo, recheck = self.state.markers(record)
         if redo:
             self.state.snake.force(rule, values)
-        return not (redo or recheck) and all(os.path.exists(path) for path in outputs)
+        return not (redo or recheck) and all(map(self._there, outputs))
+
+    def _there(self, path: str) -> bool:
+        """Is an output there (on a gs:// root, in the planning's one listing of it)?"""
+        if not stores.is_bucket_url(path):
+            return os.path.exists(path)
+        from waypost.stores import gcs
+        name = path[len(stores.SCHEME):].rstrip("/")
+        return name in gcs.listing(self.root) or name in gcs.directories(self.root)

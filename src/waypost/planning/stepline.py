@@ -10,6 +10,7 @@ in, unless the point sets one of the engine's keys (``policy``, ``worker``,
 from __future__ import annotations
 
 import json
+import os
 
 from waypost.model import config as wconfig
 from waypost.model import layout
@@ -50,7 +51,7 @@ class StepLines:
         return presigned(spec_line)
 
     def own_layout_function(self, rule: str, experiment: str | None, flagged: dict[str, list[int]], own_dirs,
-                            log_dirs):
+                            log_files):
         """A params function giving the step spec line of a job of a rule in
         its own layout: its record in the rule's stage directory of its
         experiment (``layout.ALL_PAIRS``), under a name its wildcards make
@@ -59,8 +60,8 @@ class StepLines:
         rule puts them (``flagged``: the positions of its ``temp()``
         outputs, which Snakemake removes later, and of its ``touch()`` ones,
         which it makes once the job ended; ``own_dirs(output)``: the
-        directories only the job writes, and the others; ``log_dirs(values)``:
-        its logs' directories)."""
+        directories only the job writes, and the others; ``log_files(values)``:
+        its log files)."""
         root = self.config["root"]
         encoded: dict[str, str] = {}   # experiment → the encoded fields its settings decide
 
@@ -85,9 +86,11 @@ class StepLines:
                 own["own_dirs"] = mine
             if shared:
                 own["shared_dirs"] = shared
-            logs = log_dirs(values)
+            logs = log_files(values)
             if logs:
-                own["log_dirs"] = logs
+                own["log_dirs"] = sorted({os.path.dirname(f) for f in logs} - {""})
+                if self.mirror:
+                    own["log_files"] = logs
             source = self.resolver.reuse_location(job_experiment, layout.ALL_PAIRS, rule, instance)
             if source:   # (the same job of another experiment, or a record directory: waypost.state.reuseown)
                 own["reuse_from"] = source

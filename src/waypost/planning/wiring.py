@@ -521,7 +521,7 @@ def own_layout_refusal(snake: Snake, name: str) -> str | None:
     if rule.shadow_depth:
         return "shadow:"
     flagged = sorted({flag for f in rule.output for flag in ("pipe", "service", "storage_object")
-                      if is_flagged(f, flag)})
+                      if is_flagged(f, flag) and not (flag == "storage_object" and _in_the_root(f, snake.root))})
     if flagged:
         return f"{flagged[0].replace('_object', '')}() outputs"
     deployment = getattr(snake.workflow, "deployment_settings", None)
@@ -532,7 +532,8 @@ def own_layout_refusal(snake: Snake, name: str) -> str | None:
     return None
 
 
-def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, step_function) -> None:
+def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, mirror: str | None,
+                    step_function) -> None:
     """Make a rule in its own layout (a plain ``shell:``, ``script:``,
     ``notebook:`` or ``wrapper:`` rule with outputs, where the rule puts
     them; ``own_layout_refusal`` says None) a step as ``wire`` makes a stage
@@ -542,18 +543,22 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
     written."""
     rule = snake.workflow.get_rule(name)
     if rule.shellcmd is None:
+        if mirror:   # (the block or script sees its files' local copies, as a command does)
+            _map_param_functions(rule, mirror)
         if _running_the_block(name):   # (the process the step runs a ``run:`` block in: plain Snakemake's)
             rule.restart_times = 0   # (the job's retries are the run's, as a ``shell:`` job's step's are)
+            if mirror:
+                rule.run_func = _on_local_copies(rule.run_func, mirror)
             return
         if step_param in rule.params._names:
             raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
         head, runner = _runner_head(runner_line), runner_line.format()
-        rule.run_func = _script_run_func(rule.run_func, head, runner, step_param) if _runs_a_script(rule) \
-            else _run_block_func(snake, rule.run_func, name, head, runner, step_param)
+        rule.run_func = _script_run_func(rule.run_func, head, runner, step_param, mirror) \
+            if _runs_a_script(rule) else _run_block_func(snake, rule.run_func, name, head, runner, step_param, mirror)
         rule.set_params(**{step_param: step_function})
         return
     _check_command(rule, step_param)
-    _wrap_command(snake, rule, runner_line, step_param, step_function, None)
+    _wrap_command(snake, rule, runner_line, step_param, step_function, mirror)
 
 
 def _runs_a_script(rule) -> bool:
@@ -570,7 +575,7 @@ _SCRIPT_STEP: contextvars.ContextVar[tuple[str, str] | None] = contextvars.Conte
                                                                                         default=None)
 
 
-def _script_run_func(original, head: str, runner: str, step_param: str):
+def _script_run_func(original, head: str, runner: str, step_param: str, mirror: str | None):
     """A ``script:``, ``notebook:`` or ``wrapper:`` rule's run function
     that runs its script as the step's command: Snakemake writes the script
     out (its preamble, the job's ``snakemake`` object) and runs it with one
@@ -589,7 +594,7 @@ def _script_run_func(original, head: str, runner: str, step_param: str):
 
     @functools.wraps(original)
     def run(*args, **kwargs):
-        bound, spec_line = _job_and_spec(original, signature.bind(*args, **kwargs), step_param)
+        bound, spec_line = _job_and_spec(original, signature.bind(*args, **kwargs), step_param, mirror)
         token = _SCRIPT_STEP.set((head, spec_line))
         try:
             return original(*bound.args, **bound.kwargs)
@@ -602,13 +607,11 @@ def _script_run_func(original, head: str, runner: str, step_param: str):
     return run
 
 
-# Set, for the Snakemake process the step runner runs a ``run:`` job's block
-# in, to its rule's name (as JSON; ``_run_block_func``): there the block runs
-# as in plain Snakemake.
-RUN_BLOCK_ENV = "WAYPOST_RUN_BLOCK"
+RUN_BLOCK_ENV = wspec.RUN_BLOCK_ENV
 
 
-def _run_block_func(snake: Snake, original, name: str, head: str, runner: str, step_param: str):
+def _run_block_func(snake: Snake, original, name: str, head: str, runner: str, step_param: str,
+                    mirror: str | None):
     """A ``run:`` rule's run function. Snakemake runs a ``run:`` job's block
     in a Snakemake process of the job's own (locally, a subprocess it
     spawns; on a cluster, the job's process on its node). There this
@@ -640,7 +643,7 @@ def _run_block_func(snake: Snake, original, name: str, head: str, runner: str, s
 
     @functools.wraps(original)
     def run(*args, **kwargs):
-        bound, spec_line = _job_and_spec(original, signature.bind(*args, **kwargs), step_param)
+        bound, spec_line = _job_and_spec(original, signature.bind(*args, **kwargs), step_param, mirror)
         job = bound.arguments
         if not _in_job_process():
             return original(*bound.args, **bound.kwargs)
@@ -659,6 +662,21 @@ def _run_block_func(snake: Snake, original, name: str, head: str, runner: str, s
             failure.cmd = failed_block
             raise
     run.step_param = step_param
+    return run
+
+
+def _on_local_copies(original, mirror: str):
+    """A rule's run function that gets its job's files' local copies
+    (``local_files``): a ``run:`` block's, in the process the step runs it in."""
+    import functools
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def run(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        for name in ("input", "output", "log"):
+            bound.arguments[name] = local_files(bound.arguments[name], mirror)
+        return original(*bound.args, **bound.kwargs)
     return run
 
 
@@ -745,11 +763,15 @@ def _without(params, name: str):
     return kept
 
 
-def _job_and_spec(original, bound, step_param: str):
+def _job_and_spec(original, bound, step_param: str, mirror: str | None):
     """A job's arguments to its rule's run function (``bound``), with the
     params the rule gave it (its script or block sees those, not waypost's
-    ``step_param``), and its spec line (``with_restart``)."""
+    ``step_param``), its files' local copies on a gs:// root
+    (``local_files``), and its spec line (``with_restart``)."""
     job = bound.arguments
+    if mirror:
+        for name in ("input", "output", "log"):
+            job[name] = local_files(job[name], mirror)
     spec_line = with_restart(getattr(job["params"], step_param),
                              lambda text: fill_in(text, {**original.__globals__, **job}))
     job["params"] = _without(job["params"], step_param)
@@ -816,7 +838,7 @@ def wire_own_presence(snake: Snake, name: str, done) -> None:
         if not snake.keeping:
             values = dict(wildcards.items())
             key = snake.emptied_key(name, values)
-            if done(name, values, [str(f) for f in rule.expand_output(values)[0]]):
+            if done(name, values, [_named(f) for f in rule.expand_output(values)[0]]):
                 mark_done(snake, key)
                 return InputFiles(), {}, {}, False
             snake.emptied.discard(key)
@@ -841,15 +863,16 @@ def needs_own_process(job) -> bool:
     return bool(deployed or job.benchmark or flagged or job.rule.shellcmd is None)
 
 
-def log_dirs_of(snake: Snake, name: str):
-    """A function of a job's wildcards: the directories of its rule's log
-    files (the step runner makes them where no Snakemake process of the
-    job's own does: ``needs_own_process``)."""
+def log_files_of(snake: Snake, name: str):
+    """A function of a job's wildcards: its rule's log files (on a gs://
+    root, their local copies). The step runner makes their directories
+    where no Snakemake process of the job's own does (``needs_own_process``),
+    and on a gs:// root stores them in the bucket."""
     logs = list(snake.workflow.get_rule(name).log)
 
-    def log_dirs(values: dict) -> list[str]:
-        return sorted({os.path.dirname(str(f.apply_wildcards(values))) for f in logs} - {""})
-    return log_dirs
+    def log_files(values: dict) -> list[str]:
+        return [str(f.apply_wildcards(values)) for f in logs]
+    return log_files
 
 
 def own_dirs_of(snake: Snake, name: str):
@@ -882,7 +905,7 @@ def own_dirs_of(snake: Snake, name: str):
                 found.append(directory)
             else:
                 shared[directory] = sorted({file_rx for dir_rx, file_rx in declared
-                                            if dir_rx.match(os.path.normpath(directory))})
+                                            if dir_rx.match(stores.normalised(directory))})
         return found, shared
     return own_dirs
 
@@ -899,7 +922,8 @@ def _declared_places(snake: Snake) -> list[tuple]:
         places = []
         for rule in snake.workflow.rules:
             for f in [*rule.output, *rule.log, *([rule.benchmark] if rule.benchmark else [])]:
-                pattern = str(f)
+                # (on a gs:// root, as its jobs' files are named: their URLs)
+                pattern = str(f.storage_object.query) if is_flagged(f, "storage_object") else str(f)
                 places.append((rule.name, compiled(os.path.dirname(pattern)),
                                _one_component(regex_from_filepattern(pattern)),
                                compiled(pattern) if is_flagged(f, "directory") else None))
@@ -1140,6 +1164,70 @@ def _input_items(rule, root: str) -> list[tuple[str, object]]:
         items.append((label or f"_{index}", group[0] if end - index == 1 else group))
         index = end
     return items
+
+
+def as_plain_on_the_bucket(snake: Snake, name: str) -> None:
+    """On a gs:// root, a rule that runs as plain Snakemake runs it (no
+    record: ``own_layout_refusal``): its files, in the bucket, are fetched
+    and stored by Snakemake itself around its jobs, as with any storage
+    plugin (waypost's plugin leaves that to the step runner, for the rules
+    it records), and its jobs see their local copies. Its declared files
+    are given such storage objects now; those its functions give, as each
+    job is made (its path modifiers)."""
+    rule = snake.workflow.get_rule(name)
+    for files in (rule.input, rule.output, rule.log):
+        for f in files:
+            if not callable(f) and is_flagged(f, "storage_object") and _in_the_root(f, snake.root):
+                f._file = _retrieved(f._file)
+    for kind in ("input_modifier", "output_modifier", "log_modifier", "benchmark_modifier"):
+        modifier = getattr(rule, kind, None)
+        if modifier is not None:
+            setattr(rule, kind, _Retrieving(modifier, snake.root))
+
+
+def _retrieved(path):
+    """``path`` (flagged with a storage object of waypost's plugin) flagged
+    with one that Snakemake fetches and stores itself instead."""
+    from snakemake.io import AnnotatedString
+
+    from snakemake_storage_plugin_waypost import RetrievedStorageObject
+    found = path.flags["storage_object"]
+    fresh = AnnotatedString(str(path))
+    fresh.flags.update(path.flags)
+    fresh.flags["storage_object"] = RetrievedStorageObject(query=found.query, provider=found.provider,
+                                                           keep_local=found.keep_local, retrieve=True)
+    return fresh
+
+
+class _Retrieving:
+    """A rule's path modifier whose gs:// root files are ``_retrieved``."""
+
+    def __init__(self, inner, root: str):
+        self.inner, self.root = inner, root
+
+    def modify(self, path, property=None):
+        modified = self.inner.modify(path, property)
+        if not callable(modified) and is_flagged(modified, "storage_object") and _in_the_root(modified, self.root) \
+                and not modified.flags["storage_object"].retrieve:
+            return _retrieved(modified)
+        return modified
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _named(path) -> str:
+    """A job's file as its job names it: its path, or on a gs:// root its URL."""
+    return str(path.storage_object.query) if is_flagged(path, "storage_object") else str(path)
+
+
+def _in_the_root(path, root: str) -> bool:
+    """Is a rule's file one that Snakemake put in a gs:// root's bucket
+    (its default storage, waypost's plugin; not a ``storage()`` of its own)?"""
+    from waypost.stores.mirror import PROVIDER
+    found = path.storage_object
+    return stores.needs_mirror(root) and str(found.query).startswith(root.rstrip("/") + "/") \
+        and type(found).__module__.split(".")[0] == f"snakemake_storage_plugin_{PROVIDER}"
 
 
 def _pattern(path, root: str) -> str:

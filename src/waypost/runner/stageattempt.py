@@ -84,7 +84,8 @@ class StageAttempt:
             env["WORKSPACE"] = str(worker["WORKSPACE"])
         oom_before = oom_kills()
         started = time.monotonic()
-        if directory.remote and stores.SCHEME in command:
+        # (a run: block's command is a Snakemake process's, whose options name the root)
+        if directory.remote and stores.SCHEME in command and not command.startswith(wspec.RUN_BLOCK_ENV + "="):
             _announce_urls(command, log)
 
         def heartbeat() -> None:
@@ -109,7 +110,7 @@ class StageAttempt:
             returncode = attempt.run()
         oom_after = oom_kills()
         if returncode == 0:
-            for path in spec.touched:   # (Snakemake makes them once the job ended; before the outputs are checked)
+            for path in directory.touched:   # (Snakemake makes them once the job ended; before the outputs are checked)
                 with open(path, "ab"):
                     os.utime(path)
         missing = [p for p in directory.outputs if not os.path.exists(p)] if returncode == 0 else []

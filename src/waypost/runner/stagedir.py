@@ -10,7 +10,7 @@ import sys
 import time
 
 from waypost import scheduler, stores
-from waypost.model import manifest, records, writes
+from waypost.model import locations, manifest, records, writes
 from waypost.model import spec as wspec
 from waypost.model.layout import LOGS, RUNNING, held_entry, stage_name, stage_root
 from waypost.state import lifecycle
@@ -25,9 +25,11 @@ class StageDirectory:
         self.remote = None
         # The paths the step works with: on a bucket root, the local copies.
         self.inputs, self.outputs = step.inputs, step.outputs
+        local = str
         if stores.needs_mirror(step.stage_dir):   # only then: the runner starts at every step
             from waypost.stores import mirror
             self.remote, self.inputs, self.outputs = mirror.for_runner(step)
+            local = self.remote.local_of
         self.dir = self.remote.local if self.remote else step.stage_dir
         # Where the stage dir is, as a store (disk, or a mount): archives and heartbeats, nothing read.
         self.store = None if self.remote else stores.store_for(stage_root(step.stage_dir, step.instance), quiet=True,
@@ -42,12 +44,17 @@ class StageDirectory:
         # own layout, whose directory holds only its record) the deepest
         # directory above them all; the records name them relative to it.
         self.own_layout = step.own_layout
-        self.own_dirs = step.own_dirs
-        self.shared_dirs = step.shared_dirs
+        self.own_dirs = [local(d) for d in step.own_dirs]
+        # (each shared directory's local copy → its name, as the patterns of what may be there have it)
+        self.shared_dirs = {local(d): (d, patterns) for d, patterns in step.shared_dirs.items()}
+        self.log_dirs = [local(d) for d in step.log_dirs]
+        if self.remote and step.own_layout:
+            self.remote.logs = [local(f) for f in step.log_files]
+        self.temporary, self.touched = [local(p) for p in step.temporary], [local(p) for p in step.touched]
         self.began = time.time()   # (what appeared in a shared directory since: see left_in_shared)
         self.base = self.dir
         if step.own_layout:
-            self.base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in step.outputs])
+            self.base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in self.outputs])
             self.name = step.stage + ("[" + ", ".join(f"{k}={v}" for k, v in step.wildcards.items()) + "]"
                                       if step.wildcards else "")
 
@@ -135,7 +142,7 @@ class StageDirectory:
         directories only its job writes (``own_dirs``): all of them are its."""
         return self._written_in(self.own_dirs) if self.own_layout else []
 
-    def prepare_outputs(self, log_dirs: list[str]) -> None:
+    def prepare_outputs(self) -> None:
         """A rule in its own layout, before its step runs here: what the
         job's own Snakemake process does before it runs a job (its
         ``Job.prepare``): the declared outputs an earlier run left removed,
@@ -148,7 +155,7 @@ class StageDirectory:
                 shutil.rmtree(out)
             elif os.path.lexists(out):
                 os.unlink(out)
-        for directory in sorted({os.path.dirname(o) for o in self.outputs} | set(log_dirs)):
+        for directory in sorted({os.path.dirname(o) for o in self.outputs} | set(self.log_dirs)):
             if directory:
                 os.makedirs(directory, exist_ok=True)
 
@@ -156,26 +163,36 @@ class StageDirectory:
         """A rule in its own layout: the files that appeared, since this
         runner began, in its outputs' directories that other jobs write too
         (``shared_dirs``) and that no rule declares there (its patterns):
-        not the job's own, only said (``StageRun.finish``)."""
+        not the job's own, only said (``StageRun.finish``). On a gs:// root
+        they still go up with the outputs: they stay where the job left
+        them, as on disk."""
         import re
 
-        found = []
-        for directory, patterns in self.shared_dirs.items():
+        found, local = [], []
+        inputs = {os.path.abspath(i) for i in self.inputs}   # (on a gs:// root, fetched there)
+        for directory, (named, patterns) in self.shared_dirs.items():
             declared = [re.compile(pattern) for pattern in patterns]
             for path in self._written_in([directory]):
-                shown = os.path.join(directory, os.path.basename(path))
+                if path in inputs:
+                    continue
+                shown = locations.join(named, os.path.basename(path))
                 try:
                     fresh = os.lstat(path).st_mtime >= self.began
                 except OSError:
                     continue
-                if fresh and not any(rx.match(os.path.normpath(shown)) for rx in declared):
+                if fresh and not any(rx.match(locations.normalised(shown)) for rx in declared):
                     found.append(shown)
+                    local.append(path)
+        if self.remote:
+            self.remote.left_beside = local
         return found
 
     def _archive_outputs(self) -> str | None:
         """A rule in its own layout: move the outputs an earlier attempt left
         (its declared ones, and its side files) into this record's
         ``.attempts/<n>/``, each at its path from ``base``."""
+        if self.remote:
+            return self.remote.archive_outputs(self.base)
         present = [o for o in self.outputs if os.path.lexists(o)] + self.side_files()
         return LocalStore(self.dir).archive_from(self.dir, self.base, [
             os.path.relpath(os.path.abspath(path), self.base) for path in present])
@@ -185,6 +202,8 @@ class StageDirectory:
         a series starts from an archived, empty workspace; a rule in its own
         layout: its declared outputs)."""
         entries = [] if self.own_layout else manifest.workspace_entries(self.dir)
+        if self.own_layout and self.remote:
+            self.remote.remove_outputs()
         paths = [o for o in self.outputs if os.path.lexists(o)] + self.side_files() if self.own_layout else []
         for entry in entries:
             if manifest.is_engine_file(entry):
@@ -200,8 +219,11 @@ class StageDirectory:
     def done(self) -> bool:
         """Is the stage finished: a SUCCESS manifest whose outputs are there?"""
         data = self.life().manifest
-        return data is not None and data["state"] == "SUCCESS" and not manifest.verify_outputs(self.dir, data,
-                                                                                         checksums=False)
+        if data is None or data["state"] != "SUCCESS":
+            return False
+        if self.own_layout and self.remote:   # (its outputs' local copies are not fetched)
+            return self.remote.outputs_there()
+        return not manifest.verify_outputs(self.dir, data, checksums=False)
 
     def recorded_job(self, job: str) -> str | None:
         """Does a runner's record name this Slurm job: "open" (its attempt

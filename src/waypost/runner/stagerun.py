@@ -190,7 +190,7 @@ class StageRun:
         if started is not Next.RUN:
             return self._not_run(started)
         if self.directory.own_layout:
-            self.directory.prepare_outputs(self.spec.log_dirs)
+            self.directory.prepare_outputs()
         series = self.series.attempts
         if not series:
             blocked = self.parents_block()
@@ -393,7 +393,7 @@ class StageRun:
             print(f"waypost: {directory.name}: {shown}: left beside its outputs, in a directory other jobs write "
                   "too, and no rule declares: not recorded, archived or reused with the job (declare it as an "
                   "output, or write it in a directory only this job writes)", file=sys.stderr)
-        return manifest.describe_outputs(directory.base, [*directory.outputs, *side], self.spec.temporary, side)
+        return manifest.describe_outputs(directory.base, [*directory.outputs, *side], directory.temporary, side)
 
     def _described_inputs(self) -> list[dict]:
         """The manifest's inputs: each with its producer's manifest, an

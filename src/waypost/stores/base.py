@@ -171,6 +171,15 @@ class StageStore(abc.ABC):
         nothing. Never deletes; an archive cut short is finished by the next."""
 
     @abc.abstractmethod
+    def archive_from(self, directory: str, base: str, paths: list[str], into: str | None = None) -> str | None:
+        """The record ``directory`` of a job of a rule in its own layout:
+        move its files at ``paths`` (relative to ``base``, where its outputs
+        are; those not there skipped) into its ``.attempts/<n>/``, each at
+        its path from ``base`` (``into``: an archive ``archive`` just made,
+        relative to ``directory``, to add them to). Returns the archive, or
+        ``into`` when none of them was there."""
+
+    @abc.abstractmethod
     def bring(self, source: StageStore, source_dir: str, stage_dir: str,
               outputs: list[dict]) -> tuple[str, dict[str, str]]:
         """Copy a stage's outputs (its manifest's ``outputs``) from ``source``

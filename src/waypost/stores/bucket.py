@@ -211,6 +211,23 @@ class BucketStore(StageStore):
                     read.pop(prefix + name, None)
         return target
 
+    def archive_from(self, directory: str, base: str, paths: list[str], into: str | None = None) -> str | None:
+        """Server-side (see move_into_archive); ``base`` in this bucket too."""
+        rel, outputs = self._rel(directory), self._rel(base)
+        if rel is None or outputs is None:
+            raise manifest.ManifestError(f"{base}: outputs outside the root {self.root} (of the record {directory})")
+        present = [p for p in paths if self._in(outputs, p) in self.objects]
+        prefix = self._in(rel, "")
+        listing = {n[len(prefix):]: info for n, info in self.objects.items() if n.startswith(prefix)}
+        into = move_into_archive(self.fs, f"{self.base}/{rel}", listing, f"{self.base}/{outputs}".rstrip("/"),
+                                 present, {}, into)
+        if present:
+            objects = dict(self.objects)
+            for name in present:
+                objects[prefix + f"{into}/{name}"] = objects.pop(self._in(outputs, name))
+            self._index(objects)
+        return into
+
     def write_manifest(self, directory: str, record: dict) -> None:
         rel = self._rel(directory)
         data = manifest.dumps(records.checked("manifest", record, layout.join(directory, MANIFEST))).encode()
@@ -376,29 +393,41 @@ def archive_objects(fs, path: str, listing: dict[str, dict], keep: tuple[str, ..
     entries in ``keep``. ``path`` is the stage dir (bucket/key), ``listing``
     its objects (relative name → info, archives included); ``uploads``
     (relative name → local file) go up straight into the archive instead of
-    their bucket copies. Safe to cut short: a note (``layout.ARCHIVING``)
-    goes into the archive first and goes last, every copy is made before any
-    delete, and the next archive goes on into the same ``<n>``. Returns
-    ``.attempts/<n>`` (None when there was nothing to archive) and the
-    relative names moved out of the workspace."""
-    uploads = uploads or {}
+    their bucket copies (``move_into_archive``). Returns ``.attempts/<n>``
+    (None when there was nothing to archive) and the relative names moved
+    out of the workspace."""
     remote = [rel for rel in listing if not rel.startswith(ATTEMPTS + "/") and rel.split("/")[0] not in keep]
+    return move_into_archive(fs, path, listing, path, remote, uploads or {}), remote
+
+
+def move_into_archive(fs, record: str, listing: dict[str, dict], source: str, remote: list[str],
+                      uploads: dict[str, str], into: str | None = None) -> str | None:
+    """Move the objects ``remote`` (names relative to ``source``, bucket/key)
+    into the ``.attempts/<n>/`` of the record directory ``record`` (whose
+    objects ``listing`` lists, archives included), each at its name there,
+    server-side; ``uploads`` (name → local file) go up straight into it.
+    ``into``: an archive made just before (``.attempts/<n>``), to add to.
+    Safe to cut short: a note (``layout.ARCHIVING``) goes into the archive
+    first and goes last, every copy is made before any delete, and the
+    next archive goes on into the same ``<n>``. Returns the archive, or
+    ``into`` when there was nothing to move."""
     if not remote and not uploads:
-        return None, []
-    archived = [rel.split("/") for rel in listing if rel.startswith(ATTEMPTS + "/")]
-    names = {parts[1] for parts in archived if len(parts) > 2}
-    cut = {parts[1] for parts in archived if len(parts) == 3 and parts[2] == ARCHIVING}
-    target = f"{ATTEMPTS}/{archive_number(names, cut)}"
-    fs.pipe_file(f"{path}/{target}/{ARCHIVING}", json.dumps(sorted({*remote, *uploads})).encode())
+        return into
+    if into is None:
+        archived = [rel.split("/") for rel in listing if rel.startswith(ATTEMPTS + "/")]
+        names = {parts[1] for parts in archived if len(parts) > 2}
+        cut = {parts[1] for parts in archived if len(parts) == 3 and parts[2] == ARCHIVING}
+        into = f"{ATTEMPTS}/{archive_number(names, cut)}"
+    fs.pipe_file(f"{record}/{into}/{ARCHIVING}", json.dumps(sorted({*remote, *uploads})).encode())
     moved = [rel for rel in remote if rel not in uploads]
     if moved:
-        fs.copy([f"{path}/{r}" for r in moved], [f"{path}/{target}/{r}" for r in moved])
+        fs.copy([f"{source}/{r}" for r in moved], [f"{record}/{into}/{r}" for r in moved])
     if uploads:
-        fs.put(list(uploads.values()), [f"{path}/{target}/{r}" for r in uploads])
+        fs.put(list(uploads.values()), [f"{record}/{into}/{r}" for r in uploads])
     if remote:
-        fs.rm([f"{path}/{r}" for r in remote])
-    fs.rm_file(f"{path}/{target}/{ARCHIVING}")
-    return target, remote
+        fs.rm([f"{source}/{r}" for r in remote])
+    fs.rm_file(f"{record}/{into}/{ARCHIVING}")
+    return into
 
 
 def bring_objects(fs, target: str, source: StageStore, source_dir: str,

@@ -46,6 +46,10 @@ def _gcs():
     return gcsfs.core.GCSFileSystem(**options)
 
 
+# A forked process (a runner forked from a job's Snakemake process, which
+# used the client already) makes its own: gcsfs refuses to be used across a fork.
+os.register_at_fork(after_in_child=_gcs.cache_clear)
+
 GCS_ENDPOINT = "https://storage.googleapis.com"
 # How long the probe waits for the endpoint to accept a connection.
 PROBE_TIMEOUT_S = 5.0

@@ -131,12 +131,7 @@ class LocalStore(StageStore):
         return os.path.relpath(target, directory)
 
     def archive_from(self, directory: str, base: str, paths: list[str], into: str | None = None) -> str | None:
-        """The record ``directory`` of a job of a rule in its own layout:
-        move its files at ``paths`` (relative to ``base``, where its outputs
-        are; those not there skipped) into its ``.attempts/<n>/``, each at
-        its path from ``base`` (``into``: an archive ``archive`` just made,
-        relative to ``directory``). The outputs may be on another filesystem
-        than the record: a copy then. The archive, or None when none was there."""
+        """(The outputs may be on another filesystem than the record: a copy then.)"""
         import shutil
 
         present = [p for p in paths if os.path.lexists(os.path.join(base, p))]

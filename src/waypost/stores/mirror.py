@@ -150,9 +150,9 @@ class BucketWorkspace:
         os.makedirs(self.local)
         self._pulled = self._workspace(self._listing())
         wanted = [rel for rel in self._pulled if rel in (MANIFEST, RUNNING)]
-        _get(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
+        download(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
-        _get(self.fs, [self._name(p) for p in inputs], inputs)
+        download(self.fs, [self._name(p) for p in inputs], inputs)
         manifests = {os.path.join(os.path.dirname(os.path.abspath(p)), MANIFEST) for p in inputs}
         seen = set(manifests)
         while manifests:
@@ -210,7 +210,7 @@ class BucketWorkspace:
     def pull_workspace(self) -> None:
         """The rest of the stage's workspace (as listed by ``pull``), to go on with a series."""
         wanted = [rel for rel in self._pulled if rel not in self._synced]
-        _get(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
+        download(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
@@ -349,11 +349,16 @@ def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
         return None, step.inputs, step.outputs
     if not step.mirror:
         raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
-    stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
+    local = [local_of(step.mirror, u) for u in step.outputs]
+    if step.own_layout:   # (its outputs elsewhere in the bucket)
+        from waypost.stores.ownbucket import OwnBucketWorkspace
+        stage = OwnBucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir), local,
+                                   [local_of(step.mirror, d) for d in step.own_dirs])
+    else:
+        stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
     from waypost.model.layout import stage_root
     stage.root_local = stage_root(stage.local, step.instance)
-    return (stage, [stage.local_of(u) if is_bucket_url(u) else u for u in step.inputs],
-            [stage.local_of(u) if is_bucket_url(u) else u for u in step.outputs])
+    return stage, [local_of(step.mirror, u) for u in step.inputs], local
 
 
 def snakemake_options(root: str) -> list[str]:
@@ -367,7 +372,7 @@ def _temp(path: str) -> str:
     return os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{os.path.basename(path)}")
 
 
-def _get(fs, remote: list[str], local: list[str]) -> None:
+def download(fs, remote: list[str], local: list[str]) -> None:
     """Download, all at once, each file under a temporary name renamed into
     place (jobs running side by side fetch the same inputs). One that is
     missing (deleted meanwhile) is left for the runner to find missing."""

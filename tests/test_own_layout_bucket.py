@@ -1,0 +1,226 @@
+"""A Snakefile in its own layout on a ``gs://`` root, against fake-gcs-server:
+every job of a ``shell:``, ``script:`` or ``run:`` rule keeps its record in
+the bucket (``{root}/_all/{experiment}/{rule}/{wildcards}``), its outputs
+where its rule puts them under the root, stored by the step runner before
+the manifest; a rule waypost leaves plain (``shadow:``) runs as plain
+Snakemake runs it with a storage plugin. The files in the bucket are those
+plain Snakemake writes on disk, side by side."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import gcs_flags as flags
+from conftest import gcs_fs as fs
+from conftest import gcs_key as key
+from conftest import gcs_objects as objects
+
+MARK = "# waypost"
+
+SNAKEFILE = textwrap.dedent("""\
+    configfile: "config.yaml"
+    from waypost.snakemake import Pipeline  # waypost
+    wp = Pipeline(config, workflow)  # waypost
+
+    PLOTS = config["plots"]
+
+    rule everything:
+        input: "out/summary.tsv", "out/mirrored.txt", expand("out/{plot}/count.txt", plot=PLOTS)
+
+    rule measure:
+        output: "work/{plot,[a-z]+}/area.txt"
+        log: "logs/measure/{plot}.log"
+        shell: "bash measure.sh {wildcards.plot} {output} {log}"
+
+    rule count:
+        input: "work/{plot}/area.txt"
+        output: "out/{plot}/count.txt"
+        params: folder=lambda wildcards, input: input[0].rsplit("/", 1)[0].rsplit("/", 1)[-1]
+        shell: "wc -c < {input} > {output}; echo {params.folder} >> {output}"
+
+    rule gather:
+        input: expand("work/{plot}/area.txt", plot=PLOTS)
+        output: "out/gathered.tsv"
+        script: "gather.py"
+
+    rule summarize:
+        input: rules.gather.output
+        output: "out/summary.tsv"
+        run:
+            rows = open(input[0]).read().splitlines()
+            with open(output[0], "w") as f:
+                f.write(f"{len(rows)} plots\\n")
+
+    rule mirror:
+        input: rules.gather.output
+        output: "out/mirrored.txt"
+        shadow: "minimal"
+        shell: "rev {input} > {output}"
+
+    wp.finish()  # waypost
+    """)
+
+# Plot "bog" fails its first try (exit 3) after writing half its output; a
+# checkpoint goes beside the output, in a directory only this job writes.
+MEASURE = textwrap.dedent("""\
+    mkdir -p "$(dirname "$2")" "$(dirname "$3")"
+    echo "measuring $1" > "$3"
+    echo "notes on $1" > "$(dirname "$2")/notes.txt"
+    if [ "$1" = bog ] && [ ! -e failed-once ]; then touch failed-once; echo partial > "$2"; exit 3; fi
+    echo "$1 $(( ${#1} * 7 ))" > "$2"
+    """)
+
+GATHER = textwrap.dedent("""\
+    with open(snakemake.output[0], "w") as out:
+        for path in snakemake.input:
+            out.write(open(path).read())
+    """)
+
+
+def _write(workdir: Path, root: str | None) -> Path:
+    workdir.mkdir(parents=True)
+    text = SNAKEFILE if root else "".join(line for line in SNAKEFILE.splitlines(keepends=True)
+                                         if not line.rstrip().endswith(MARK))
+    (workdir / "Snakefile").write_text(text)
+    config = {"plots": ["bog", "fen"]}
+    if root:
+        config |= {"root": root, "experiments": {"survey": {}},
+                   "stages": {"measure": {"policy": {"max_attempts": 3, "cues": [
+                       {"action": "rerun", "rerun": "new", "when": "cmd.exit == 3"}]}}}}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (workdir / "measure.sh").write_text(MEASURE)
+    (workdir / "gather.py").write_text(GATHER)
+    return workdir
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _waypost(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "waypost.cli", *args, "--config", "config.yaml"], cwd=workdir,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _bucket_files(root: str, top: str) -> dict[str, str]:
+    return {name: fs().cat_file(f"{key(root)}/{name}").decode() for name in sorted(objects(root))
+            if name.startswith(top + "/")}
+
+
+def _disk_files(workdir: Path, top: str) -> dict[str, str]:
+    return {str(p.relative_to(workdir)): p.read_text() for p in sorted((workdir / top).rglob("*")) if p.is_file()}
+
+
+def _jobs(dry_run: subprocess.CompletedProcess) -> dict[str, int]:
+    """rule → jobs, from a dry run's job stats."""
+    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    table = (dry_run.stdout + dry_run.stderr).split("Job stats:", 1)[1].split("Reasons:")[0]
+    return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", table, re.M) if rule != "total"}
+
+
+def _record(root: str, rule: str, job: str | None = None) -> dict:
+    where = f"_all/survey/{rule}" + (f"/{job}" if job else "")
+    return json.loads(fs().cat_file(f"{key(root)}/{where}/_manifest.json"))
+
+
+@pytest.fixture(scope="module")
+def ran(gcs_emulator, tmp_path_factory) -> tuple[Path, Path, str]:
+    """Both runs, once (the last test changes the bucket: it comes last)."""
+    fs().mkdir("own-layout-study")
+    root = "gs://own-layout-study/study"
+    base = tmp_path_factory.mktemp("ownbucket")
+    plain, wp = _write(base / "plain", None), _write(base / "wp", root)
+    done = _snakemake(plain, "--retries", "1")
+    assert done.returncode == 0, done.stderr[-4000:]
+    done = _snakemake(wp, *flags(root))
+    assert done.returncode == 0, done.stderr[-4000:]
+    return plain, wp, root
+
+
+def test_the_bucket_holds_what_plain_snakemake_writes_and_each_job_its_record(ran):
+    plain, wp, root = ran
+    fs().invalidate_cache()
+    assert _bucket_files(root, "out") == _disk_files(plain, "out")   # the files, side files, the plain rule's
+    for top in ("work", "logs"):
+        assert _bucket_files(root, top) == _disk_files(plain, top)
+    assert not (wp / "out").exists() and not (wp / "work").exists()
+    for plot in ("bog", "fen"):
+        record = _record(root, "measure", plot)
+        assert record["state"] == "SUCCESS" and record["wildcards"] == {"plot": plot}
+        assert {o["path"]: bool(o.get("side")) for o in record["outputs"]} == {"area.txt": False, "notes.txt": True}
+        assert record["declared"] == ["area.txt"] and record["outputs_dir"] == f"../../../../work/{plot}"
+    for rule in ("gather", "summarize"):
+        assert _record(root, rule)["state"] == "SUCCESS"
+    assert not any(name.startswith("_all/survey/mirror") for name in objects(root))   # (plain: no record)
+    # Outputs first, the manifest last.
+    listing = fs().find(key(root), detail=True)
+    assert listing[f"{key(root)}/out/fen/count.txt"]["mtime"] <= listing[
+        f"{key(root)}/_all/survey/count/fen/_manifest.json"]["mtime"]
+    # A second run: nothing to do, in plain Snakemake's words.
+    again = _snakemake(wp, *flags(root), "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
+
+
+def test_the_policy_reruns_in_a_new_workspace_archiving_in_the_bucket_what_the_failed_try_left(ran):
+    _, _, root = ran
+    record = _record(root, "measure", "bog")
+    assert [(a["state"], a["exit_code"]) for a in record["attempts"]] == [("FAILED", 3), ("SUCCESS", 0)]
+    archive = record["attempts"][0]["workspace"]
+    assert archive == ".attempts/1"
+    base = f"{key(root)}/_all/survey/measure/bog/{archive}"
+    assert fs().cat_file(f"{base}/area.txt") == b"partial\n"
+    assert fs().cat_file(f"{base}/notes.txt") == b"notes on bog\n"
+    assert fs().cat_file(f"{key(root)}/work/bog/area.txt") == b"bog 21\n"
+
+
+def test_status_rerun_and_presence_read_the_records_in_the_bucket(ran):
+    _, wp, root = ran
+    shown = _waypost(wp, "status")
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in shown.stdout.splitlines()
+            if line.count("│") >= 3}
+    assert rows["measure"] == "done 2 ×2" and rows["gather"] == "done"
+
+    # rerun: the job's record and its outputs (and side files) go into its archive; the next run redoes it.
+    done = _waypost(wp, "rerun", "summarize")
+    assert done.returncode == 0, done.stderr
+    fs().invalidate_cache()
+    assert "out/summary.tsv" not in objects(root)
+    assert {"_all/survey/summarize/.attempts/1/summary.tsv", "_all/survey/summarize/.attempts/1/_manifest.json"} \
+        <= objects(root)
+    redone = _snakemake(wp, *flags(root))
+    assert redone.returncode == 0, redone.stderr[-3000:]
+    assert "localrule summarize:" in redone.stdout + redone.stderr
+    assert "localrule measure:" not in redone.stdout + redone.stderr
+    assert fs().cat_file(f"{key(root)}/out/summary.tsv") == b"2 plots\n"
+
+    # Presence mode: a recorded job whose outputs are in the bucket is done,
+    # even with a newer input; the plain rule keeps Snakemake's answer.
+    config = yaml.safe_load((wp / "config.yaml").read_text()) | {"rerun_policy": "presence"}
+    (wp / "config.yaml").write_text(yaml.safe_dump(config))
+    fs().pipe_file(f"{key(root)}/out/gathered.tsv", fs().cat_file(f"{key(root)}/out/gathered.tsv"))   # newer
+    assert _jobs(_snakemake(wp, *flags(root), "-n")) == {"mirror": 1, "everything": 1}
+    fs().rm_file(f"{key(root)}/out/fen/count.txt")
+    assert _jobs(_snakemake(wp, *flags(root), "-n")) == {"mirror": 1, "count": 1, "everything": 1}
+
+
+def test_a_failed_job_leaves_no_output_in_the_bucket_only_its_record_and_log(bucket, tmp_path):
+    root = bucket + "/broken"
+    wp = _write(tmp_path / "wp", root)
+    (wp / "measure.sh").write_text('echo "tried $1" > "$3"; echo half > "$2"; exit 5\n')
+    done = _snakemake(wp, *flags(root), "--keep-going")
+    assert done.returncode != 0
+    fs().invalidate_cache()
+    names = objects(root)
+    assert not any(name.startswith("out/") for name in names), names
+    assert fs().cat_file(f"{key(root)}/logs/measure/fen.log") == b"tried fen\n"   # Snakemake keeps a failed job's log
+    record = _record(root, "measure", "fen")
+    assert record["state"] == "FAILED" and record["outputs"] == []
