@@ -224,3 +224,34 @@ def test_a_failed_job_leaves_no_output_in_the_bucket_only_its_record_and_log(buc
     assert fs().cat_file(f"{key(root)}/logs/measure/fen.log") == b"tried fen\n"   # Snakemake keeps a failed job's log
     record = _record(root, "measure", "fen")
     assert record["state"] == "FAILED" and record["outputs"] == []
+
+
+def test_an_experiment_reuses_another_ones_jobs_in_the_bucket_server_side(bucket, tmp_path, gcs_log):
+    from test_own_layout_records import REUSING
+    root = bucket + "/records"
+    (tmp_path / "Snakefile").write_text(REUSING)
+    common = {"samples": ["s1", "s2"], "root": root}
+    (tmp_path / "alpha.yaml").write_text(yaml.safe_dump({**common, "data_dir": "out-alpha",
+                                                         "experiments": {"alpha": {}}}))
+    (tmp_path / "beta.yaml").write_text(yaml.safe_dump({**common, "data_dir": "out-beta",
+                                                        "experiments": {"beta": {"reuse": {"train": "alpha"}}}}))
+    ran = _snakemake(tmp_path, "--configfile", "alpha.yaml", *flags(root))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    mark = gcs_log.mark()
+    ran = _snakemake(tmp_path, "--configfile", "beta.yaml", *flags(root))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    # beta ran no training: its train jobs took alpha's, outputs and side files, at beta's own paths
+    assert sorted((tmp_path / "train-calls.txt").read_text().split()) == ["s1", "s2"]
+    fs().invalidate_cache()
+    for sample in ("s1", "s2"):
+        assert fs().cat_file(f"{key(root)}/out-beta/models/{sample}/weights.bin") == f"trained {sample}\n".encode()
+        assert fs().cat_file(f"{key(root)}/out-beta/models/{sample}/decoder.yml") == b"dim: 4\n"
+        assert fs().cat_file(f"{key(root)}/out-beta/{sample}/report.txt") == f"trained {sample}\ndim: 4\n".encode()
+        record = json.loads(fs().cat_file(f"{key(root)}/_all/beta/train/{sample}/_manifest.json"))
+        assert record["reused_from"] == f"{root}/_all/alpha/train/{sample}" and \
+            record["attempts"][0]["action"] == "reuse", record
+        assert {o["path"]: o.get("side", False) for o in record["outputs"]} == \
+            {"weights.bin": False, "decoder.yml": True}
+    # Server-side: the copies' bytes never came down (only the evaluate jobs' inputs did).
+    copies = [r for r in gcs_log.requests(mark) if "/rewriteTo/" in r or "/copyTo/" in r]
+    assert len(copies) == 4, copies

@@ -143,6 +143,45 @@ def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_loca
     assert _jobs(_snakemake(wp, "-n")) == {}
 
 
+def _on_a_bucket(wp: Path, bucket: str) -> str:
+    """Make the copy ``wp`` run over a gs:// root in ``bucket``: its root."""
+    root = f"{bucket}/results"
+    text = (wp / "config.yaml").read_text().replace("root: results  # waypost", f"root: {root}  # waypost")
+    (wp / "config.yaml").write_text(text)
+    return root
+
+
+def _bucket_files(root: str) -> dict[str, str]:
+    from conftest import gcs_fs, gcs_key, gcs_objects
+    gcs_fs().invalidate_cache()
+    return {name: gcs_fs().cat_file(f"{gcs_key(root)}/{name}").decode() for name in sorted(gcs_objects(root))
+            if name.split("/")[0] in ("out", "raw") and not name.endswith(".snakemake_timestamp")}
+
+
+def test_on_a_gs_root_the_bucket_holds_plain_snakemakes_files_and_every_job_its_record(both, bucket, tmp_path):
+    """Checkpoints, glob_wildcards over their directory, a params function
+    reading an input, run: and script: rules, touch(), temp(), protected():
+    the files in the bucket are plain Snakemake's on disk."""
+    import json
+
+    from conftest import gcs_flags, gcs_fs, gcs_key
+    plain, _ = both
+    wp = _copy(tmp_path / "wp", True)
+    root = _on_a_bucket(wp, bucket)
+    ran = _snakemake(wp, *gcs_flags(root))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    found, expected = _bucket_files(root), {n: t for n, t in _files(plain).items() if "/scored/" not in n}
+    # (the report lists its inputs' paths: here their local copies, as with any storage plugin)
+    report, plain_report = found.pop("out/report.txt").splitlines(), expected.pop("out/report.txt").splitlines()
+    assert len(report) == len(plain_report) and all(a.endswith("/results/" + b) for a, b in zip(report, plain_report))
+    assert found == expected
+    assert not (wp / "out").exists()
+    for rule, job in (("clean", "de"), ("train", "fr"), ("report", None), ("score", "fr__2")):
+        where = f"{gcs_key(root)}/_all/baseline/{rule}" + (f"/{job}" if job else "")
+        assert json.loads(gcs_fs().cat_file(f"{where}/_manifest.json"))["state"] == "SUCCESS", where
+    assert _jobs(_snakemake(wp, *gcs_flags(root), "-n")) == {}
+
+
 def test_on_slurm_a_bundled_class_runs_several_of_its_jobs_in_one_slurm_job(both, slurm_cluster, tmp_path):
     # `bundle: 4` on the cpu class: the jobs of rules in their own layout
     # that need no Snakemake process of their own (no conda: in effect, no

@@ -43,7 +43,9 @@ from waypost.planning.wiring import (
     WorkflowError,
     after_reading,
     as_plain_on_the_bucket,
+    fetch_checkpoint_folders,
     flagged_positions,
+    input_dirs_of,
     log_files_of,
     own_dirs_of,
     own_layout_refusal,
@@ -400,6 +402,11 @@ class Pipeline:
             self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
             wired.append(rule)
         self._say_plain(plain)
+        if self.mirror:   # (a step on a gs:// root gets the side files beside its inputs too)
+            self.lines.input_dirs = input_dirs_of(self.snake, wired)
+            for rule in self.snake.target_rules(self.graph.stages):   # (``touch()`` outputs: Snakemake's)
+                as_plain_on_the_bucket(self.snake, rule, runs=False)
+            fetch_checkpoint_folders()
         if experiment is None and not self.facts_only:   # one experiment of this config reusing another's jobs
             for rule in wired:
                 wire_own_reuse(self.snake, rule, self._reused_job(rule))

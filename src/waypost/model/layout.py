@@ -45,6 +45,16 @@ HELD = "_held"
 CATALOG_DB = os.path.join(".waypost", "catalog.sqlite")
 # Files the engine writes into a stage directory; everything else is the step's.
 ENGINE_FILES = {MANIFEST, RUNNING, LOGS, ATTEMPTS, UNFINISHED, PROVISIONAL}
+# On a gs:// root, beside the local copy of a directory() (a prefix of
+# objects) in the mirror: the generations of the objects it was copied from.
+COPY_NOTE = ".{}.generations.json"
+
+
+def is_in_progress(name: str) -> bool:
+    """Is a file name one of waypost's own beside a job's files: one being
+    written or fetched (``.tmp-``), or a copy's note (``COPY_NOTE``)?
+    Never a job's output, side file or leftover."""
+    return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(COPY_NOTE.format("")[2:]))
 
 
 class NameError_(WaypostError, ValueError):

@@ -87,6 +87,9 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     "shared_dirs": (dict, {}),
     "log_dirs": (list, []),    # the directories of its log files (made by the runner, as Snakemake makes them)
     "log_files": (list, []),   # on a gs:// root, its log files' local copies: they go up as the step ends
+    # on a gs:// root, its inputs' directories that the job that made them writes alone:
+    # what else is there (side files) comes down with the inputs
+    "input_dirs": (list, []),
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 

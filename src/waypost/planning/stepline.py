@@ -30,6 +30,9 @@ class StepLines:
         self._shell = shell
         self.mirror = mirror
         self.default_class: dict[str, str] = {}   # stage → the worker class its rule names
+        # On a gs:// root, a function of a job's inputs: their directories
+        # that a rule in its own layout's job writes alone (wiring.input_dirs_of).
+        self.input_dirs = None
         self._lines: dict[tuple, object] = {}
 
     def params_function(self, stage: str):
@@ -86,6 +89,9 @@ class StepLines:
                 own["own_dirs"] = mine
             if shared:
                 own["shared_dirs"] = shared
+            beside = self.input_dirs(input) if self.input_dirs else None
+            if beside:
+                own["input_dirs"] = beside
             logs = log_files(values)
             if logs:
                 own["log_dirs"] = sorted({os.path.dirname(f) for f in logs} - {""})

@@ -376,6 +376,11 @@ class Snake:
         a script...; not a target rule like ``all``)."""
         return [rule.name for rule in self.workflow.rules if rule.name not in but and not rule.norun]
 
+    def target_rules(self, but) -> list[str]:
+        """The rules other than ``but`` that run no job of their own (``all``,
+        a rule that only ``touch()``-es its outputs)."""
+        return [rule.name for rule in self.workflow.rules if rule.name not in but and rule.norun]
+
     def own_resources(self, name: str) -> dict:
         """The resources a rule wrote itself (not Snakemake's defaults, nor its
         internal ``_cores``/``_nodes``): name → value, None for a function."""
@@ -910,6 +915,35 @@ def own_dirs_of(snake: Snake, name: str):
     return own_dirs
 
 
+def input_dirs_of(snake: Snake, rules: list[str]):
+    """A function of a job's inputs giving the directories of them that a
+    job of one of ``rules`` (rules in their own layout) writes alone
+    (``own_dirs_of``): what else is there is that job's too (its side files,
+    the ``decoder.yml`` beside a model), which a step on a gs:// root gets
+    with its inputs, as it sees them on disk."""
+    import re
+
+    from snakemake.io import regex_from_filepattern
+    owned = []   # (rule, the regex of a directory of its outputs that its jobs each write alone)
+    for name in rules:
+        rule = snake.workflow.get_rule(name)
+        wildcards = set(rule.wildcard_names)
+        owned += [(name, re.compile(_one_component(regex_from_filepattern(os.path.dirname(_named(f)) or "."))))
+                  for f in rule.output if not is_flagged(f, "directory")
+                  and wildcards <= set(_FIELD_NAMES.findall(os.path.dirname(str(f))))]
+    places = _declared_places(snake)
+
+    def input_dirs(inputs) -> list[str]:
+        found = []
+        for directory in dict.fromkeys(os.path.dirname(str(i)) for i in inputs):
+            owners = {name for name, rx in owned if rx.match(directory)}
+            if len(owners) == 1 and not any(rx.match(directory) for other, dir_rx, _, inside in places
+                                            if other not in owners for rx in (dir_rx, inside) if rx):
+                found.append(directory)
+        return found
+    return input_dirs
+
+
 def _declared_places(snake: Snake) -> list[tuple]:
     """Every rule's output, log and benchmark patterns, read once per
     workflow: (rule, its directory's regex, the file's regex, the regex of
@@ -1166,23 +1200,52 @@ def _input_items(rule, root: str) -> list[tuple[str, object]]:
     return items
 
 
-def as_plain_on_the_bucket(snake: Snake, name: str) -> None:
+def as_plain_on_the_bucket(snake: Snake, name: str, runs: bool = True) -> None:
     """On a gs:// root, a rule that runs as plain Snakemake runs it (no
     record: ``own_layout_refusal``): its files, in the bucket, are fetched
     and stored by Snakemake itself around its jobs, as with any storage
     plugin (waypost's plugin leaves that to the step runner, for the rules
     it records), and its jobs see their local copies. Its declared files
     are given such storage objects now; those its functions give, as each
-    job is made (its path modifiers)."""
+    job is made (its path modifiers). A rule that runs nothing (``runs``
+    False: a target rule, one that only touches its outputs) has only its
+    outputs so: its inputs are never fetched."""
     rule = snake.workflow.get_rule(name)
-    for files in (rule.input, rule.output, rule.log):
+    for files in (rule.input, rule.output, rule.log) if runs else (rule.output,):
         for f in files:
             if not callable(f) and is_flagged(f, "storage_object") and _in_the_root(f, snake.root):
                 f._file = _retrieved(f._file)
-    for kind in ("input_modifier", "output_modifier", "log_modifier", "benchmark_modifier"):
+    for kind in ("input_modifier", "output_modifier", "log_modifier", "benchmark_modifier") if runs else ():
         modifier = getattr(rule, kind, None)
         if modifier is not None:
             setattr(rule, kind, _Retrieving(modifier, snake.root))
+
+
+def fetch_checkpoint_folders() -> None:
+    """On a gs:// root: once a checkpoint's job is done, the local copy of
+    each of its ``directory()`` outputs is made the bucket's as the
+    Snakefile asks for it (``checkpoints.NAME.get(...)``), so that a
+    ``glob_wildcards`` over it finds what the job wrote, on any machine and
+    however many of the copy's files Snakemake removed since (it removes a
+    storage input's local copy once its jobs are done). Once per output per
+    process."""
+    from snakemake.checkpoints import Checkpoint
+    if getattr(Checkpoint.get, "waypost", False):
+        return
+    original, fetched = Checkpoint.get, set()
+
+    def get(self, **wildcards):
+        job = original(self, **wildcards)
+        for path in job.output:
+            if is_flagged(path, "directory") and is_flagged(path, "storage_object") and str(path) not in fetched:
+                from waypost.stores import gcs
+                from waypost.stores.mirror import fetch_folder
+                fs, name = gcs.filesystem(str(path.storage_object.query))
+                fetch_folder(fs, name, os.path.abspath(str(path)))
+                fetched.add(str(path))
+        return job
+    get.waypost = True
+    Checkpoint.get = get
 
 
 def _retrieved(path):
@@ -1279,13 +1342,43 @@ def local_files(files, mirror: str | None):
 
 
 def _with_local_files(function, names: set[str], mirror: str):
+    """``function`` (a params function) given its job's files' local copies.
+    One that reads an input (its size, its first line) finds it there: where
+    the bucket has it, it is fetched as Snakemake fetches a storage input;
+    where it doesn't yet (its job has not run), the function's
+    FileNotFoundError names the input's URL, which Snakemake takes for an
+    input not made yet (the param is evaluated again once it is)."""
+    from waypost.stores.mirror import local_of
+
     def mapped(*args, **kwargs):
+        urls = {local_of(mirror, url): url for url in kwargs.get("input", ())}
         for name in names:
             if name in kwargs:
                 kwargs[name] = local_files(kwargs[name], mirror)
+        for _ in range(len(urls) + 1):
+            try:
+                return function(*args, **kwargs)
+            except FileNotFoundError as exc:
+                url = urls.pop(exc.filename, None)
+                if url is None:
+                    raise
+                if not _fetched(url, exc.filename):
+                    raise FileNotFoundError(exc.errno, exc.strerror, url) from None
         return function(*args, **kwargs)
     mapped.__signature__ = inspect.signature(function)
     return mapped
+
+
+def _fetched(url: str, local: str) -> bool:
+    """Fetch an input in the bucket to its local copy; False when the bucket doesn't have it."""
+    from waypost.stores import gcs
+    from waypost.stores.mirror import download
+    fs, name = gcs.filesystem(url)
+    fs.invalidate_cache(name)
+    if not fs.exists(name):
+        return False
+    download(fs, [name], [local])
+    return True
 
 
 def job_command(job, mirror: str | None) -> str:

@@ -12,7 +12,7 @@ import time
 from waypost import scheduler, stores
 from waypost.model import locations, manifest, records, writes
 from waypost.model import spec as wspec
-from waypost.model.layout import LOGS, RUNNING, held_entry, stage_name, stage_root
+from waypost.model.layout import LOGS, RUNNING, held_entry, is_in_progress, stage_name, stage_root
 from waypost.state import lifecycle
 from waypost.stores.local import LocalStore
 
@@ -133,7 +133,7 @@ class StageDirectory:
                 continue
             for entry in entries:
                 path = os.path.abspath(entry.path)
-                if entry.is_file(follow_symlinks=False) and path not in declared and not entry.name.startswith(".tmp-"):
+                if entry.is_file(follow_symlinks=False) and path not in declared and not is_in_progress(entry.name):
                     found.append(path)
         return sorted(found)
 

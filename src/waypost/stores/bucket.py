@@ -19,7 +19,7 @@ from bisect import bisect_left
 
 from waypost.model import layout, manifest, records, trust
 from waypost.model.layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
-from waypost.stores import gcs
+from waypost.stores import gcs, is_bucket_url
 from waypost.stores.base import StageStore, archive_number, walked
 
 
@@ -432,36 +432,49 @@ def move_into_archive(fs, record: str, listing: dict[str, dict], source: str, re
 
 def bring_objects(fs, target: str, source: StageStore, source_dir: str,
                   outputs: list[dict]) -> tuple[str, dict[str, str]]:
-    """A reused stage's outputs into the stage dir at bucket/key ``target``:
-    each source file checked against the manifest's size and checksum (from
-    a local dir its sha256; from the same service the crc32c its listing
-    has, where the manifest records one: nothing downloaded), then copied in,
-    server-side from the same service, each copy checked against its
-    source's crc32c. Nothing is copied unless every source checks out."""
-    targets = [f"{target}/{o['path']}" for o in outputs]
+    """A reused stage's outputs into the stage dir at bucket/key ``target``
+    (``copy_checked``): says how, and gives each copy's crc32c where seen."""
     if source.bucket_url is None:   # the source's files are local: checked, then uploaded
-        sources = []
-        for out in outputs:
-            local = source.local_file(source_dir, out["path"])
-            if os.path.getsize(local) != out.get("size") or manifest.sha256_file(local) != out.get("sha256"):
-                raise manifest.ManifestError(f"{local}: differs from its manifest (size or sha256)")
-            sources.append(local)
-        fs.put(sources, targets)
-        return "uploaded", {}
-    base = gcs.filesystem(source.bucket_of(source_dir))[1]
-    sources = [f"{base}/{o['path']}" for o in outputs]
-    found = {s: fs.info(s) for s in sources}
-    for src, out in zip(sources, outputs):
+        copies = [(source.local_file(source_dir, o["path"]), f"{target}/{o['path']}", o) for o in outputs]
+    else:
+        base = source.bucket_of(source_dir)
+        copies = [(f"{base}/{o['path']}", f"{target}/{o['path']}", o) for o in outputs]
+    crc32cs = copy_checked(fs, copies)
+    how = "uploaded" if source.bucket_url is None else "copied in the bucket"
+    return how, {o["path"]: crc32cs[f"{target}/{o['path']}"] for o in outputs if f"{target}/{o['path']}" in crc32cs}
+
+
+def copy_checked(fs, copies: list[tuple[str, str, dict]]) -> dict[str, str]:
+    """Each (source: a local path or a gs:// URL, target: bucket/key, the
+    source's manifest entry): every source checked against its entry (a
+    local file: its size and sha256; in a bucket: the size and crc32c its
+    listing has, where the manifest records one: nothing downloaded), then
+    copied in (uploaded; server-side), each server-side copy checked against
+    its source's crc32c. Nothing is copied unless every source checks out.
+    Returns target → crc32c, for the server-side copies."""
+    local = [(src, dst, out) for src, dst, out in copies if not is_bucket_url(src)]
+    remote = [(gcs.filesystem(src)[1], dst, out) for src, dst, out in copies if is_bucket_url(src)]
+    for path, _, out in local:
+        if os.path.getsize(path) != out.get("size") or manifest.sha256_file(path) != out.get("sha256"):
+            raise manifest.ManifestError(f"{path}: differs from its manifest (size or sha256)")
+    found = {src: fs.info(src) for src, _, _ in remote}
+    for src, _, out in remote:
         if found[src]["size"] != out.get("size"):
-            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (size {found[src]['size']} vs "
-                                         f"{out.get('size')})")
+            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (size {found[src]['size']} "
+                                         f"vs {out.get('size')})")
         if out.get("crc32c") and found[src].get("crc32c") != out["crc32c"]:
-            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (crc32c {found[src].get('crc32c')} "
-                                         f"vs {out['crc32c']}): replaced since the manifest was written")
-    fs.copy(sources, targets)
+            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (crc32c "
+                                         f"{found[src].get('crc32c')} vs {out['crc32c']}): replaced since the "
+                                         "manifest was written")
+    if local:
+        fs.put([src for src, _, _ in local], [dst for _, dst, _ in local])
+    if not remote:
+        return {}
+    targets = [dst for _, dst, _ in remote]
+    fs.copy([src for src, _, _ in remote], targets)
     copied = [fs.info(t) for t in targets]
-    if any(c.get("crc32c") != found[s].get("crc32c") for c, s in zip(copied, sources)):
+    if any(c.get("crc32c") != found[src].get("crc32c") for c, (src, _, _) in zip(copied, remote)):
         fs.rm(targets)
-        raise manifest.ManifestError(f"{source_dir}: a server-side copy differs from its source (crc32c)")
-    return "copied in the bucket", {o["path"]: found[s]["crc32c"] for o, s in zip(outputs, sources)
-                                    if found[s].get("crc32c")}
+        raise manifest.ManifestError(f"{gcs.url_of(fs, remote[0][0])}: a server-side copy differs from its "
+                                     "source (crc32c)")
+    return {dst: found[src]["crc32c"] for src, dst, _ in remote if found[src].get("crc32c")}

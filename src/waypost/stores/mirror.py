@@ -37,7 +37,7 @@ import sys
 import threading
 
 from waypost.model import trust
-from waypost.model.layout import ATTEMPTS, MANIFEST, RUNNING
+from waypost.model.layout import ATTEMPTS, COPY_NOTE, MANIFEST, RUNNING
 from waypost.model.states import SOUND_INPUTS, SUCCESS
 from waypost.stores import SCHEME, gcs, is_bucket_url
 from waypost.stores.bucket import archive_objects
@@ -52,6 +52,13 @@ def local_of(mirror: str, url: str) -> str:
     the one mapping the step's command, the runner and the planner share. A
     path is its own."""
     return os.path.join(mirror, str(url)[len(SCHEME):]) if str(url).startswith(SCHEME) else url
+
+
+def url_of(mirror: str, local_path: str) -> str:
+    """The gs:// URL of a file in the local copy of the bucket under
+    ``mirror`` (``local_of``'s other way); any other path as it is."""
+    path, top = os.path.abspath(local_path), os.path.abspath(mirror)
+    return SCHEME + path[len(top) + 1:] if path.startswith(top + "/") else local_path
 
 
 class BucketWorkspace:
@@ -74,10 +81,7 @@ class BucketWorkspace:
 
     def url_of(self, local_path: str) -> str:
         """The gs:// URL of a file in the local copy of the bucket."""
-        path = os.path.abspath(local_path)
-        if path.startswith(self.mirror + "/"):
-            return SCHEME + path[len(self.mirror) + 1:]
-        return local_path
+        return url_of(self.mirror, local_path)
 
     def _name(self, local_path: str) -> str:
         """The object name (bucket/key) of a file in the local copy of the bucket."""
@@ -353,7 +357,8 @@ def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
     if step.own_layout:   # (its outputs elsewhere in the bucket)
         from waypost.stores.ownbucket import OwnBucketWorkspace
         stage = OwnBucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir), local,
-                                   [local_of(step.mirror, d) for d in step.own_dirs])
+                                   [local_of(step.mirror, d) for d in step.own_dirs],
+                                   [local_of(step.mirror, d) for d in step.input_dirs])
     else:
         stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
     from waypost.model.layout import stage_root
@@ -392,6 +397,13 @@ def download(fs, remote: list[str], local: list[str]) -> None:
         if os.path.exists(temp):
             os.replace(temp, path)
 
+def fetch_folder(fs, remote: str, local: str) -> None:
+    """The local copy of a folder (a prefix of objects: a ``directory()``)
+    made the bucket's: every object below it, the copy left alone when it
+    is the bucket's already."""
+    _get_folder(fs, remote, local)
+
+
 def _get_folder(fs, remote: str, local: str) -> None:
     """A ``directory()`` input (a prefix, no object of its own): every
     object below it, into a fresh directory put in place of the old copy
@@ -404,9 +416,10 @@ def _get_folder(fs, remote: str, local: str) -> None:
     # bucket's is left alone (jobs side by side may be reading it).
     generations = {n[len(remote.rstrip("/")) + 1:]: str(found[n].get("generation") or found[n].get("updated"))
                    for n in names}
-    listed = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.generations.json")
+    listed = os.path.join(os.path.dirname(local), COPY_NOTE.format(os.path.basename(local)))
     with contextlib.suppress(OSError, ValueError), open(listed) as f:
-        if os.path.isdir(local) and json.load(f) == generations:
+        if os.path.isdir(local) and json.load(f) == generations \
+                and all(os.path.exists(os.path.join(local, rel)) for rel in generations):
             return
     fresh = _temp(local)
     shutil.rmtree(fresh, ignore_errors=True)

@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 
+from waypost.model.layout import is_in_progress
 from waypost.stores.bucket import move_into_archive
 from waypost.stores.mirror import BucketWorkspace, download
 
@@ -33,10 +34,11 @@ class OwnBucketWorkspace(BucketWorkspace):
     and the job's outputs (local copies, ``outputs``) with their directories
     only it writes (``own_dirs``, local copies too)."""
 
-    def __init__(self, url: str, local: str, outputs: list[str], own_dirs: list[str]):
+    def __init__(self, url: str, local: str, outputs: list[str], own_dirs: list[str], input_dirs: list[str]):
         super().__init__(url, local)
         self.outputs = [os.path.abspath(o) for o in outputs]
         self.own_dirs = [os.path.abspath(d) for d in own_dirs]
+        self.input_dirs = [os.path.abspath(d) for d in input_dirs]
         self._sent: dict[str, tuple[int, int]] = {}   # local file → (size, mtime_ns) as the bucket has it
         # What the step left in directories other jobs write too (not the
         # job's: not recorded), which goes up with the outputs all the same.
@@ -52,15 +54,15 @@ class OwnBucketWorkspace(BucketWorkspace):
                 for entry in os.scandir(directory):
                     path = os.path.abspath(entry.path)
                     if entry.is_file(follow_symlinks=False) and path not in declared \
-                            and not entry.name.startswith(".tmp-"):
+                            and not is_in_progress(entry.name):
                         found.append(path)
         return sorted(found)
 
-    def _remote_side(self) -> dict[str, str]:
-        """The bucket's objects in the own directories (not below) that are
-        not declared outputs: local copy → object name."""
+    def _remote_side(self, directories: list[str] | None = None) -> dict[str, str]:
+        """The bucket's objects in the own directories (or ``directories``;
+        not below) that are not declared outputs: local copy → object name."""
         declared, found = set(self.outputs), {}
-        for directory in self.own_dirs:
+        for directory in self.own_dirs if directories is None else directories:
             try:
                 listed = self.fs.ls(self._name(directory), detail=True, refresh=True)
             except FileNotFoundError:
@@ -69,7 +71,7 @@ class OwnBucketWorkspace(BucketWorkspace):
                 if info.get("type") != "file":
                     continue
                 local = self.local_of("gs://" + info["name"])
-                if local not in declared and not os.path.basename(local).startswith(".tmp-"):
+                if local not in declared and not is_in_progress(os.path.basename(local)):
                     found[local] = info["name"]
         return found
 
@@ -100,9 +102,15 @@ class OwnBucketWorkspace(BucketWorkspace):
 
     # --- the runner's ----------------------------------------------------------------
     def pull(self, inputs: list[str]) -> None:
+        """The record's engine files and the inputs (``BucketWorkspace.pull``),
+        with what is beside the inputs in the directories the jobs that made
+        them write alone (``input_dirs``: their side files)."""
         super().pull(inputs)
         for path in [*self.outputs, *self.side_files()]:
             _remove(path)
+        fetched = {os.path.abspath(i) for i in inputs}
+        beside = {local: name for local, name in self._remote_side(self.input_dirs).items() if local not in fetched}
+        download(self.fs, list(beside.values()), list(beside))
 
     def pull_workspace(self) -> None:
         super().pull_workspace()
