@@ -182,6 +182,39 @@ def test_on_a_gs_root_the_bucket_holds_plain_snakemakes_files_and_every_job_its_
     assert _jobs(_snakemake(wp, *gcs_flags(root), "-n")) == {}
 
 
+def test_on_slurm_on_a_gs_root_the_bucket_holds_plain_snakemakes_files(both, slurm_cluster, bucket, tmp_path):
+    """The onprem profile with the two storage settings of a gs:// root, the
+    cpu class bundled: each job's runner, in its Slurm job (four to a job,
+    run straight), fetches its inputs and stores its outputs and record in
+    the bucket."""
+    import json
+
+    import yaml
+    from conftest import REPO, gcs_flags, gcs_fs, gcs_key
+    plain, _ = both
+    wp = _copy(tmp_path / "wp", True)
+    root = _on_a_bucket(wp, bucket)
+    workers = yaml.safe_load((wp / "workers.yaml").read_text())
+    workers["pools"]["onprem"]["classes"]["cpu"]["bundle"] = 4
+    (wp / "workers.yaml").write_text(yaml.safe_dump(workers))
+    fast = ["--cores", "2", "--waypost-init-seconds-before-status-checks", "1", "--latency-wait", "5",
+            "--waypost-no-account", *gcs_flags(root)]
+    ran = subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "onprem"), *fast],
+                         cwd=wp, capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    found = _bucket_files(root)
+    expected = {n: t for n, t in _files(plain).items() if "/scored/" not in n and n != "out/report.txt"}
+    assert {n: t for n, t in found.items() if n != "out/report.txt"} == expected
+    from conftest import gcs_manifests
+    records = {name.removeprefix("_all/baseline/"): r for name, r in gcs_manifests(root).items()}
+    assert len(records) >= 16 and all(r["state"] == "SUCCESS" for r in records.values()), records
+    cpu = {name: r["attempts"][-1]["slurm_job_id"] for name, r in records.items()
+           if r["attempts"][-1]["worker"]["class"] == "cpu" and not name.startswith("fetch/")}
+    assert len(cpu) >= 12 and all(cpu.values()), cpu
+    assert len(set(cpu.values())) < len(cpu), cpu        # bundled: fewer Slurm jobs than jobs
+    assert _jobs(_snakemake(wp, *gcs_flags(root), "-n")) == {}
+
+
 def test_on_slurm_a_bundled_class_runs_several_of_its_jobs_in_one_slurm_job(both, slurm_cluster, tmp_path):
     # `bundle: 4` on the cpu class: the jobs of rules in their own layout
     # that need no Snakemake process of their own (no conda: in effect, no
