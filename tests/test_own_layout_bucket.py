@@ -255,3 +255,31 @@ def test_an_experiment_reuses_another_ones_jobs_in_the_bucket_server_side(bucket
     # Server-side: the copies' bytes never came down (only the evaluate jobs' inputs did).
     copies = [r for r in gcs_log.requests(mark) if "/rewriteTo/" in r or "/copyTo/" in r]
     assert len(copies) == 4, copies
+
+
+def test_waypost_adopt_records_files_put_in_the_bucket_by_hand_as_a_jobs_outputs(bucket, tmp_path):
+    from test_own_layout_records import REUSING
+    root = bucket + "/records"
+    (tmp_path / "Snakefile").write_text(REUSING)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"samples": ["s1", "s2"], "root": root,
+                                                          "data_dir": "out", "experiments": {"alpha": {}}}))
+    facts = _snakemake(tmp_path, "--configfile", "config.yaml", *flags(root), "-n")   # (what adopt reads)
+    assert facts.returncode == 0, facts.stderr[-2000:]
+    refused = _waypost(tmp_path, "adopt", "train", "--experiment", "alpha", "--wildcards", "sample=s1")
+    assert refused.returncode != 0 and "missing: " + root + "/out/models/s1/weights.bin" in refused.stderr, \
+        refused.stderr
+    fs().pipe_file(f"{key(root)}/out/models/s1/weights.bin", b"trained elsewhere\n")
+    fs().pipe_file(f"{key(root)}/out/models/s1/decoder.yml", b"dim: 8\n")   # (beside it, as its trainer left it)
+    adopted = _waypost(tmp_path, "adopt", "train", "--experiment", "alpha", "--wildcards", "sample=s1",
+                       "--note", "from the big machine")
+    assert adopted.returncode == 0, adopted.stderr
+    assert f"adopted 1 file(s) as the job train[sample=s1] of experiment alpha: {root}/out/models/s1/weights.bin" \
+        in adopted.stdout, adopted.stdout
+    record = json.loads(fs().cat_file(f"{key(root)}/_all/alpha/train/s1/_manifest.json"))
+    assert record["adopted"] and record["outputs_dir"] == "../../../../out/models/s1"
+    assert record["outputs"][0]["size"] == len(b"trained elsewhere\n")
+    ran = _snakemake(tmp_path, *flags(root), "--configfile", "config.yaml")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (tmp_path / "train-calls.txt").read_text().split() == ["s2"]   # s1 was adopted, not trained
+    assert fs().cat_file(f"{key(root)}/out/s2/report.txt") == b"trained s2\ndim: 4\n"
+    assert fs().cat_file(f"{key(root)}/out/s1/report.txt") == b"trained elsewhere\ndim: 8\n"

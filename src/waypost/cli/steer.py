@@ -106,7 +106,7 @@ def _adopt_own(cfg: dict, args, facts: dict) -> int:
     print(f"adopted {len(record['outputs'])} file(s) as the job {args.stage}"
           + (f"[{', '.join(f'{k}={v}' for k, v in record['wildcards'].items())}]" if record["wildcards"] else "")
           + f" of experiment {record['experiment']}: "
-          + ", ".join(os.path.relpath(os.path.join(record_dir, record["outputs_dir"], o["path"]))
+          + ", ".join(stores.shown(stores.resolve(record_dir, os.path.join(record["outputs_dir"], o["path"])))
                       for o in record["outputs"]) + f" (its record: {record_dir})")
     if replaced:
         print(_set_aside(replaced))

@@ -42,28 +42,55 @@ def adopt_own(config: dict, rule: str, experiment: str, given: dict[str, str], p
     where its paths carry one) in ``experiment``, adopting the files at
     its outputs. Returns the record, its directory, and what was archived."""
     check_names(config, experiment)
-    values, outputs = _job_outputs(rule, experiment, given, patterns)
+    root = config["root"]
+    on_bucket = stores.needs_mirror(root)   # (its patterns are then below the root, as the rule wrote them)
+    tree = stores.store_for(root) if on_bucket else None
+    values, outputs = _job_outputs(rule, experiment, given,
+                                   [stores.join(root, p) for p in patterns] if on_bucket else patterns, tree)
     several = len(config["experiments"]) > 1
     experiment, instance = layout.own_job(values, None if several else experiment)
-    record_dir = layout.stage_dir(config["root"], layout.ALL_PAIRS, experiment, rule, instance)
-    tree = stores.store_for(record_dir)
+    record_dir = layout.stage_dir(root, layout.ALL_PAIRS, experiment, rule, instance)
+    tree = tree or stores.store_for(record_dir)
     previous = adoptable(tree, record_dir, force, "job with its own record")
-    base = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path in outputs])
-    described = manifest.describe_outputs(base, [os.path.abspath(path) for path in outputs])
+    if on_bucket:   # (relative paths reckoned on the URLs' keys: the layout a local copy has)
+        keys = {url: "/" + url[len(stores.SCHEME):] for url in [*outputs, record_dir]}
+        base = os.path.commonpath([os.path.dirname(keys[url]) for url in outputs])
+        described = _described_in(tree, base, outputs, keys)
+        outputs_dir = os.path.relpath(base, keys[record_dir])
+    else:
+        base = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path in outputs])
+        described = manifest.describe_outputs(base, [os.path.abspath(path) for path in outputs])
+        outputs_dir = os.path.relpath(base, os.path.abspath(record_dir))
+        keys = {path: os.path.abspath(path) for path in outputs}
     replaced = set_aside_records(tree, record_dir, [], previous) if tree.isdir(record_dir) else None
-    os.makedirs(record_dir, exist_ok=True)
+    if not on_bucket:
+        os.makedirs(record_dir, exist_ok=True)
     record = adopted_manifest(
         experiment=experiment, pair=layout.ALL_PAIRS, stage=rule, instance=instance, outputs=described, note=note,
-        outputs_dir=os.path.relpath(base, os.path.abspath(record_dir)), wildcards=values,
-        declared=[os.path.relpath(os.path.abspath(path), base) for path in outputs])
+        outputs_dir=outputs_dir, wildcards=values, declared=[os.path.relpath(keys[path], base) for path in outputs])
     tree.write_manifest(record_dir, record)
     return record, record_dir, replaced
 
 
-def _job_outputs(rule: str, experiment: str, given: dict[str, str],
-                 patterns: list[str]) -> tuple[dict[str, str], list[str]]:
+def _described_in(tree, base: str, outputs: list[str], keys: dict[str, str]) -> list[dict]:
+    """The manifest's outputs of files in a bucket (``tree``), as
+    ``manifest.describe_outputs`` describes local ones: a ``directory()``
+    output's every object (``keys``: each URL's key, ``base`` among them)."""
+    described = []
+    for url in outputs:
+        names = [stores.join(url, rel) for rel in tree.files(url)] if tree.isdir(url) else [url]
+        for name in names:
+            sha256, crc32c = tree.digests(name)
+            described.append({"path": os.path.relpath(keys[url] + name[len(url):], base), "size": tree.size(name),
+                              "sha256": sha256, **({"crc32c": crc32c} if crc32c else {})})
+    return described
+
+
+def _job_outputs(rule: str, experiment: str, given: dict[str, str], patterns: list[str],
+                 tree=None) -> tuple[dict[str, str], list[str]]:
     """The job's wildcards (every one of its rule's, in their order) and its
-    outputs, which must all be there; else SteerError, one line."""
+    outputs, which must all be there (``tree``: in a bucket's store, the
+    patterns its URLs); else SteerError, one line."""
     names = wildcard_names(patterns)
     values = {**given, **({"experiment": experiment} if "experiment" in names else {})}
     unknown = sorted(set(values) - set(names))
@@ -74,7 +101,7 @@ def _job_outputs(rule: str, experiment: str, given: dict[str, str],
                          + (f"; it has no {', '.join(unknown)}" if unknown else "") + "; nothing adopted")
     values = {name: str(values[name]) for name in names}
     outputs = [_FIELD.sub(lambda m: values[m.group(1)], pattern) for pattern in patterns]
-    absent = [path for path in outputs if not os.path.exists(path)]
+    absent = [path for path in outputs if not (tree.exists(path) or tree.isdir(path) if tree else os.path.exists(path))]
     if absent:
         raise SteerError(f"adopt {rule}: put its outputs where the rule writes them first; missing: "
                          f"{', '.join(absent)}; nothing adopted")
