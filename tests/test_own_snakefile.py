@@ -187,10 +187,9 @@ def test_on_slurm_on_a_gs_root_the_bucket_holds_plain_snakemakes_files(both, slu
     cpu class bundled: each job's runner, in its Slurm job (four to a job,
     run straight), fetches its inputs and stores its outputs and record in
     the bucket."""
-    import json
 
     import yaml
-    from conftest import REPO, gcs_flags, gcs_fs, gcs_key
+    from conftest import REPO, gcs_flags
     plain, _ = both
     wp = _copy(tmp_path / "wp", True)
     root = _on_a_bucket(wp, bucket)
