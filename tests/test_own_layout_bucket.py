@@ -9,7 +9,6 @@ plain Snakemake writes on disk, side by side."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from conftest import gcs_flags as flags
 from conftest import gcs_fs as fs
 from conftest import gcs_key as key
 from conftest import gcs_objects as objects
+from test_own_layout_records import _jobs, _snakemake
 
 MARK = "# waypost"
 
@@ -100,11 +100,6 @@ def _write(workdir: Path, root: str | None) -> Path:
     return workdir
 
 
-def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=300)
-
-
 def _waypost(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "waypost.cli", *args, "--config", "config.yaml"], cwd=workdir,
                           capture_output=True, text=True, timeout=300)
@@ -117,13 +112,6 @@ def _bucket_files(root: str, top: str) -> dict[str, str]:
 
 def _disk_files(workdir: Path, top: str) -> dict[str, str]:
     return {str(p.relative_to(workdir)): p.read_text() for p in sorted((workdir / top).rglob("*")) if p.is_file()}
-
-
-def _jobs(dry_run: subprocess.CompletedProcess) -> dict[str, int]:
-    """rule → jobs, from a dry run's job stats."""
-    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
-    table = (dry_run.stdout + dry_run.stderr).split("Job stats:", 1)[1].split("Reasons:")[0]
-    return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", table, re.M) if rule != "total"}
 
 
 def _record(root: str, rule: str, job: str | None = None) -> dict:
@@ -283,3 +271,40 @@ def test_waypost_adopt_records_files_put_in_the_bucket_by_hand_as_a_jobs_outputs
     assert (tmp_path / "train-calls.txt").read_text().split() == ["s2"]   # s1 was adopted, not trained
     assert fs().cat_file(f"{key(root)}/out/s2/report.txt") == b"trained s2\ndim: 4\n"
     assert fs().cat_file(f"{key(root)}/out/s1/report.txt") == b"trained elsewhere\ndim: 8\n"
+
+
+def test_snakemake_idioms_on_a_gs_root_make_the_files_plain_snakemake_makes_on_disk(bucket, tmp_path):
+    """log:, benchmark:, retries, group, unpack, ensure(), a checkpoint
+    gathered with glob_wildcards, touch() and protected() outputs, a
+    module's rules: the same files (their names: a params function sees
+    the local copies' paths, as with any storage plugin), every job its
+    record, and the same plan under --forcerun."""
+    from test_own_layout_records import IDIOMS, IDIOMS_MODULE
+    root = bucket + "/idioms"
+    made = {}
+    for name, with_waypost in (("plain", False), ("wp", True)):
+        workdir = tmp_path / name
+        (workdir / "mod").mkdir(parents=True)
+        (workdir / "mod" / "Snakefile").write_text(IDIOMS_MODULE)
+        keep = (lambda line: True) if with_waypost else (lambda line: not line.rstrip().endswith(MARK))
+        (workdir / "Snakefile").write_text("".join(line for line in IDIOMS.splitlines(keepends=True) if keep(line)))
+        (workdir / "config.yaml").write_text(yaml.safe_dump({"root": root, "experiments": {"trial": {}}})
+                                             if with_waypost else "{}\n")
+        options = ("--configfile", "config.yaml", *(flags(root) if with_waypost else ()))
+        ran = _snakemake(workdir, *options)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert "no waypost record" not in ran.stderr   # every rule that makes files has its record
+        if with_waypost:
+            fs().invalidate_cache()
+            made[name] = {n for n in objects(root) if not n.startswith("_all/")}
+        else:
+            made[name] = {str(p.relative_to(workdir)) for top in ("agg", "base", "bench", "chunked", "chunks", "mod",
+                                                                  "logs") for p in (workdir / top).rglob("*")
+                          if p.is_file() and p.name != "Snakefile" and p.name != ".snakemake_timestamp"}
+        made[name + " forced"] = _jobs(_snakemake(workdir, *options, "-n", "--forcerun", "per_chunk"))
+        made[name + " again"] = _jobs(_snakemake(workdir, *options, "-n"))
+    assert made["wp"] == made["plain"]
+    assert made["wp forced"] == made["plain forced"] == {"per_chunk": 4, "agg": 2, "final": 1, "everything": 1}
+    assert made["wp again"] == made["plain again"] == {}
+    records = {n.rsplit("/", 1)[0] for n in objects(root) if n.startswith("_all/") and n.endswith("/_manifest.json")}
+    assert {"_all/trial/base/ab", "_all/trial/final", "_all/trial/m_shout/cd", "_all/trial/chunks/ab"} <= records

@@ -525,10 +525,9 @@ def own_layout_refusal(snake: Snake, name: str) -> str | None:
         return f"its name is no directory name ({layout.NAME_RULE})"
     if rule.shadow_depth:
         return "shadow:"
-    flagged = sorted({flag for f in rule.output for flag in ("pipe", "service", "storage_object")
-                      if is_flagged(f, flag) and not (flag == "storage_object" and _in_the_root(f, snake.root))})
+    flagged = _flagged_apart(rule, snake.root)
     if flagged:
-        return f"{flagged[0].replace('_object', '')}() outputs"
+        return f"{flagged} outputs"
     deployment = getattr(snake.workflow, "deployment_settings", None)
     if deployment is not None and any(getattr(method, "name", "") == "APPTAINER"
                                       for method in deployment.deployment_method) \
@@ -547,6 +546,11 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
     directory of its own. Its inputs, outputs and everything else stay as
     written."""
     rule = snake.workflow.get_rule(name)
+    if mirror:
+        benchmark_on_the_bucket(snake, rule)
+        for f in rule.output:   # (Snakemake write-protects its local copy after the job: it must stay)
+            if is_flagged(f, "protected") and is_flagged(f, "storage_object"):
+                f.flags["storage_object"].keep_local = True
     if rule.shellcmd is None:
         if mirror:   # (the block or script sees its files' local copies, as a command does)
             _map_param_functions(rule, mirror)
@@ -1200,6 +1204,15 @@ def _input_items(rule, root: str) -> list[tuple[str, object]]:
     return items
 
 
+def _flagged_apart(rule, root: str) -> str | None:
+    """The first flag (``pipe()``, ``service()``, ``storage()``) of a rule's
+    outputs that keeps its jobs from a record; None without one (on a gs://
+    root, its files are storage objects in the root's bucket: those are waypost's)."""
+    flagged = sorted({flag for f in rule.output for flag in ("pipe", "service", "storage_object")
+                      if is_flagged(f, flag) and not (flag == "storage_object" and _in_the_root(f, root))})
+    return f"{flagged[0].replace('_object', '')}()" if flagged else None
+
+
 def as_plain_on_the_bucket(snake: Snake, name: str, runs: bool = True) -> None:
     """On a gs:// root, a rule that runs as plain Snakemake runs it (no
     record: ``own_layout_refusal``): its files, in the bucket, are fetched
@@ -1212,13 +1225,31 @@ def as_plain_on_the_bucket(snake: Snake, name: str, runs: bool = True) -> None:
     outputs so: its inputs are never fetched."""
     rule = snake.workflow.get_rule(name)
     for files in (rule.input, rule.output, rule.log) if runs else (rule.output,):
-        for f in files:
-            if not callable(f) and is_flagged(f, "storage_object") and _in_the_root(f, snake.root):
-                f._file = _retrieved(f._file)
-    for kind in ("input_modifier", "output_modifier", "log_modifier", "benchmark_modifier") if runs else ():
+        _retrieve(files, snake.root)
+    if runs:
+        benchmark_on_the_bucket(snake, rule)
+    for kind in ("input_modifier", "output_modifier", "log_modifier") if runs else ():
         modifier = getattr(rule, kind, None)
         if modifier is not None:
             setattr(rule, kind, _Retrieving(modifier, snake.root))
+
+
+def benchmark_on_the_bucket(snake: Snake, rule) -> None:
+    """On a gs:// root, a rule's ``benchmark:`` file is Snakemake's to
+    store in the bucket (it measures the job and writes the file after it),
+    whether or not the job's step has a record."""
+    if rule.benchmark is not None:
+        _retrieve([rule.benchmark], snake.root)
+    if getattr(rule, "benchmark_modifier", None) is not None:
+        rule.benchmark_modifier = _Retrieving(rule.benchmark_modifier, snake.root)
+
+
+def _retrieve(files, root: str) -> None:
+    """Each of a rule's files in the root's bucket ``_retrieved``, in place."""
+    for f in files:
+        if not callable(f) and is_flagged(f, "storage_object") and _in_the_root(f, root) \
+                and not f.flags["storage_object"].retrieve:
+            f._file = _retrieved(f._file)
 
 
 def fetch_checkpoint_folders() -> None:

@@ -84,8 +84,7 @@ class StageAttempt:
             env["WORKSPACE"] = str(worker["WORKSPACE"])
         oom_before = oom_kills()
         started = time.monotonic()
-        # (a run: block's command is a Snakemake process's, whose options name the root)
-        if directory.remote and stores.SCHEME in command and not command.startswith(wspec.RUN_BLOCK_ENV + "="):
+        if directory.remote and _names_urls(command):
             _announce_urls(command, log)
 
         def heartbeat() -> None:
@@ -208,6 +207,12 @@ def exit_of(returncode: int) -> int | None:
     """A process's exit status as conditions read it (``NAME.exit``): None
     when a signal ended it (negative, or 128 + N as a shell reports it)."""
     return None if returncode < 0 or 128 < returncode < 128 + 65 else returncode
+
+
+def _names_urls(command: str) -> bool:
+    """Does a step's command name gs:// URLs of its own (not a ``run:``
+    block's, a Snakemake process's command whose options name the root)?"""
+    return stores.SCHEME in command and not command.startswith(wspec.RUN_BLOCK_ENV + "=")
 
 
 def _announce_urls(command: str, log: StepLog) -> None:

@@ -444,6 +444,16 @@ def bring_objects(fs, target: str, source: StageStore, source_dir: str,
     return how, {o["path"]: crc32cs[f"{target}/{o['path']}"] for o in outputs if f"{target}/{o['path']}" in crc32cs}
 
 
+def _check_listed(url: str, info: dict, out: dict) -> None:
+    """An object as its bucket lists it (``info``) against its manifest's
+    entry ``out``: its size, and its crc32c where the manifest records one."""
+    if info["size"] != out.get("size"):
+        raise manifest.ManifestError(f"{url}: differs from its manifest (size {info['size']} vs {out.get('size')})")
+    if out.get("crc32c") and info.get("crc32c") != out["crc32c"]:
+        raise manifest.ManifestError(f"{url}: differs from its manifest (crc32c {info.get('crc32c')} vs "
+                                     f"{out['crc32c']}): replaced since the manifest was written")
+
+
 def copy_checked(fs, copies: list[tuple[str, str, dict]]) -> dict[str, str]:
     """Each (source: a local path or a gs:// URL, target: bucket/key, the
     source's manifest entry): every source checked against its entry (a
@@ -459,22 +469,21 @@ def copy_checked(fs, copies: list[tuple[str, str, dict]]) -> dict[str, str]:
             raise manifest.ManifestError(f"{path}: differs from its manifest (size or sha256)")
     found = {src: fs.info(src) for src, _, _ in remote}
     for src, _, out in remote:
-        if found[src]["size"] != out.get("size"):
-            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (size {found[src]['size']} "
-                                         f"vs {out.get('size')})")
-        if out.get("crc32c") and found[src].get("crc32c") != out["crc32c"]:
-            raise manifest.ManifestError(f"{gcs.url_of(fs, src)}: differs from its manifest (crc32c "
-                                         f"{found[src].get('crc32c')} vs {out['crc32c']}): replaced since the "
-                                         "manifest was written")
+        _check_listed(gcs.url_of(fs, src), found[src], out)
     if local:
         fs.put([src for src, _, _ in local], [dst for _, dst, _ in local])
-    if not remote:
-        return {}
-    targets = [dst for _, dst, _ in remote]
-    fs.copy([src for src, _, _ in remote], targets)
+    return _copy_server_side(fs, [(src, dst) for src, dst, _ in remote], found) if remote else {}
+
+
+def _copy_server_side(fs, pairs: list[tuple[str, str]], found: dict[str, dict]) -> dict[str, str]:
+    """Copy each (source, target) object in the service, then check each
+    copy's crc32c against its source's as listed (``found``): a copy that
+    differs removes them all. Target → crc32c."""
+    targets = [dst for _, dst in pairs]
+    fs.copy([src for src, _ in pairs], targets)
     copied = [fs.info(t) for t in targets]
-    if any(c.get("crc32c") != found[src].get("crc32c") for c, (src, _, _) in zip(copied, remote)):
+    if any(c.get("crc32c") != found[src].get("crc32c") for c, (src, _) in zip(copied, pairs)):
         fs.rm(targets)
-        raise manifest.ManifestError(f"{gcs.url_of(fs, remote[0][0])}: a server-side copy differs from its "
+        raise manifest.ManifestError(f"{gcs.url_of(fs, pairs[0][0])}: a server-side copy differs from its "
                                      "source (crc32c)")
-    return {dst: found[src]["crc32c"] for src, dst, _ in remote if found[src].get("crc32c")}
+    return {dst: found[src]["crc32c"] for src, dst in pairs if found[src].get("crc32c")}
