@@ -190,6 +190,21 @@ def test_status_rerun_and_presence_read_the_records_in_the_bucket(ran):
     assert "localrule measure:" not in redone.stdout + redone.stderr
     assert fs().cat_file(f"{key(root)}/out/summary.tsv") == b"2 plots\n"
 
+    # verify reads each record's outputs where its rule put them; --repair
+    # sets aside a job whose output changed, with its outputs and side files.
+    checked = _waypost(wp, "verify")
+    assert checked.returncode == 0 and "not to be trusted" not in checked.stdout + checked.stderr, checked.stdout
+    fs().pipe_file(f"{key(root)}/work/fen/area.txt", b"fen 99\n")   # (the same size, other bytes)
+    checked = _waypost(wp, "verify", "--repair")
+    said = checked.stdout + checked.stderr
+    assert "_all/survey/measure/fen: area.txt does not match its checksum" in said, said
+    fs().invalidate_cache()
+    assert {"_all/survey/measure/fen/.attempts/1/area.txt", "_all/survey/measure/fen/.attempts/1/notes.txt"} \
+        <= objects(root) and "work/fen/area.txt" not in objects(root)
+    redone = _snakemake(wp, *flags(root), "work/fen/area.txt")   # (an intermediate file: asked for by name)
+    assert redone.returncode == 0, redone.stderr[-3000:]
+    assert fs().cat_file(f"{key(root)}/work/fen/area.txt") == b"fen 21\n"
+
     # Presence mode: a recorded job whose outputs are in the bucket is done,
     # even with a newer input; the plain rule keeps Snakemake's answer.
     config = yaml.safe_load((wp / "config.yaml").read_text()) | {"rerun_policy": "presence"}

@@ -227,6 +227,21 @@ def test_a_deleted_output_is_redone_as_plain_snakemake_redoes_it_in_a_new_series
     assert _files(tmp_path / "wp") == _files(plain)
 
 
+def test_verify_reads_each_jobs_outputs_where_its_rule_put_them_and_repair_sets_them_aside(ran, tmp_path):
+    _, wp = ran
+    copy = shutil.copytree(wp, tmp_path / "wp", symlinks=True)
+    checked = _waypost(copy, "verify", "--config", "config.yaml")
+    assert checked.returncode == 0 and "not to be trusted" not in checked.stdout + checked.stderr, checked.stdout
+    (copy / "data/b/fit/params.json").write_text((copy / "data/b/fit/params.json").read_text().upper())
+    checked = _waypost(copy, "verify", "--config", "config.yaml", "--repair")
+    said = checked.stdout + checked.stderr
+    assert "records/_all/trial/fit/b: params.json does not match its checksum" in said, said
+    archive = _record(copy, "fit", "b") / ".attempts"
+    archived = sorted(p.name for p in archive.rglob("*") if p.is_file())
+    assert "params.json" in archived and "fit.log" in archived and "_manifest.json" in archived, archived
+    assert not (copy / "data/b/fit/params.json").exists()
+
+
 def test_presence_mode_when_the_config_asks_for_it_present_outputs_are_done(ran, tmp_path):
     plain, wp = ran
     copies = {name: shutil.copytree(workdir, tmp_path / name, symlinks=True) for name, workdir in

@@ -104,12 +104,15 @@ def _check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = 
     # On a bucket the listing's crc32c, when the manifest records every output's.
     crc = checksums and tree.listed_crc32c and all(out.get("crc32c") for out in outputs)
     how = "contents" if cache is not None or crc else "sizes"
+    base = manifest.outputs_base(stage_dir, data)   # (a rule in its own layout: where its outputs are)
     for out in outputs:
-        path = layout.join(stage_dir, out["path"])
-        away = tree.escapes(stage_dir, out["path"])
+        path = layout.join(base, out["path"])
+        away = tree.escapes(base, out["path"])
         if away:   # never read (nor sized) out of the stage dir
             return f"{out['path']} is a symbolic link out of its stage directory (to {away})", how
         size = tree.size(path)
+        if size is None and (out.get("temp") or out.get("side")):
+            continue   # (removed by Snakemake once its consumers ran; a side file is not what makes it done)
         if size is None:
             return f"{out['path']} is missing", how
         if size != out.get("size"):
@@ -139,13 +142,27 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
             problem = Problem(stage_dir, what)
             if repair:
                 try:
-                    problem.archived = tree.archive(stage_dir)
+                    problem.archived = _set_aside(tree, stage_dir)
                 except manifest.ManifestError as exc:   # an .attempts that is a link out: not archived through it
                     problem.what += f" (not set aside: {exc})"
             problems.append(problem)
     if cache:
         cache.save()
     return problems
+
+
+def _set_aside(tree, stage_dir: str) -> str | None:
+    """Archive a stage directory; a rule in its own layout's record with
+    its outputs (where its rule put them), into the same archive."""
+    try:
+        data = tree.manifest(stage_dir)
+    except manifest.ManifestError:
+        data = None
+    archived = tree.archive(stage_dir)
+    if archived and (data or {}).get("outputs_dir"):
+        tree.archive_from(stage_dir, manifest.outputs_base(stage_dir, data),
+                          [out["path"] for out in data.get("outputs", [])], into=archived)
+    return archived
 
 
 def summary(verified: Verified, checksums: bool = True) -> str | None:
