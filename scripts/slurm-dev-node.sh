@@ -136,7 +136,10 @@ cmd_resume() {
     local n
     # Slurm counts a resume done only for a node that booted after it was asked,
     # by the node's uptime, to the second; so does a cloud VM, which takes a while.
-    sleep 1
+    # The node's time namespace takes whole seconds off the machine's uptime,
+    # so its own starts at the fraction left (up to 1 s): 2 s, not 1, always
+    # puts its boot in a later second than the request.
+    sleep 2
     for n in $(scontrol show hostnames "$1"); do
         cmd_start "$n" slurmd
     done
