@@ -106,23 +106,33 @@ def _check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = 
     how = "contents" if cache is not None or crc else "sizes"
     base = manifest.outputs_base(stage_dir, data)   # (a rule in its own layout: where its outputs are)
     for out in outputs:
-        path = layout.join(base, out["path"])
-        away = tree.escapes(base, out["path"])
-        if away:   # never read (nor sized) out of the stage dir
-            return f"{out['path']} is a symbolic link out of its stage directory (to {away})", how
-        size = tree.size(path)
-        if size is None and (out.get("temp") or out.get("side")):
-            continue   # (removed by Snakemake once its consumers ran; a side file is not what makes it done)
-        if size is None:
-            return f"{out['path']} is missing", how
-        if size != out.get("size"):
-            return f"{out['path']} has {size} bytes, the manifest says {out.get('size')}", how
-        if cache is not None and cache.sha256(path) != out.get("sha256"):
-            return f"{out['path']} does not match its checksum", how
-        if crc and tree.crc32c(path) != out["crc32c"]:
-            return f"{out['path']} does not match its checksum (crc32c {tree.crc32c(path)}, " \
-                   f"the manifest says {out['crc32c']})", how
+        problem = _output_problem(tree, base, out, cache, crc)
+        if problem:
+            return problem, how
     return None, how
+
+
+def _output_problem(tree, base: str, out: dict, cache: ChecksumCache | None, crc: bool) -> str | None:
+    """What is wrong with one output a manifest lists (``out``, relative to
+    ``base``), or None: sizes, then the sha256 (``cache``) or the listed
+    crc32c (``crc``)."""
+    path = layout.join(base, out["path"])
+    away = tree.escapes(base, out["path"])
+    if away:   # never read (nor sized) out of the stage dir
+        return f"{out['path']} is a symbolic link out of its stage directory (to {away})"
+    size = tree.size(path)
+    if size is None:
+        # (a temp() output Snakemake removed once its consumers ran; a side
+        # file is not what makes a job done)
+        return None if out.get("temp") or out.get("side") else f"{out['path']} is missing"
+    if size != out.get("size"):
+        return f"{out['path']} has {size} bytes, the manifest says {out.get('size')}"
+    if cache is not None and cache.sha256(path) != out.get("sha256"):
+        return f"{out['path']} does not match its checksum"
+    if crc and tree.crc32c(path) != out["crc32c"]:
+        return f"{out['path']} does not match its checksum (crc32c {tree.crc32c(path)}, the manifest says " \
+               f"{out['crc32c']})"
+    return None
 
 
 def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
