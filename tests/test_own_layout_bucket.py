@@ -20,9 +20,7 @@ from conftest import gcs_flags as flags
 from conftest import gcs_fs as fs
 from conftest import gcs_key as key
 from conftest import gcs_objects as objects
-from test_own_layout_records import _jobs, _snakemake
-
-MARK = "# waypost"
+from test_own_layout_records import MARK, _jobs, _snakemake
 
 SNAKEFILE = textwrap.dedent("""\
     configfile: "config.yaml"

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from waypost.model import locations, trust, writes
 from waypost.model.errors import WaypostError
-from waypost.model.layout import ATTEMPTS, ENGINE_FILES, MANIFEST
+from waypost.model.layout import ATTEMPTS, ENGINE_FILES, MANIFEST, is_in_progress
 from waypost.model.records import Manifest
 
 HASH_CHUNK = 1 << 20
@@ -133,7 +133,7 @@ def describe_outputs(stage_dir: str, paths: list[str], temporary: list[str] = ()
     marked; ``side``: files a job left beside its declared outputs, so marked."""
     described = []
     temp, beside = set(temporary), set(side)
-    for path in _files_of(paths):
+    for path in files_of(paths):
         sha256, crc32c = digests_file(path)
         described.append({
             "path": os.path.relpath(path, stage_dir),
@@ -146,7 +146,25 @@ def describe_outputs(stage_dir: str, paths: list[str], temporary: list[str] = ()
     return described
 
 
-def _files_of(paths: list[str]) -> list[str]:
+def files_beside(directories, declared: set[str]) -> list[str]:
+    """The files in ``directories`` (not below; absolute paths, sorted) that
+    are not among ``declared`` (absolute paths) nor one of waypost's own
+    being written or fetched (``layout.is_in_progress``): what a job left
+    beside its outputs."""
+    found = []
+    for directory in directories:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            path = os.path.abspath(entry.path)
+            if entry.is_file(follow_symlinks=False) and path not in declared and not is_in_progress(entry.name):
+                found.append(path)
+    return sorted(found)
+
+
+def files_of(paths: list[str]) -> list[str]:
     """The outputs as files: a ``directory()`` output's files, sorted (links as themselves)."""
     files = []
     for path in paths:

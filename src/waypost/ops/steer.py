@@ -222,14 +222,11 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         except manifest.ManifestError:
             data = None
         own = bool((data or {}).get("outputs_dir"))
-        try:
-            archived = "(dry run)" if dry_run else tree.archive(directory)
+        try:   # (a rule in its own layout: its outputs, where its rule put them, go in too)
+            archived = "(dry run)" if dry_run else tree.archive_job(directory, data)
         except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
             raise SteerError(f"{exc}" + (f"; archived before it: {', '.join(d for d, _, _ in done)}" if done
                                          else "; nothing was changed")) from None
-        if archived and not dry_run and own:   # its outputs are where its rule put them: they go in too
-            tree.archive_from(directory, manifest.outputs_base(directory, data),
-                              [out["path"] for out in data.get("outputs", [])], into=archived)
         if archived:
             done.append((directory, archived, own))
             if not dry_run:

@@ -47,7 +47,13 @@ pyproject.toml). Everything else is public:
 - checkpoints: ``workflow.globals["checkpoints"]``, ``Rule.is_checkpoint``,
   ``Rule.wildcard_names``, ``IncompleteCheckpointException.targetfile`` (an
   input that waits for a checkpoint is its output, as Snakemake's own
-  handler makes it).
+  handler makes it); ``Checkpoint.get``, wrapped on a gs:// root
+  (``fetch_checkpoint_folders``);
+- on a gs:// root, a file's storage object (``flags["storage_object"]``,
+  its ``query``, ``retrieve`` and ``keep_local``), ``_IOFile._file`` (a
+  rule's file given another storage object: ``_retrieved``) and a rule's
+  path modifiers (``input_modifier``, ``log_modifier``,
+  ``benchmark_modifier``, their ``modify``): ``as_plain_on_the_bucket``.
 """
 
 from __future__ import annotations
@@ -1386,7 +1392,7 @@ def _with_local_files(function, names: set[str], mirror: str):
         for name in names:
             if name in kwargs:
                 kwargs[name] = local_files(kwargs[name], mirror)
-        for _ in range(len(urls) + 1):
+        while True:   # (each input fetched at most once: ``urls`` shrinks)
             try:
                 return function(*args, **kwargs)
             except FileNotFoundError as exc:
@@ -1395,7 +1401,6 @@ def _with_local_files(function, names: set[str], mirror: str):
                     raise
                 if not _fetched(url, exc.filename):
                     raise FileNotFoundError(exc.errno, exc.strerror, url) from None
-        return function(*args, **kwargs)
     mapped.__signature__ = inspect.signature(function)
     return mapped
 

@@ -12,7 +12,7 @@ import time
 from waypost import scheduler, stores
 from waypost.model import locations, manifest, records, writes
 from waypost.model import spec as wspec
-from waypost.model.layout import LOGS, RUNNING, held_entry, is_in_progress, stage_name, stage_root
+from waypost.model.layout import LOGS, RUNNING, held_entry, stage_name, stage_root
 from waypost.state import lifecycle
 from waypost.stores.local import LocalStore
 
@@ -124,18 +124,7 @@ class StageDirectory:
 
     def _written_in(self, directories) -> list[str]:
         """The files in ``directories`` (not below) that are not the job's declared outputs."""
-        declared = {os.path.abspath(o) for o in self.outputs}
-        found = []
-        for directory in directories:
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:
-                continue
-            for entry in entries:
-                path = os.path.abspath(entry.path)
-                if entry.is_file(follow_symlinks=False) and path not in declared and not is_in_progress(entry.name):
-                    found.append(path)
-        return sorted(found)
+        return manifest.files_beside(directories, {os.path.abspath(o) for o in self.outputs})
 
     def side_files(self) -> list[str]:
         """A rule in its own layout: the files beside its outputs in the

@@ -162,17 +162,13 @@ def verify(root: str, checksums: bool = True, repair: bool = True) -> Verified:
 
 
 def _set_aside(tree, stage_dir: str) -> str | None:
-    """Archive a stage directory; a rule in its own layout's record with
-    its outputs (where its rule put them), into the same archive."""
+    """Archive a stage directory, a rule in its own layout's record with its
+    outputs (``StageStore.archive_job``)."""
     try:
         data = tree.manifest(stage_dir)
     except manifest.ManifestError:
         data = None
-    archived = tree.archive(stage_dir)
-    if archived and (data or {}).get("outputs_dir"):
-        tree.archive_from(stage_dir, manifest.outputs_base(stage_dir, data),
-                          [out["path"] for out in data.get("outputs", [])], into=archived)
-    return archived
+    return tree.archive_job(stage_dir, data)
 
 
 def summary(verified: Verified, checksums: bool = True) -> str | None:

@@ -170,6 +170,17 @@ class StageStore(abc.ABC):
         ``.attempts/<n>/``; returns ``.attempts/<n>``, or None when there was
         nothing. Never deletes; an archive cut short is finished by the next."""
 
+    def archive_job(self, directory: str, data: Manifest | None) -> str | None:
+        """``archive`` a stage directory, whose manifest is ``data`` (None:
+        none readable); a rule in its own layout's record (``outputs_dir``)
+        with its outputs too, where its rule put them, into the same archive
+        (``archive_from``)."""
+        archived = self.archive(directory)
+        if archived and (data or {}).get("outputs_dir"):
+            self.archive_from(directory, manifest.outputs_base(directory, data),
+                              [out["path"] for out in data.get("outputs", [])], into=archived)
+        return archived
+
     @abc.abstractmethod
     def archive_from(self, directory: str, base: str, paths: list[str], into: str | None = None) -> str | None:
         """The record ``directory`` of a job of a rule in its own layout:

@@ -392,22 +392,17 @@ def download(fs, remote: list[str], local: list[str]) -> None:
             try:
                 fs.get_file(one, temp)
             except FileNotFoundError:
-                _get_folder(fs, one, path)
+                fetch_folder(fs, one, path)
     for temp, path in zip(temps, local):
         if os.path.exists(temp):
             os.replace(temp, path)
 
+
 def fetch_folder(fs, remote: str, local: str) -> None:
-    """The local copy of a folder (a prefix of objects: a ``directory()``)
-    made the bucket's: every object below it, the copy left alone when it
-    is the bucket's already."""
-    _get_folder(fs, remote, local)
-
-
-def _get_folder(fs, remote: str, local: str) -> None:
-    """A ``directory()`` input (a prefix, no object of its own): every
-    object below it, into a fresh directory put in place of the old copy
-    (whose files the bucket may no longer have). Nothing when there are none."""
+    """A ``directory()`` (a prefix, no object of its own) made the bucket's
+    at its local copy: every object below it, into a fresh directory put in
+    place of the old copy (whose files the bucket may no longer have); the
+    copy left alone when it is the bucket's already. Nothing when there are none."""
     found = {n: i for n, i in fs.find(remote, detail=True).items() if n.startswith(remote.rstrip("/") + "/")}
     if not found:
         return

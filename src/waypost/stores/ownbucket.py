@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 
+from waypost.model import manifest
 from waypost.model.layout import is_in_progress
 from waypost.stores.bucket import move_into_archive
 from waypost.stores.mirror import BucketWorkspace, download
@@ -48,15 +49,7 @@ class OwnBucketWorkspace(BucketWorkspace):
     # --- what is where ------------------------------------------------------------
     def side_files(self) -> list[str]:
         """Local files in the own directories (not below) that are not declared outputs."""
-        declared, found = set(self.outputs), []
-        for directory in self.own_dirs:
-            with contextlib.suppress(OSError):
-                for entry in os.scandir(directory):
-                    path = os.path.abspath(entry.path)
-                    if entry.is_file(follow_symlinks=False) and path not in declared \
-                            and not is_in_progress(entry.name):
-                        found.append(path)
-        return sorted(found)
+        return manifest.files_beside(self.own_dirs, set(self.outputs))
 
     def _remote_side(self, directories: list[str] | None = None) -> dict[str, str]:
         """The bucket's objects in the own directories (or ``directories``;
@@ -91,14 +84,8 @@ class OwnBucketWorkspace(BucketWorkspace):
 
     @staticmethod
     def _files(paths: list[str]) -> list[str]:
-        """Local files: each path, or every file below a directory."""
-        found = []
-        for path in paths:
-            if os.path.isdir(path) and not os.path.islink(path):
-                found += [os.path.join(d, n) for d, _, names in os.walk(path) for n in names]
-            elif os.path.lexists(path):
-                found.append(path)
-        return found
+        """Local files: each path that is there, or every file below a directory."""
+        return [f for f in manifest.files_of(paths) if os.path.lexists(f)]
 
     # --- the runner's ----------------------------------------------------------------
     def pull(self, inputs: list[str]) -> None:
