@@ -125,11 +125,12 @@ def test_a_real_cancel_still_ends_the_series_as_the_policy_says(tmp_path):
     record = read_manifest(stage)
     assert record["state"] == "SUCCESS"
     assert [(a["series"], a["action"], a["state"]) for a in record["attempts"]] == [
-        (1, "cmd", "CANCELLED"), (2, "cmd", "SUCCESS")]
-    # No cue resumes a CANCELLED series: a fresh start, the old workspace archived.
-    assert "no cue resumes it: a fresh start" in record["attempts"][1]["why"]
-    assert list((stage / ".attempts" / "1" / "saves").glob("sweep-*"))
-    assert "begins at sweep 0" in (stage / record["attempts"][1]["log"]).read_text()
+        (1, "cmd", "CANCELLED"), (2, "restart", "SUCCESS")]
+    # A cancel is not the step's failure: with no cue, the next series
+    # resumes its work in place (a new workspace is what a cue asks for).
+    assert "resumes in place" in record["attempts"][1]["why"]
+    assert not (stage / ".attempts").exists()
+    assert "begins at sweep 0" not in (stage / record["attempts"][1]["log"]).read_text()
 
 
 def test_runner_gone_cancel_keeps_the_old_way(tmp_path):
@@ -140,10 +141,12 @@ def test_runner_gone_cancel_keeps_the_old_way(tmp_path):
 
     next_run(tmp_path)
     record = read_manifest(stage)
+    # The vanished runner's series ends CANCELLED (counted), and the next
+    # series resumes its work in place.
     assert [(a["series"], a["action"], a["state"]) for a in record["attempts"]] == [
-        (1, "cmd", "CANCELLED"), (2, "cmd", "SUCCESS")]
+        (1, "cmd", "CANCELLED"), (2, "restart", "SUCCESS")]
     assert "interrupted_by" not in record["attempts"][0]
-    assert list((stage / ".attempts" / "1" / "saves").glob("sweep-*"))
+    assert not (stage / ".attempts").exists()
 
 
 def vanished_runner_marker(stage: Path, attempts: list[dict]) -> None:

@@ -55,7 +55,7 @@ def finish_quickly(workdir: Path, **policy) -> None:
     write_config(workdir, config)
 
 
-def test_sigkill_of_the_step_is_recorded_and_rerun(tmp_path):
+def test_sigkill_of_the_step_is_recorded_and_resumed_in_place(tmp_path):
     write_config(tmp_path, LONG)
     stage = tmp_path / "results/en-xa/exp1/train_backward"
     run = start_run(tmp_path)
@@ -76,15 +76,18 @@ def test_sigkill_of_the_step_is_recorded_and_rerun(tmp_path):
     snakemake(tmp_path, "--until", "train_backward")
     record = json.loads((stage / "_manifest.json").read_text())
     assert record["state"] == "SUCCESS"
-    assert [a["state"] for a in record["attempts"]] == ["HWFAILURE", "SUCCESS"]
-    archived = stage / ".attempts" / "1"
-    assert list((archived / "checkpoints").glob("epoch-*.json")), "interrupted checkpoints archived"
-    assert (archived / "_logs" / "attempt-1.log").exists()
+    # The step was killed, it did not fail: the next series resumes it in
+    # place from its checkpoints (a new workspace is what a policy asks for).
+    assert [(a["action"], a["state"]) for a in record["attempts"]] == [("cmd", "HWFAILURE"), ("restart", "SUCCESS")]
+    assert not (stage / ".attempts").exists()
+    assert list((stage / "checkpoints").glob("epoch-*.json")), "the checkpoints stay where the step left them"
+    assert "resum" in (stage / "_logs" / "attempt-2.log").read_text()
 
 
 def test_sigkill_of_snakemake_itself_leaves_nothing_that_looks_done(tmp_path):
-    # The series a vanished runner left ends, and the next starts afresh
-    # (runner_gone: cancel; going on in place, the default: test_driver_crash).
+    # The series a vanished runner left ends (runner_gone: cancel; going on
+    # in the same series, the default: test_driver_crash), and the next
+    # resumes its work in place.
     config = json.loads(json.dumps(LONG))
     config["stages"]["train_backward"]["policy"] = {"runner_gone": "cancel"}
     write_config(tmp_path, config)
@@ -117,5 +120,9 @@ def test_sigkill_of_snakemake_itself_leaves_nothing_that_looks_done(tmp_path):
     snakemake(tmp_path, "--until", "train_backward")
     record = json.loads((stage / "_manifest.json").read_text())
     assert record["state"] == "SUCCESS"
-    assert (stage / ".attempts/1/_running.json").exists()  # the interrupted workspace, archived
-    assert list((stage / ".attempts/1/checkpoints").glob("epoch-*.json"))
+    # The cancelled series ended, counted; the next resumes in place (a
+    # cancel keeps the work: a new workspace is what a cue asks for).
+    assert [(a["series"], a["action"], a["state"]) for a in record["attempts"]] == [
+        (1, "cmd", "CANCELLED"), (2, "restart", "SUCCESS")]
+    assert not (stage / ".attempts").exists()
+    assert list((stage / "checkpoints").glob("epoch-*.json"))

@@ -138,16 +138,33 @@ def test_a_retry_within_the_run_goes_on_with_the_series(tmp_path):
 
 def test_a_new_run_starts_a_new_series_and_archives_the_old_one(tmp_path):
     # (a series a vanished runner left ends: runner_gone: cancel; the default
-    # goes on in place, see test_driver_crash.py)
+    # goes on in place, see test_driver_crash.py; a new workspace is what a
+    # cue asks for)
     stage = tmp_path / "p/e/s"
     killed_mid_attempt(stage, "run-1")
     out = stage / "out.txt"
+    policy = {"runner_gone": "cancel", "cues": [{"action": "rerun", "when": "cmd.CANCELLED", "rerun": "new"}]}
     proc = run_step(stage, sh(f"test ! -e {stage}/partial && echo fresh > {out}"), outputs=[out],
-                    policy=json.dumps({"runner_gone": "cancel"}), env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
+                    policy=json.dumps(policy), env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
     assert proc.returncode == 0, proc.stderr
     data = manifest.read(str(stage))
     assert [(a["series"], a["run"]) for a in data["attempts"]] == [(1, "run-1"), (2, "run-2")]
     assert (stage / ".attempts/1/partial").exists()
+
+
+def test_a_new_run_resumes_a_cancelled_series_in_place_by_default(tmp_path):
+    # A step cancelled from outside did not fail: with no cue, the next run's
+    # series resumes it in place (its work kept), as plain Snakemake would.
+    stage = tmp_path / "p/e/s"
+    killed_mid_attempt(stage, "run-1")
+    out = stage / "out.txt"
+    proc = run_step(stage, sh(f"cat {stage}/partial > {out}"), outputs=[out],
+                    policy=json.dumps({"runner_gone": "cancel"}), env={**os.environ, manifest.RUN_ID_ENV: "run-2"})
+    assert proc.returncode == 0, proc.stderr
+    data = manifest.read(str(stage))
+    assert [(a["series"], a["action"], a["state"]) for a in data["attempts"]] == [
+        (1, "cmd", "CANCELLED"), (2, "restart", "SUCCESS")]
+    assert out.read_text() == "partial\n" and not (stage / ".attempts").exists()
 
 
 def test_a_retry_of_a_series_the_policy_ended_does_not_run_it_again(tmp_path):

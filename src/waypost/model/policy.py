@@ -258,8 +258,10 @@ def begin_series(policy: Policy, previous: list[dict]) -> Start:
     series, its checks and its counters, as they would within a series, but
     ``max_attempts`` is the new series' own. ``restart`` resumes in the same
     workspace, ``rerun`` gets the policy's ``rerun`` workspace; with no cue
-    (or a ``fail`` cue) the series starts afresh: ``cmd`` in a new workspace,
-    the old one archived."""
+    (or a ``fail`` cue), a step killed from outside (``killed_from_outside``)
+    resumes in place, anything else starts afresh: ``cmd`` (a stage in a new
+    workspace, the old one archived; a rule in its own layout in place, its
+    declared outputs removed, as plain Snakemake starts it)."""
     if not previous:
         return Start("cmd", "a first series", None)
     last = previous[-1]
@@ -272,7 +274,21 @@ def begin_series(policy: Policy, previous: list[dict]) -> Start:
         return Start(cue.action, f"cue {i + 1} ({cue.action} when {cue.when}) on series {number}'s "
                                  f"last attempt ({last.get('state')})",
                      (cue.rerun or policy.rerun) if cue.action == "rerun" else None)
+    if found is None and killed_from_outside(last):
+        return Start("restart", f"series {number}'s step was killed ({last.get('state')}, signal "
+                                f"{last.get('signal') or 'from outside'}), not failed: it resumes in place", None)
     return Start("cmd", f"series {number} ended {last.get('state')}; no cue resumes it: a fresh start", None)
+
+
+def killed_from_outside(attempt: dict) -> bool:
+    """Was the attempt's step killed by a signal (or cancelled) while its
+    machine and runner lived on, not failed by itself nor timed out? Its
+    work is kept: the next series resumes it in place unless a cue says
+    otherwise (a new or clean workspace is what a policy asks for)."""
+    state = attempt.get("state")
+    if state in ("TIMEOUT", "OOM", "SUCCESS"):
+        return False
+    return state in ("HWFAILURE", "CANCELLED", "PREEMPTED") or bool(attempt.get("signal"))
 
 
 def decision(policy: Policy, series: list[dict]) -> dict:

@@ -61,6 +61,7 @@ class Attempt(TypedDict, total=False):
     settings: dict
     config_hash: str
     resumes: dict
+    wrote: list[str]
     interrupted_by: str
 
 
@@ -84,6 +85,8 @@ class _MarkerBase(TypedDict):
 
 class Marker(_MarkerBase, total=False):
     step_group: StepGroup
+    outputs_dir: str
+    before: list[str]
 
 
 class Manifest(TypedDict, total=False):

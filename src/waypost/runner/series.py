@@ -109,6 +109,11 @@ class Series:
         says with what and why."""
         os.makedirs(directory.dir, exist_ok=True)
         life = directory.life()
+        found = self._start(directory, policy, life)
+        directory.learn_side_files(self.history, life.manifest)
+        return found
+
+    def _start(self, directory: StageDirectory, policy: wpolicy.Policy, life) -> Next:
         running = life.marker or None
         previous = life.manifest
         # What the work in the workspace was made under, for attempts that recorded none of their own.
@@ -145,6 +150,8 @@ class Series:
         vanished = False
         for attempt in left_open:   # the last is the one whose step may have been found at work
             vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
+        if left_open:
+            directory.vanished_attempt(running, left_open[-1])
         last = self.history[-1] if self.history else {}
         if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
             # Its step had succeeded; the job ended while its manifest was
@@ -169,6 +176,10 @@ class Series:
         (``GIVEN_UP``, ``BACKOFF``, ``RECORD``)."""
         last_no = max((a.get("series", 1) for a in self.history), default=0)
         last_series = [a for a in self.history if a.get("series", 1) == last_no]
+        # Series up to the last that succeeded don't count towards max_series:
+        # a stage redone after a success (its output deleted) starts afresh.
+        self.base = max(self.base, max((a.get("series", 1) for a in self.history
+                                        if (a.get("decision") or {}).get("action") == "done"), default=0))
         unfinished = bool(last_series) and (running is not None or previous is None
                                             or previous["state"] != "SUCCESS")
         if unfinished:
@@ -177,7 +188,9 @@ class Series:
                 return refused
         self.number = 1 + last_no
         self.first = wpolicy.begin_series(policy, last_series if unfinished else [])
-        if self.first[0] == "cmd":
+        if self.first[0] == "cmd" and not directory.own_layout:
+            # (a rule in its own layout starts where plain Snakemake starts
+            # it: its declared outputs removed, what else it wrote in place)
             directory.archive(self.history)
         elif unfinished:
             if directory.remote and not retried and (self.first[0] == "restart" or self.first.rerun != "new"):

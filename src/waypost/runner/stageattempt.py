@@ -97,6 +97,7 @@ class StageAttempt:
         # (the script by a path that holds from there; a rule in its own
         # layout runs where Snakemake runs its jobs, as its paths say)
         in_stage = policy.workdir == "stage" and not directory.own_layout
+        directory.attempt_begins()
         attempt = Attempt([spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage
                            else directory.path(script_rel)], env, log.growing, runtime,
                           policy.kill_grace, heartbeat,
@@ -112,6 +113,7 @@ class StageAttempt:
             for path in directory.touched:   # (Snakemake makes them once the job ended; before the outputs are checked)
                 with open(path, "ab"):
                     os.utime(path)
+        directory.attempt_ended(record)
         missing = [p for p in directory.outputs if not os.path.exists(p)] if returncode == 0 else []
         state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
         record.update({

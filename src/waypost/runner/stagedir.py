@@ -52,6 +52,15 @@ class StageDirectory:
             self.remote.logs = [local(f) for f in step.log_files]
         self.temporary, self.touched = [local(p) for p in step.temporary], [local(p) for p in step.touched]
         self.began = time.time()   # (what appeared in a shared directory since: see left_in_shared)
+        # A rule in its own layout: its side files are the files that appeared
+        # beside its outputs while one of its attempts ran (``written``), never
+        # what was there before (the Snakefile, a config, an input); and what
+        # was there as the attempt under way began (``_before``).
+        self.written: set[str] = set()
+        self._before: set[str] | None = None
+        self._not_side = {os.path.abspath(p) for p in [*self.outputs, *self.inputs]}
+        if self.remote and step.own_layout:
+            self.remote.mine = self.written
         self.base = self.dir
         if step.own_layout:
             self.base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in self.outputs])
@@ -84,6 +93,8 @@ class StageDirectory:
             slurm_job_id=lost_job or scheduler.current_job(), attempts=series.history, step_group=group)
         if self.own_layout:
             marker["outputs_dir"] = self.outputs_dir()
+            if self._before is not None:
+                marker["before"] = self._relative(self._before)
         manifest.write_json_atomic(self.path(RUNNING), records.checked("marker", marker, self.path(RUNNING)),
                                    durable=False)  # a marker of work in progress: the manifest is what must survive a crash
         if self.remote and push:
@@ -126,10 +137,57 @@ class StageDirectory:
         """The files in ``directories`` (not below) that are not the job's declared outputs."""
         return manifest.files_beside(directories, {os.path.abspath(o) for o in self.outputs})
 
+    def _beside(self) -> set[str]:
+        """The files now in the directories only this job writes (not below),
+        but its declared outputs and its inputs."""
+        return set(manifest.files_beside(self.own_dirs, self._not_side)) if self.own_layout else set()
+
+    def _relative(self, paths) -> list[str]:
+        return sorted(os.path.relpath(p, self.base) for p in paths)
+
+    def attempt_begins(self) -> None:
+        """A rule in its own layout: note what is beside its outputs as an
+        attempt begins (kept in the running marker too, for a runner that
+        vanishes): none of it is the attempt's."""
+        if self.own_layout:
+            self._before = self._beside()
+
+    def attempt_ended(self, record: records.Attempt) -> None:
+        """What appeared beside the outputs while the attempt ran is the
+        job's: recorded in the attempt (``wrote``)."""
+        if self._before is None:
+            return
+        wrote = self._beside() - self._before
+        self._before = None
+        if wrote:
+            record["wrote"] = self._relative(wrote)
+            self.written |= wrote
+
+    def vanished_attempt(self, marker: dict, record: records.Attempt) -> None:
+        """An attempt whose runner vanished: what appeared since its marker's
+        listing (``before``) is its."""
+        before = marker.get("before")
+        if not self.own_layout or before is None or self.remote:
+            return
+        self._before = {os.path.join(self.base, p) for p in before}
+        self.attempt_ended(record)
+
+    def learn_side_files(self, attempts: list[records.Attempt], previous: records.Manifest | None) -> None:
+        """The side files earlier attempts wrote (their ``wrote``) and the
+        last manifest records (``side``): this job's, wherever they are now."""
+        if not self.own_layout:
+            return
+        for attempt in attempts:
+            self.written |= {os.path.join(self.base, p) for p in attempt.get("wrote") or ()}
+        for out in (previous or {}).get("outputs") or ():
+            if out.get("side"):
+                self.written.add(os.path.abspath(os.path.join(self.base, out["path"])))
+
     def side_files(self) -> list[str]:
-        """A rule in its own layout: the files beside its outputs in the
-        directories only its job writes (``own_dirs``): all of them are its."""
-        return self._written_in(self.own_dirs) if self.own_layout else []
+        """A rule in its own layout: the files its attempts wrote beside its
+        outputs, in the directories only its job writes, that are there now."""
+        return sorted(p for p in self.written if p not in self._not_side and os.path.lexists(p)
+                      and not os.path.isdir(p))
 
     def prepare_outputs(self) -> None:
         """A rule in its own layout, before its step runs here: what the

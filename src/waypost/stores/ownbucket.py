@@ -45,6 +45,10 @@ class OwnBucketWorkspace(BucketWorkspace):
         # job's: not recorded), which goes up with the outputs all the same.
         self.left_beside: list[str] = []
         self.logs: list[str] = []   # its log files (Snakemake's ``log:``): up with the workspace, however it ends
+        # The side files the job's attempts wrote (local copies; the runner's
+        # ``StageDirectory.written``): only these are archived or removed with
+        # its outputs, never what else is in its directories.
+        self.mine: set[str] = set()
 
     # --- what is where ------------------------------------------------------------
     def side_files(self) -> list[str]:
@@ -67,6 +71,10 @@ class OwnBucketWorkspace(BucketWorkspace):
                 if local not in declared and not is_in_progress(os.path.basename(local)):
                     found[local] = info["name"]
         return found
+
+    def _own_side(self) -> dict[str, str]:
+        """The bucket's side files that are the job's (``mine``): local copy → object name."""
+        return {local: name for local, name in self._remote_side().items() if local in self.mine}
 
     def _remote_outputs(self) -> dict[str, str]:
         """The declared outputs the bucket has (a ``directory()``'s every
@@ -122,20 +130,21 @@ class OwnBucketWorkspace(BucketWorkspace):
         what is only here) into the record's ``.attempts/<n>/``, each at its
         path from ``base`` (the local copy of the outputs' directory); the
         local copies go. The archive, or None when there was nothing."""
-        remote = {**self._remote_outputs(), **self._remote_side()}
-        local = self._files([*self.outputs, *self.side_files()])
+        remote = {**self._remote_outputs(), **self._own_side()}
+        side = [f for f in self.side_files() if f in self.mine]
+        local = self._files([*self.outputs, *side])
         rel = {path: os.path.relpath(path, base) for path in [*remote, *local]}
         uploads = {rel[f]: f for f in local if f not in remote or self._sent.get(f) != _stat(f)}
         into = move_into_archive(self.fs, self.path, self._listing(), self._name(base),
                                  [rel[f] for f in remote], uploads)
-        for path in [*self.outputs, *self.side_files()]:
+        for path in [*self.outputs, *side]:
             _remove(path)
         self._sent.clear()
         return into
 
     def remove_outputs(self) -> None:
         """The job's outputs and side files gone, here and in the bucket (a clean rerun)."""
-        remote = {**self._remote_outputs(), **self._remote_side()}
+        remote = {**self._remote_outputs(), **self._own_side()}
         if remote:
             self.fs.rm(list(remote.values()))
         self._sent.clear()
