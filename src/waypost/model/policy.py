@@ -330,13 +330,16 @@ RERUN_WORDS = {"dirty": "rerun in place (the workspace as it is)",
                "new": "rerun in a new workspace (the old one archived under .attempts/)"}
 
 
-def describe_start(policy: Policy, action: str, rerun: str | None = None) -> str:
+def describe_start(policy: Policy, action: str, rerun: str | None = None, in_place: bool = False) -> str:
     """What a series that begins with ``action`` (``begin_series``; ``rerun``:
     its workspace mode, None for the policy's) does with the stage's
-    workspace, in a user's words."""
+    workspace, in a user's words. ``in_place``: a rule in its own layout,
+    whose fresh start is plain Snakemake's (nothing archived)."""
     if action == "restart":
         how = "the step's command" if policy.restart == "same" else "the restart command"
         return f"restart in place with {how} (workspace and checkpoints kept)"
     if action == "rerun":
         return RERUN_WORDS[rerun or policy.rerun]
+    if in_place:
+        return "a fresh start in place (its declared outputs removed, what else it wrote kept, as plain Snakemake does)"
     return "a fresh start (its workspace archived under .attempts/ first)"

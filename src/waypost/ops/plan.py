@@ -287,7 +287,8 @@ def _resumes_under_other_settings(config: dict, data: dict, instance: str | None
     if found is None:
         return None
     number, differs = found
-    return (f"the next series will {describe_start(policy, start.action, start.rerun)}, going on with attempt "
+    in_place = "outputs_dir" in data
+    return (f"the next series will {describe_start(policy, start.action, start.rerun, in_place)}, going on with attempt "
             f"{number}'s work, made under other settings: {', '.join(differs)} (`waypost rerun` starts afresh)")
 
 

@@ -345,7 +345,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
                                                    data.get("instance"))["policy"])
         start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
-        then = f"{describe_start(policy, start.action, start.rerun)}: {start.why}"
+        then = f"{describe_start(policy, start.action, start.rerun, in_place='outputs_dir' in data)}: {start.why}"
         if not dry_run:
             record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
             record["series_base"] = spent

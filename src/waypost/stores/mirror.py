@@ -232,7 +232,9 @@ class BucketWorkspace:
         stale = [rel for rel in remote if rel not in local and not is_held(rel)]
         if stale:
             self.fs.rm([self._remote(r) for r in stale])
-        if MANIFEST in local:
+        # (only when it changed: an unchanged one uploaded again would look
+        # newer than the running marker of an attempt that goes on in place)
+        if MANIFEST in local and (MANIFEST not in remote or self._synced.get(MANIFEST) != local[MANIFEST]):
             self._upload_manifest()
 
     def _upload_manifest(self) -> None:
