@@ -1,0 +1,93 @@
+"""Snakemake's own semantics, kept with waypost's three lines added to a
+Snakefile, each side by side with plain Snakemake on a small workflow
+modelled on Snakemake's own test of it (its sdist's ``tests/``): the params
+a command, script or block sees (``{params}`` formatted whole), an
+``update()`` output updated in place (test_update_flag), ``directory()``
+outputs and links to directories (test_directory), and which rule makes a
+file two rules can make, in presence mode (Snakemake's candidates whose
+inputs it can't find drop out)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+WAYPOST_HEAD = "from waypost.snakemake import Pipeline\nwp = Pipeline(config, workflow)\n"
+WAYPOST_TAIL = "\nwp.finish()\n"
+
+
+def _both(tmp_path: Path, snakefile: str, config: dict | None = None) -> tuple[Path, Path]:
+    """The same workflow twice: plain, and with waypost's three lines (its
+    config: a root and one experiment, and ``config``)."""
+    plain, wp = tmp_path / "plain", tmp_path / "wp"
+    for workdir in (plain, wp):
+        workdir.mkdir()
+    (plain / "Snakefile").write_text(snakefile)
+    (wp / "Snakefile").write_text('configfile: "config.yaml"\n' + WAYPOST_HEAD + snakefile + WAYPOST_TAIL)
+    (wp / "config.yaml").write_text(json.dumps({"root": "rec", "experiments": {"x": {}}, **(config or {})}))
+    return plain, wp
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _ran(workdir: Path, *args: str) -> str:
+    ran = _snakemake(workdir, *args)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return ran.stdout + ran.stderr
+
+
+def _planned(workdir: Path) -> dict[str, int]:
+    """rule → jobs a dry run plans (empty: nothing to be done)."""
+    text = _ran(workdir, "-n")
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:", 1)[1]
+    return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", table, re.M) if rule != "total"}
+
+
+PARAMS = '''
+rule all:
+    input: "out/shell.txt", "out/script.txt", "out/block.txt"
+
+rule by_shell:
+    output: "out/shell.txt"
+    params: 7, size=4, name="teal"
+    message: "params: {params}"
+    shell: "echo {params} / {params.size} / {params[0]} > {output}"
+
+rule by_script:
+    output: "out/script.txt"
+    params: 7, size=4, name="teal"
+    script: "show.py"
+
+rule by_block:
+    output: "out/block.txt"
+    params: 7, size=4, name="teal"
+    run:
+        with open(output[0], "w") as f:
+            print(list(params), dict(params.items()), str(params), file=f)
+'''
+SHOW = ('with open(snakemake.output[0], "w") as f:\n'
+        '    print(list(snakemake.params), dict(snakemake.params.items()), str(snakemake.params), file=f)\n')
+
+
+def test_the_params_a_command_script_or_block_sees_are_plain_snakemakes(tmp_path):
+    """``{params}`` is every param, formatted: none of waypost's among them
+    (in the command, and in the rule's ``message:``)."""
+    plain, wp = _both(tmp_path, PARAMS)
+    said = {}
+    for workdir in (plain, wp):
+        (workdir / "show.py").write_text(SHOW)
+        said[workdir.name] = _ran(workdir)
+    files = {name: [(d / "out" / name).read_text() for d in (plain, wp)] for name in ("shell.txt", "script.txt", "block.txt")}
+    assert files["shell.txt"][0] == "7 4 teal / 4 / 7\n"
+    assert files["block.txt"][0] == "[7, 4, 'teal'] {'size': 4, 'name': 'teal'} 7 4 teal\n"
+    for name, (expected, got) in files.items():
+        assert got == expected, name
+    assert "params: 7 4 teal\n" in said["plain"] and "params: 7 4 teal\n" in said["wp"], said["wp"][-3000:]
