@@ -91,3 +91,29 @@ def test_the_params_a_command_script_or_block_sees_are_plain_snakemakes(tmp_path
     for name, (expected, got) in files.items():
         assert got == expected, name
     assert "params: 7 4 teal\n" in said["plain"] and "params: 7 4 teal\n" in said["wp"], said["wp"][-3000:]
+
+
+UPDATE = '''
+rule all:
+    input: "out/test.txt"
+
+rule a:
+    input: "in.txt"
+    output: update("out/test.txt")
+    shell: "echo bar >> {output}"
+'''
+
+
+def test_an_update_output_is_updated_where_it_is(tmp_path):
+    """Snakemake's test_update_flag: the job appends to the file it updates,
+    which is neither removed nor moved away before it runs."""
+    plain, wp = _both(tmp_path, UPDATE)
+    for workdir in (plain, wp):
+        (workdir / "out").mkdir()
+        (workdir / "out" / "test.txt").write_text("foo\n")
+        (workdir / "in.txt").write_text("in\n")
+        _ran(workdir)
+    assert (plain / "out" / "test.txt").read_text() == "foo\nbar\n"
+    assert (wp / "out" / "test.txt").read_text() == "foo\nbar\n"
+    assert not (wp / "rec" / "_all" / "x" / "a" / ".attempts").exists()
+    assert _planned(wp) == _planned(plain) == {}
