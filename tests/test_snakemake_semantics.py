@@ -117,3 +117,38 @@ def test_an_update_output_is_updated_where_it_is(tmp_path):
     assert (wp / "out" / "test.txt").read_text() == "foo\nbar\n"
     assert not (wp / "rec" / "_all" / "x" / "a" / ".attempts").exists()
     assert _planned(wp) == _planned(plain) == {}
+
+
+DIRECTORIES = '''
+rule all:
+    input: "res/after.txt"
+
+rule tree:
+    output: directory("res/tree")
+    shell: "mkdir -p {output}/sub && echo x > {output}/f && echo y > {output}/sub/g && ln -s f {output}/also_f"
+
+rule linked:
+    output: directory("res/link")
+    shell: "mkdir -p elsewhere/target && echo z > elsewhere/target/h && ln -s ../elsewhere/target {output}"
+
+rule after:
+    input: "res/link", "res/tree"
+    output: "res/after.txt"
+    shell: "ls {input[0]}/ {input[1]}/ {input[1]}/sub > {output}"
+'''
+
+
+def test_directory_outputs_and_a_link_to_a_directory(tmp_path):
+    """Snakemake's test_directory: a ``directory()`` output, and one that
+    is a link to a directory: the jobs succeed, their records list the
+    files in them, and nothing is to be done after."""
+    plain, wp = _both(tmp_path, DIRECTORIES)
+    for workdir in (plain, wp):
+        _ran(workdir)
+    assert (wp / "res" / "after.txt").read_text() == (plain / "res" / "after.txt").read_text()
+    assert (wp / "res" / "link").is_symlink()
+    records = wp / "rec" / "_all" / "x"
+    listed = {rule: sorted(o["path"] for o in json.loads((records / rule / "_manifest.json").read_text())["outputs"])
+              for rule in ("tree", "linked")}
+    assert listed == {"tree": ["tree/also_f", "tree/f", "tree/sub/g"], "linked": ["link/h"]}
+    assert _planned(wp) == _planned(plain) == {}
