@@ -152,3 +152,48 @@ def test_directory_outputs_and_a_link_to_a_directory(tmp_path):
               for rule in ("tree", "linked")}
     assert listed == {"tree": ["tree/also_f", "tree/f", "tree/sub/g"], "linked": ["link/h"]}
     assert _planned(wp) == _planned(plain) == {}
+
+
+TWO_MAKERS = '''
+rule all:
+    input: "res/base/devset.metrics", "res/speed/devset.metrics"
+
+rule train:
+    output: "models/{model}/model.bin"
+    wildcard_constraints: model="base|big"
+    shell: "echo {wildcards.model} > {output}"
+
+rule quantize:
+    input: "models/base/model.bin"
+    output: "quant/model.bin"
+    shell: "cat {input} > {output}"
+
+rule evaluate:
+    input: "models/{model}/model.bin"
+    output: "res/{model}/{dataset}.metrics"
+    shell: "cat {input} > {output}"
+
+rule eval_quantized:
+    input: "quant/model.bin"
+    output: "res/speed/{dataset}.metrics"
+    shell: "echo quantized > {output}"
+'''
+
+
+def test_presence_mode_picks_the_rule_that_makes_a_file_as_plain_snakemake_does(tmp_path):
+    """Two rules can make ``res/speed/devset.metrics``; Snakemake drops
+    ``evaluate``, whose input ``models/speed/model.bin`` no rule makes. In
+    presence mode too, once the file is there (the translation pipeline's
+    ``evaluate``/``eval_quantized``), and for a file made before waypost."""
+    plain, wp = _both(tmp_path, TWO_MAKERS, {"rerun_policy": "presence"})
+    for workdir in (plain, wp):
+        _ran(workdir)
+    assert (wp / "res" / "speed" / "devset.metrics").read_text() == "quantized\n"
+    assert _planned(wp) == _planned(plain) == {}
+    (plain / "res" / "base" / "devset.metrics").unlink()
+    (wp / "res" / "base" / "devset.metrics").unlink()
+    assert _planned(wp) == _planned(plain) == {"evaluate": 1, "all": 1}
+    # the same files, made by plain Snakemake, then planned with waypost (no records)
+    (plain / "Snakefile").write_text((wp / "Snakefile").read_text())
+    (plain / "config.yaml").write_text((wp / "config.yaml").read_text())
+    assert _planned(plain) == {"evaluate": 1, "all": 1}

@@ -151,6 +151,7 @@ class Snake:
         self.run_here = None
         self.declared_places: list | None = None   # every rule's files' patterns (``_declared_places``)
         self.keeps_inputs: set[str] = set()   # rules whose functions see their inputs (``_keep_inputs_for_functions``)
+        self._output_index = None   # which rules can make a file, as Snakemake finds them (``made_by_another_rule``)
 
     def attach(self, graph, root: str) -> None:
         self.graph, self.root = graph, root
@@ -358,6 +359,15 @@ class Snake:
             return
         rule = self.workflow.get_rule(stage)
         self.workflow.dag.forcefiles.update(str(f.apply_wildcards(values)) for f in rule.output)
+
+    def made_by_another_rule(self, rule: str, files: list[str]) -> bool:
+        """Could a rule other than ``rule`` make one of ``files``? Snakemake
+        then picks the file's producer among the rules that can make it whose
+        inputs it finds (or can make), by their ``ruleorder``."""
+        if self._output_index is None:
+            from snakemake.output_index import OutputIndex
+            self._output_index = OutputIndex(self.workflow.rules)
+        return any(other.name != rule for f in files for other in self._output_index.match_producers(f))
 
     def forced_rules(self) -> tuple[bool, list[str]] | None:
         """(``--forceall``, the ``--forcerun`` rules); None before the DAG
