@@ -397,7 +397,8 @@ class Pipeline:
             wire_own_layout(self.snake, rule, runner_line, STEP_PARAM, self.mirror,
                             self.lines.own_layout_function(
                                 rule, experiment, {flag: flagged_positions(self.snake, rule, flag)
-                                                   for flag in ("temp", "touch")}, own_dirs_of(self.snake, rule),
+                                                   for flag in ("temp", "touch", "update")},
+                                own_dirs_of(self.snake, rule),
                                 log_files_of(self.snake, rule)))
             self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
             wired.append(rule)

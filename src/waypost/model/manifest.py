@@ -165,11 +165,15 @@ def files_beside(directories, declared: set[str]) -> list[str]:
 
 
 def files_of(paths: list[str]) -> list[str]:
-    """The outputs as files: a ``directory()`` output's files, sorted (links as themselves)."""
+    """The outputs as files: a ``directory()`` output's files, sorted, or
+    the files of the directory a link given as an output points to (as
+    Snakemake takes it). Below it, a link to a file is that file under the
+    link's name; a link to a directory, or one to nothing, holds no file."""
     files = []
     for path in paths:
-        if os.path.isdir(path) and not os.path.islink(path):
-            files += sorted(os.path.join(top, name) for top, _, names in os.walk(path) for name in names)
+        if os.path.isdir(path):
+            files += sorted(full for top, _, names in os.walk(path) for full in (os.path.join(top, n) for n in names)
+                            if os.path.exists(full))
         else:
             files.append(path)
     return files

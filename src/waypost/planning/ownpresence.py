@@ -23,7 +23,8 @@ class OwnPresence:
         self.state, self.root, self.experiment = state, root, experiment
 
     def done(self, rule: str, values: dict, outputs: list[str]) -> bool:
-        """Is a job done: every output there, its record marking nothing to
+        """Is a job done: every output there (one that another rule can make
+        too: made by this job, as its record says), its record marking nothing to
         redo or look at again, and no ``--forcerun``/``--forceall`` in this
         run (under those, Snakemake's own answer: the rules it forces and
         every job downstream of them)? A record with an attempt to redo
@@ -36,7 +37,13 @@ class OwnPresence:
         redo, recheck = self.state.markers(record)
         if redo:
             self.state.snake.force(rule, values)
-        return not (redo or recheck) and all(map(self._there, outputs))
+        if redo or recheck or not all(map(self._there, outputs)):
+            return False
+        # An output another rule can make too is this job's only if its
+        # record says so: else it keeps its inputs, and Snakemake picks the
+        # file's producer as it does without waypost (a rule whose inputs it
+        # can't find is not one).
+        return not self.state.snake.made_by_another_rule(rule, outputs) or self.state.recorded(record) is not None
 
     def _there(self, path: str) -> bool:
         """Is an output there (on a gs:// root, in the planning's one listing of it)?"""

@@ -61,8 +61,9 @@ class StepLines:
         (``layout.own_job``: ``experiment`` None, the config declares
         several: its ``{experiment}`` wildcard's); its outputs where the
         rule puts them (``flagged``: the positions of its ``temp()``
-        outputs, which Snakemake removes later, and of its ``touch()`` ones,
-        which it makes once the job ended; ``own_dirs(output)``: the
+        outputs, which Snakemake removes later, of its ``touch()`` ones,
+        which it makes once the job ended, and of its ``update()`` ones,
+        which the job updates where they are; ``own_dirs(output)``: the
         directories only the job writes, and the others; ``log_files(values)``:
         its log files)."""
         root = self.config["root"]
@@ -81,7 +82,7 @@ class StepLines:
                    "own_layout": True, "wildcards": values}
             if instance:
                 own["instance"] = instance
-            for flag, field in (("temp", "temporary"), ("touch", "touched")):
+            for flag, field in (("temp", "temporary"), ("touch", "touched"), ("update", "updated")):
                 if flagged[flag]:
                     own[field] = [output[i] for i in flagged[flag]]
             mine, shared = own_dirs(output)

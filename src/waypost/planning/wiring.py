@@ -16,7 +16,8 @@ pyproject.toml). Everything else is public:
   ``output_modifier``: ``wire`` replaces a stage rule's inputs with one function;
 - ``Rule.expand_input``, and ``Rule.expand_params`` / ``expand_resources`` /
   ``expand_priority`` (given a job's inputs), wrapped per stage rule:
-  ``_keep_inputs_for_functions``;
+  ``_keep_inputs_for_functions``; ``Rule.set_params`` and the ``_names`` of a
+  job's params, whose step spec ``_set_step_param`` hides;
 - ``Rule.run_func`` and the ``RULEFUNC_CONTEXT_MARKER`` parameter of a rule's
   run function: ``_shell_run_func``;
 - ``snakemake.script.shell``, the one ``shell`` call that runs a ``script:``,
@@ -150,6 +151,7 @@ class Snake:
         self.run_here = None
         self.declared_places: list | None = None   # every rule's files' patterns (``_declared_places``)
         self.keeps_inputs: set[str] = set()   # rules whose functions see their inputs (``_keep_inputs_for_functions``)
+        self._output_index = None   # which rules can make a file, as Snakemake finds them (``made_by_another_rule``)
 
     def attach(self, graph, root: str) -> None:
         self.graph, self.root = graph, root
@@ -357,6 +359,15 @@ class Snake:
             return
         rule = self.workflow.get_rule(stage)
         self.workflow.dag.forcefiles.update(str(f.apply_wildcards(values)) for f in rule.output)
+
+    def made_by_another_rule(self, rule: str, files: list[str]) -> bool:
+        """Could a rule other than ``rule`` make one of ``files``? Snakemake
+        then picks the file's producer among the rules that can make it whose
+        inputs it finds (or can make), by their ``ruleorder``."""
+        if self._output_index is None:
+            from snakemake.output_index import OutputIndex
+            self._output_index = OutputIndex(self.workflow.rules)
+        return any(other.name != rule for f in files for other in self._output_index.match_producers(f))
 
     def forced_rules(self) -> tuple[bool, list[str]] | None:
         """(``--forceall``, the ``--forcerun`` rules); None before the DAG
@@ -570,7 +581,7 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
         head, runner = _runner_head(runner_line), runner_line.format()
         rule.run_func = _script_run_func(rule.run_func, head, runner, step_param, mirror) \
             if _runs_a_script(rule) else _run_block_func(snake, rule.run_func, name, head, runner, step_param, mirror)
-        rule.set_params(**{step_param: step_function})
+        _set_step_param(rule, step_param, step_function)
         return
     _check_command(rule, step_param)
     _wrap_command(snake, rule, runner_line, step_param, step_function, mirror)
@@ -766,16 +777,33 @@ def _this_job_again(rule: str, wildcards: dict) -> str:
     return f"{RUN_BLOCK_ENV}={shlex.quote(json.dumps(rule))} {shlex.join(again)}"
 
 
-def _without(params, name: str):
-    """A job's params without the one named ``name`` (their names and
-    positions otherwise kept)."""
-    from snakemake.iocontainers import Params
-    index, _ = params._names[name]
-    kept = Params(toclone=[value for i, value in enumerate(params) if i != index])
-    for other, (start, end) in params._get_names():
-        if other != name:
-            kept._set_name(other, start - (start > index), None if end is None else end - (end > index))
-    return kept
+def _set_step_param(rule, step_param: str, step_function) -> None:
+    """Give a rule's jobs their step spec (``step_function``) as a param
+    Snakemake evaluates when it evaluates the rule's own (its functions, at
+    the same time, in every process that plans the job), but kept out of the
+    params the job shows: each job's params hold it as an attribute only
+    (``_hide``), so ``{params}`` in a command or a ``message:``, and the
+    params a script or block sees, are plain Snakemake's."""
+    rule.set_params(**{step_param: step_function})
+    expand_params = rule.expand_params
+
+    def expand(*args, **kwargs):
+        params, non_derived = expand_params(*args, **kwargs)
+        _hide(params, step_param)
+        return params, non_derived
+    rule.expand_params = expand
+
+
+def _hide(params, name: str) -> None:
+    """Take the param ``name`` out of a job's params, leaving it only as
+    their attribute ``name`` (their other names and positions kept)."""
+    index, _ = params._names.pop(name, (None, None))
+    if index is None:   # (evaluated without its functions)
+        return
+    del params[index]
+    for other, (start, end) in list(params._names.items()):
+        if start > index:
+            params._names[other] = (start - 1, None if end is None else end - 1)
 
 
 def _job_and_spec(original, bound, step_param: str, mirror: str | None):
@@ -789,7 +817,7 @@ def _job_and_spec(original, bound, step_param: str, mirror: str | None):
             job[name] = local_files(job[name], mirror)
     spec_line = with_restart(getattr(job["params"], step_param),
                              lambda text: fill_in(text, {**original.__globals__, **job}))
-    job["params"] = _without(job["params"], step_param)
+    job["params"] = job["params"]._clone()   # (its names, not the hidden step spec: ``_set_step_param``)
     return bound, spec_line
 
 
@@ -1015,7 +1043,7 @@ def _wrap_command(snake: Snake, rule, runner_line: str, step_param: str, step_fu
                                     step_param, _local_path(rule.basedir))   # (the runner's braces doubled, and as formatted)
     if mirror:
         _map_param_functions(rule, mirror)
-    rule.set_params(**{step_param: step_function})
+    _set_step_param(rule, step_param, step_function)
     shell_exec = rule.resources._data.get("shell_exec")
     if shell_exec is not None:
         if not isinstance(shell_exec.value, str):

@@ -51,6 +51,7 @@ class StageDirectory:
         if self.remote and step.own_layout:
             self.remote.logs = [local(f) for f in step.log_files]
         self.temporary, self.touched = [local(p) for p in step.temporary], [local(p) for p in step.touched]
+        self.updated = {local(p) for p in step.updated}
         self.began = time.time()   # (what appeared in a shared directory since: see left_in_shared)
         # A rule in its own layout: its side files are the files that appeared
         # beside its outputs while one of its attempts ran (``written``), never
@@ -189,6 +190,12 @@ class StageDirectory:
         return sorted(p for p in self.written if p not in self._not_side and os.path.lexists(p)
                       and not os.path.isdir(p))
 
+    def replaced_outputs(self) -> list[str]:
+        """The declared outputs a new attempt makes anew: all but its
+        ``update()`` ones, which Snakemake leaves where they are for the
+        job to update (not removed, moved or cleaned)."""
+        return [o for o in self.outputs if o not in self.updated] if self.updated else self.outputs
+
     def prepare_outputs(self) -> None:
         """A rule in its own layout, before its step runs here: what the
         job's own Snakemake process does before it runs a job (its
@@ -196,7 +203,7 @@ class StageDirectory:
         their directories and its logs' made. Where that process runs the
         job (locally, or on a node for a job that needs it) this finds it
         done; a step the executor runs straight has only this."""
-        for out in self.outputs:
+        for out in self.replaced_outputs():
             if os.path.isdir(out) and not os.path.islink(out):
                 import shutil  # here: the runner starts at every step, and this is rare
                 shutil.rmtree(out)
@@ -240,7 +247,7 @@ class StageDirectory:
         ``.attempts/<n>/``, each at its path from ``base``."""
         if self.remote:
             return self.remote.archive_outputs(self.base)
-        present = [o for o in self.outputs if os.path.lexists(o)] + self.side_files()
+        present = [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files()
         return LocalStore(self.dir).archive_from(self.dir, self.base, [
             os.path.relpath(os.path.abspath(path), self.base) for path in present])
 
@@ -251,7 +258,7 @@ class StageDirectory:
         entries = [] if self.own_layout else manifest.workspace_entries(self.dir)
         if self.own_layout and self.remote:
             self.remote.remove_outputs()
-        paths = [o for o in self.outputs if os.path.lexists(o)] + self.side_files() if self.own_layout else []
+        paths = [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files() if self.own_layout else []
         for entry in entries:
             if manifest.is_engine_file(entry):
                 continue
