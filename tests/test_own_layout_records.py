@@ -8,6 +8,7 @@ are plain Snakemake's, side by side."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -776,3 +777,88 @@ def test_waypost_adopt_records_a_hand_made_job_of_a_rule_in_its_own_layout(tmp_p
     assert forced.stdout.splitlines()[1].endswith("archived in store/_all/first/teach/fr/.attempts/1"), forced.stdout
     assert json.loads((tmp_path / "store/_all/first/teach/fr/.attempts/1/_manifest.json").read_text())[
         "attempts"][0]["action"] == "cmd"
+
+
+HAND_MADE = textwrap.dedent("""\
+    from waypost.snakemake import Pipeline  # waypost
+    wp = Pipeline(config, workflow)  # waypost
+
+    rule scores:
+        input: "out/de/score.txt"
+
+    rule teach:
+        input: "data/{lang}.txt"
+        output: "out/{lang}/model.txt"
+        shell: "cat {input} > {output}; echo {wildcards.lang} >> teach-calls.txt"
+
+    rule score:
+        input: rules.teach.output
+        output: "out/{lang}/score.txt"
+        shell: "cat {input} > {output}"
+
+    wp.finish()  # waypost
+    """)
+
+
+def test_an_adopted_job_is_done_in_the_default_mode_and_its_hand_made_outputs_are_never_lost(tmp_path):
+    """``waypost adopt`` over a hand-made output that is older than the
+    rule's input: plain Snakemake (its mtime trigger, the shipped profile's)
+    would overwrite it; with waypost the adopted job is done, and the run
+    says so in one line. ``--forcerun`` redoes it, its record and the
+    hand-made file set aside first; an adopted record is never replaced
+    unkept."""
+    from conftest import LOCAL_PROFILE
+
+    def place(workdir: Path, with_waypost: bool) -> Path:
+        workdir.mkdir()
+        keep = (lambda line: True) if with_waypost else (lambda line: not line.rstrip().endswith(MARK))
+        (workdir / "Snakefile").write_text("".join(filter(keep, HAND_MADE.splitlines(keepends=True))))
+        (workdir / "config.yaml").write_text(yaml.safe_dump({"root": "rec", "experiments": {"first": {}}}))
+        (workdir / "out" / "de").mkdir(parents=True)
+        (workdir / "out/de/model.txt").write_text("made by hand\n")
+        (workdir / "data").mkdir()
+        (workdir / "data/de.txt").write_text("raw\n")   # newer than the hand-made model
+        os.utime(workdir / "out/de/model.txt", (1_000_000_000, 1_000_000_000))
+        return workdir
+
+    def run(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+        done = _snakemake(workdir, *args, "--profile", str(LOCAL_PROFILE), "--configfile", "config.yaml")
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    plain, wp = place(tmp_path / "plain", False), place(tmp_path / "wp", True)
+    run(plain)
+    assert (plain / "out/de/model.txt").read_text() == "raw\n"   # plain Snakemake overwrites it
+
+    adopted = _waypost(wp, "adopt", "teach", "--config", "config.yaml", "--experiment", "first", "--wildcards", "lang=de")
+    assert adopted.returncode == 0, adopted.stderr
+    ran = run(wp)
+    assert (wp / "out/de/model.txt").read_text() == "made by hand\n" and not (wp / "teach-calls.txt").exists()
+    assert (wp / "out/de/score.txt").read_text() == "made by hand\n"
+    said = [line for line in ran.stderr.splitlines() if line.startswith("waypost:") and "adopted" in line]
+    assert said == ["waypost: out/de/model.txt: adopted by hand; its input data/de.txt is newer: kept "
+                    "(`waypost rerun teach --instance de` to redo it)"], ran.stderr
+    assert _jobs(_snakemake(wp, "--profile", str(LOCAL_PROFILE), "--configfile", "config.yaml", "-n")) == {}
+    assert json.loads((wp / "rec/_all/first/teach/de/_manifest.json").read_text())["adopted"]
+
+    # --forcerun redoes it: its record and the hand-made file set aside first, said in one line
+    dry = _snakemake(wp, "--profile", str(LOCAL_PROFILE), "--configfile", "config.yaml", "-n", "--forcerun", "teach")
+    assert _jobs(dry)["teach"] == 1 and not (wp / "rec/_all/first/teach/de/.attempts").exists()
+    forced = run(wp, "--forcerun", "teach")
+    assert ("waypost: rec/_all/first/teach/de: adopted by hand; --forcerun redoes it: its record and outputs set "
+            "aside in .attempts/1 first") in forced.stderr.splitlines(), forced.stderr
+    kept = wp / "rec/_all/first/teach/de/.attempts/1"
+    assert (kept / "model.txt").read_text() == "made by hand\n" and json.loads((kept / "_manifest.json").read_text())[
+        "adopted"]
+    assert (wp / "out/de/model.txt").read_text() == "raw\n" and (wp / "teach-calls.txt").read_text() == "de\n"
+
+    # an adopted job whose output is gone is made again, its record set aside first (not replaced unkept)
+    (wp / "out/de/model.txt").write_text("made by hand again\n")
+    assert _waypost(wp, "adopt", "teach", "--config", "config.yaml", "--experiment", "first", "--wildcards",
+                    "lang=de", "--force").returncode == 0
+    (wp / "out/de/model.txt").unlink()
+    again = run(wp, "out/de/model.txt")
+    assert "waypost: teach[lang=de]: adopted by hand; redone now: its record set aside in .attempts/3" \
+        in again.stderr.splitlines(), again.stderr
+    assert json.loads((wp / "rec/_all/first/teach/de/.attempts/3/_manifest.json").read_text())["adopted"]
+    assert json.loads((wp / "rec/_all/first/teach/de/_manifest.json").read_text())["attempts"][0]["action"] == "cmd"

@@ -410,8 +410,8 @@ class Pipeline:
         if experiment is None and not self.facts_only:   # one experiment of this config reusing another's jobs
             for rule in wired:
                 wire_own_reuse(self.snake, rule, self._reused_job(rule))
-        if self._own_presence and not self.facts_only:
-            done = OwnPresence(self.state, self.root, experiment).done
+        if not self.facts_only:   # (presence mode, and adopted jobs in either mode)
+            done = OwnPresence(self.state, self.root, experiment, self._own_presence).done
             for rule in wired:
                 wire_own_presence(self.snake, rule, done)
         return wired

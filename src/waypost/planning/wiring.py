@@ -43,7 +43,9 @@ pyproject.toml). Everything else is public:
   ``LocalSteps.serve`` has ``shell`` itself raise a served step's failure;
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
   ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
-  (``--set-resources`` keeps the last word);
+  (``--set-resources`` keeps the last word); ``workflow.executor_plugin``
+  (None where the run executes no job: ``--dag``, ``--summary``; its
+  ``common_settings``' ``dryrun_exec`` and ``touch_exec``): ``runs_jobs``;
 - checkpoints: ``workflow.globals["checkpoints"]``, ``Rule.is_checkpoint``,
   ``Rule.wildcard_names``, ``IncompleteCheckpointException.targetfile`` (an
   input that waits for a checkpoint is its output, as Snakemake's own
@@ -357,6 +359,14 @@ class Snake:
             return
         rule = self.workflow.get_rule(stage)
         self.workflow.dag.forcefiles.update(str(f.apply_wildcards(values)) for f in rule.output)
+
+    def runs_jobs(self) -> bool:
+        """Does this run execute jobs: not a dry run, nor ``--touch``, nor
+        one that only prints the DAG, a summary or what changed (those have
+        no executor)?"""
+        plugin = getattr(self.workflow, "executor_plugin", None)
+        settings = getattr(plugin, "common_settings", None)
+        return settings is not None and not (settings.dryrun_exec or settings.touch_exec)
 
     def forced_rules(self) -> tuple[bool, list[str]] | None:
         """(``--forceall``, the ``--forcerun`` rules); None before the DAG
@@ -837,12 +847,14 @@ def wire_own_reuse(snake: Snake, name: str, source_of) -> None:
 
 
 def wire_own_presence(snake: Snake, name: str, done) -> None:
-    """Presence mode for a rule in its own layout: a job that ``done(rule,
-    values, outputs)`` says is done gets no inputs (Snakemake then runs it
-    only for a missing output or a forced one), while its params, resources
-    and priority functions still see the inputs its rule gives
-    (``Snake.inputs_for_functions``). Not in a job's own Snakemake process:
-    it runs the job it was given."""
+    """A rule in its own layout whose jobs waypost may say are done
+    (presence mode; an adopted job, ``planning.ownpresence``): a job that
+    ``done(rule, values, outputs, inputs)`` (the last two: functions giving
+    its paths, asked only when needed) says is done gets no inputs
+    (Snakemake then runs it only for a missing output or a forced one),
+    while its params, resources and priority functions still see the
+    inputs its rule gives (``Snake.inputs_for_functions``). Not in a job's
+    own Snakemake process: it runs the job it was given."""
     from snakemake.iocontainers import InputFiles
     if snake.job_process:
         return
@@ -853,7 +865,8 @@ def wire_own_presence(snake: Snake, name: str, done) -> None:
         if not snake.keeping:
             values = dict(wildcards.items())
             key = snake.emptied_key(name, values)
-            if done(name, values, [_named(f) for f in rule.expand_output(values)[0]]):
+            if done(name, values, lambda: [_named(f) for f in rule.expand_output(values)[0]],
+                    lambda: [_named(f) for f in expand_input(wildcards, groupid)[0]]):
                 mark_done(snake, key)
                 return InputFiles(), {}, {}, False
             snake.emptied.discard(key)
