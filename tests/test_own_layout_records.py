@@ -212,6 +212,34 @@ def test_status_shows_the_rules_jobs(ran):
     assert _manifest(wp, "count", "a")["outputs"][0]["temp"] is True
 
 
+def test_find_names_jobs_by_rule_and_wildcards_and_their_lineage_by_the_records_that_made_their_inputs(ran, tmp_path):
+    _, wp = ran
+    # an input made by another recorded job of the run is described with that job's record
+    inputs = _manifest(wp, "summarize", "a")["inputs"]
+    assert [(i["path"], i["manifest"], i["state"]) for i in inputs] == [
+        ("data/a/fit/params.json", "records/_all/trial/fit/a/_manifest.json", "SUCCESS"),
+        ("data/a/count.txt", "records/_all/trial/count/a/_manifest.json", "SUCCESS")]
+    assert inputs[0]["sha256"] == next(o["sha256"] for o in _manifest(wp, "fit", "a")["outputs"]
+                                       if o["path"] == "params.json")
+
+    db = str(tmp_path / "catalog.sqlite")
+    table = _waypost(wp, "find", "--config", "config.yaml", "--db", db, "--stage", "fit", "--width", "250")
+    assert table.returncode == 0, table.stderr
+    header, *rows = [line.split() for line in table.stdout.splitlines()[2:] if line.strip() and "─" not in line]
+    assert header[:4] == ["experiment", "stage", "state", "created"], table.stdout   # no pair column of _all
+    assert sorted(row[1] for row in rows) == ["fit[sample=a]", "fit[sample=b]"], table.stdout
+    one = _waypost(wp, "find", "--config", "config.yaml", "--db", db, "--stage", "fit[sample=b]", "--json")
+    assert one.returncode == 0, one.stderr
+    assert [(r["stage"], r["wildcards"]) for r in json.loads(one.stdout)] == [("fit", {"sample": "b"})]
+
+    lineage = _waypost(wp, "find", "--config", "config.yaml", "--db", db, "--lineage", "records/_all/trial/summarize/a")
+    assert lineage.returncode == 0, lineage.stderr
+    named = [line.split(":")[0] for line in lineage.stdout.splitlines()]
+    assert named == ["trial/summarize[sample=a]", "  trial/fit[sample=a]", "    trial/prepare[sample=a]",
+                     "  trial/count[sample=a]", "    trial/prepare[sample=a]"], lineage.stdout
+    assert "placed by hand" not in lineage.stdout
+
+
 def test_a_deleted_output_is_redone_as_plain_snakemake_redoes_it_in_a_new_series(ran, tmp_path):
     plain, wp = ran
     for workdir in (plain, wp):

@@ -46,6 +46,8 @@ pyproject.toml). Everything else is public:
   (``--set-resources`` keeps the last word); ``workflow.executor_plugin``
   (None where the run executes no job: ``--dag``, ``--summary``; its
   ``common_settings``' ``dryrun_exec`` and ``touch_exec``): ``runs_jobs``;
+- ``Rule.is_producer`` and ``Rule.get_wildcards`` (how the DAG finds a
+  file's producer): ``input_records_of``;
 - checkpoints: ``workflow.globals["checkpoints"]``, ``Rule.is_checkpoint``,
   ``Rule.wildcard_names``, ``IncompleteCheckpointException.targetfile`` (an
   input that waits for a checkpoint is its output, as Snakemake's own
@@ -936,6 +938,27 @@ def own_dirs_of(snake: Snake, name: str):
                                             if dir_rx.match(stores.normalised(directory))})
         return found, shared
     return own_dirs
+
+
+def input_records_of(snake: Snake, rules: list[str], record_of):
+    """A function of a job's inputs giving, for each that a job of one of
+    ``rules`` (rules in their own layout) could make, the record
+    directories of those jobs (``record_of(rule, wildcards)``), as
+    Snakemake finds a file's producer (``Rule.is_producer``, its wildcards
+    from ``Rule.get_wildcards``). The runner takes the one whose manifest
+    lists the file (``parents.describe_inputs``): where several rules could
+    make it, Snakemake's rule order chose which did."""
+    candidates = [snake.workflow.get_rule(name) for name in rules]
+
+    def input_records(inputs) -> dict[str, list[str]]:
+        found = {}
+        for path in dict.fromkeys(map(str, inputs)):
+            records = [record_of(rule.name, rule.get_wildcards(path)) for rule in candidates
+                       if rule.is_producer(path)]
+            if records:
+                found[path] = records
+        return found
+    return input_records
 
 
 def input_dirs_of(snake: Snake, rules: list[str]):
