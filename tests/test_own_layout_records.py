@@ -709,6 +709,23 @@ def test_script_and_run_rules_get_a_record_and_see_what_plain_snakemake_gives_th
             assert manifest["state"] == "SUCCESS", (rule, part, manifest)
     block_log = (records / "score" / "north" / "_logs" / "attempt-1.log").read_text()
     assert "scoring north" in block_log   # the block's own shell() output, in its attempt's log
+    # the script Snakemake wrote out (and removed since) is kept with the attempt, and its .sh names it:
+    # run again by hand, it remakes the same file
+    logs = records / "tabulate" / "north" / "_logs"
+    command = (logs / "attempt-1.sh").read_text()
+    assert "records/_all/trial/tabulate/north/_logs/attempt-1.lay_out.py" in command, command
+    assert ".snakemake/scripts" not in command and not list((tmp_path / "wp" / ".snakemake" / "scripts").iterdir())
+    assert (logs / "attempt-1.lay_out.py").read_text().endswith(TABULATE)
+    table = tmp_path / "wp" / "py" / "north" / "table.txt"
+    table.unlink()
+    subprocess.run(["bash", str(logs / "attempt-1.sh")], cwd=tmp_path / "wp", check=True)
+    assert table.read_text() == files["plain"]["py/north/table.txt"]
+    # its input, made by measure's job in the same run, is described with measure's record
+    read = json.loads((records / "tabulate" / "north" / "_manifest.json").read_text())["inputs"]
+    assert [(i["path"], i["manifest"], i["state"]) for i in read] == [
+        ("py/north/raw.txt", "records/_all/trial/measure/north/_manifest.json", "SUCCESS")]
+    assert read[0]["sha256"] == json.loads((records / "measure" / "north" / "_manifest.json").read_text())[
+        "outputs"][0]["sha256"]
 
 
 def test_a_failing_run_block_is_reported_as_plain_snakemake_reports_it_and_recorded_failed(tmp_path):
