@@ -136,7 +136,7 @@ class Series:
             return Next.DONE  # the step had finished when Slurm ended the job
         elif previous:
             self.history = list(previous["attempts"])
-            if not self.history:
+            if not self.history and directory.own_layout:   # (a stage's archive takes its manifest too)
                 keep_record_without_attempts(directory, previous)
         return self._begin(directory, policy, running, previous, retried)
 
@@ -286,10 +286,11 @@ def close_interrupted(attempt: records.Attempt, leftover: str | None = None) -> 
 
 
 def keep_record_without_attempts(directory: StageDirectory, previous: records.Manifest) -> None:
-    """A new series over a manifest with no attempt for it to carry on (an
-    adopted job's: its outputs made by hand): that manifest is set aside in
-    the record's ``.attempts/N/`` first, and said, so a record is never
-    replaced unkept (the new manifest's attempts are the history of the others)."""
+    """A rule in its own layout: a new series over a manifest with no
+    attempt for it to carry on (an adopted job's: its outputs made by hand)
+    sets that manifest aside in the record's ``.attempts/N/`` first, and
+    says so, so a record is never replaced unkept (the new manifest's
+    attempts are the history of the others)."""
     from waypost import stores
     from waypost.model.layout import MANIFEST
     tree = stores.store_for(directory.stage_dir, quiet=True)
