@@ -8,6 +8,7 @@ are plain Snakemake's, side by side."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -209,6 +210,34 @@ def test_status_shows_the_rules_jobs(ran):
     assert cells["count"]["state"] == "SUCCESS", cells["count"]
     assert not (wp / "data/a/count.txt").exists()
     assert _manifest(wp, "count", "a")["outputs"][0]["temp"] is True
+
+
+def test_find_names_jobs_by_rule_and_wildcards_and_their_lineage_by_the_records_that_made_their_inputs(ran, tmp_path):
+    _, wp = ran
+    # an input made by another recorded job of the run is described with that job's record
+    inputs = _manifest(wp, "summarize", "a")["inputs"]
+    assert [(i["path"], i["manifest"], i["state"]) for i in inputs] == [
+        ("data/a/fit/params.json", "records/_all/trial/fit/a/_manifest.json", "SUCCESS"),
+        ("data/a/count.txt", "records/_all/trial/count/a/_manifest.json", "SUCCESS")]
+    assert inputs[0]["sha256"] == next(o["sha256"] for o in _manifest(wp, "fit", "a")["outputs"]
+                                       if o["path"] == "params.json")
+
+    db = str(tmp_path / "catalog.sqlite")
+    table = _waypost(wp, "find", "--config", "config.yaml", "--db", db, "--stage", "fit", "--width", "250")
+    assert table.returncode == 0, table.stderr
+    header, *rows = [line.split() for line in table.stdout.splitlines()[2:] if line.strip() and "─" not in line]
+    assert header[:4] == ["experiment", "stage", "state", "created"], table.stdout   # no pair column of _all
+    assert sorted(row[1] for row in rows) == ["fit[sample=a]", "fit[sample=b]"], table.stdout
+    one = _waypost(wp, "find", "--config", "config.yaml", "--db", db, "--stage", "fit[sample=b]", "--json")
+    assert one.returncode == 0, one.stderr
+    assert [(r["stage"], r["wildcards"]) for r in json.loads(one.stdout)] == [("fit", {"sample": "b"})]
+
+    lineage = _waypost(wp, "find", "--config", "config.yaml", "--db", db, "--lineage", "records/_all/trial/summarize/a")
+    assert lineage.returncode == 0, lineage.stderr
+    named = [line.split(":")[0] for line in lineage.stdout.splitlines()]
+    assert named == ["trial/summarize[sample=a]", "  trial/fit[sample=a]", "    trial/prepare[sample=a]",
+                     "  trial/count[sample=a]", "    trial/prepare[sample=a]"], lineage.stdout
+    assert "placed by hand" not in lineage.stdout
 
 
 def test_a_deleted_output_is_redone_as_plain_snakemake_redoes_it_in_a_new_series(ran, tmp_path):
@@ -680,6 +709,23 @@ def test_script_and_run_rules_get_a_record_and_see_what_plain_snakemake_gives_th
             assert manifest["state"] == "SUCCESS", (rule, part, manifest)
     block_log = (records / "score" / "north" / "_logs" / "attempt-1.log").read_text()
     assert "scoring north" in block_log   # the block's own shell() output, in its attempt's log
+    # the script Snakemake wrote out (and removed since) is kept with the attempt, and its .sh names it:
+    # run again by hand, it remakes the same file
+    logs = records / "tabulate" / "north" / "_logs"
+    command = (logs / "attempt-1.sh").read_text()
+    assert "records/_all/trial/tabulate/north/_logs/attempt-1.lay_out.py" in command, command
+    assert ".snakemake/scripts" not in command and not list((tmp_path / "wp" / ".snakemake" / "scripts").iterdir())
+    assert (logs / "attempt-1.lay_out.py").read_text().endswith(TABULATE)
+    table = tmp_path / "wp" / "py" / "north" / "table.txt"
+    table.unlink()
+    subprocess.run(["bash", str(logs / "attempt-1.sh")], cwd=tmp_path / "wp", check=True)
+    assert table.read_text() == files["plain"]["py/north/table.txt"]
+    # its input, made by measure's job in the same run, is described with measure's record
+    read = json.loads((records / "tabulate" / "north" / "_manifest.json").read_text())["inputs"]
+    assert [(i["path"], i["manifest"], i["state"]) for i in read] == [
+        ("py/north/raw.txt", "records/_all/trial/measure/north/_manifest.json", "SUCCESS")]
+    assert read[0]["sha256"] == json.loads((records / "measure" / "north" / "_manifest.json").read_text())[
+        "outputs"][0]["sha256"]
 
 
 def test_a_failing_run_block_is_reported_as_plain_snakemake_reports_it_and_recorded_failed(tmp_path):
@@ -776,3 +822,88 @@ def test_waypost_adopt_records_a_hand_made_job_of_a_rule_in_its_own_layout(tmp_p
     assert forced.stdout.splitlines()[1].endswith("archived in store/_all/first/teach/fr/.attempts/1"), forced.stdout
     assert json.loads((tmp_path / "store/_all/first/teach/fr/.attempts/1/_manifest.json").read_text())[
         "attempts"][0]["action"] == "cmd"
+
+
+HAND_MADE = textwrap.dedent("""\
+    from waypost.snakemake import Pipeline  # waypost
+    wp = Pipeline(config, workflow)  # waypost
+
+    rule scores:
+        input: "out/de/score.txt"
+
+    rule teach:
+        input: "data/{lang}.txt"
+        output: "out/{lang}/model.txt"
+        shell: "cat {input} > {output}; echo {wildcards.lang} >> teach-calls.txt"
+
+    rule score:
+        input: rules.teach.output
+        output: "out/{lang}/score.txt"
+        shell: "cat {input} > {output}"
+
+    wp.finish()  # waypost
+    """)
+
+
+def test_an_adopted_job_is_done_in_the_default_mode_and_its_hand_made_outputs_are_never_lost(tmp_path):
+    """``waypost adopt`` over a hand-made output that is older than the
+    rule's input: plain Snakemake (its mtime trigger, the shipped profile's)
+    would overwrite it; with waypost the adopted job is done, and the run
+    says so in one line. ``--forcerun`` redoes it, its record and the
+    hand-made file set aside first; an adopted record is never replaced
+    unkept."""
+    from conftest import LOCAL_PROFILE
+
+    def place(workdir: Path, with_waypost: bool) -> Path:
+        workdir.mkdir()
+        keep = (lambda line: True) if with_waypost else (lambda line: not line.rstrip().endswith(MARK))
+        (workdir / "Snakefile").write_text("".join(filter(keep, HAND_MADE.splitlines(keepends=True))))
+        (workdir / "config.yaml").write_text(yaml.safe_dump({"root": "rec", "experiments": {"first": {}}}))
+        (workdir / "out" / "de").mkdir(parents=True)
+        (workdir / "out/de/model.txt").write_text("made by hand\n")
+        (workdir / "data").mkdir()
+        (workdir / "data/de.txt").write_text("raw\n")   # newer than the hand-made model
+        os.utime(workdir / "out/de/model.txt", (1_000_000_000, 1_000_000_000))
+        return workdir
+
+    def run(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+        done = _snakemake(workdir, *args, "--profile", str(LOCAL_PROFILE), "--configfile", "config.yaml")
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    plain, wp = place(tmp_path / "plain", False), place(tmp_path / "wp", True)
+    run(plain)
+    assert (plain / "out/de/model.txt").read_text() == "raw\n"   # plain Snakemake overwrites it
+
+    adopted = _waypost(wp, "adopt", "teach", "--config", "config.yaml", "--experiment", "first", "--wildcards", "lang=de")
+    assert adopted.returncode == 0, adopted.stderr
+    ran = run(wp)
+    assert (wp / "out/de/model.txt").read_text() == "made by hand\n" and not (wp / "teach-calls.txt").exists()
+    assert (wp / "out/de/score.txt").read_text() == "made by hand\n"
+    said = [line for line in ran.stderr.splitlines() if line.startswith("waypost:") and "adopted" in line]
+    assert said == ["waypost: out/de/model.txt: adopted by hand; its input data/de.txt is newer: kept "
+                    "(`waypost rerun teach --instance de` to redo it)"], ran.stderr
+    assert _jobs(_snakemake(wp, "--profile", str(LOCAL_PROFILE), "--configfile", "config.yaml", "-n")) == {}
+    assert json.loads((wp / "rec/_all/first/teach/de/_manifest.json").read_text())["adopted"]
+
+    # --forcerun redoes it: its record and the hand-made file set aside first, said in one line
+    dry = _snakemake(wp, "--profile", str(LOCAL_PROFILE), "--configfile", "config.yaml", "-n", "--forcerun", "teach")
+    assert _jobs(dry)["teach"] == 1 and not (wp / "rec/_all/first/teach/de/.attempts").exists()
+    forced = run(wp, "--forcerun", "teach")
+    assert ("waypost: rec/_all/first/teach/de: adopted by hand; --forcerun redoes it: its record and outputs set "
+            "aside in .attempts/1 first") in forced.stderr.splitlines(), forced.stderr
+    kept = wp / "rec/_all/first/teach/de/.attempts/1"
+    assert (kept / "model.txt").read_text() == "made by hand\n" and json.loads((kept / "_manifest.json").read_text())[
+        "adopted"]
+    assert (wp / "out/de/model.txt").read_text() == "raw\n" and (wp / "teach-calls.txt").read_text() == "de\n"
+
+    # an adopted job whose output is gone is made again, its record set aside first (not replaced unkept)
+    (wp / "out/de/model.txt").write_text("made by hand again\n")
+    assert _waypost(wp, "adopt", "teach", "--config", "config.yaml", "--experiment", "first", "--wildcards",
+                    "lang=de", "--force").returncode == 0
+    (wp / "out/de/model.txt").unlink()
+    again = run(wp, "out/de/model.txt")
+    assert "waypost: teach[lang=de]: adopted by hand; redone now: its record set aside in .attempts/3" \
+        in again.stderr.splitlines(), again.stderr
+    assert json.loads((wp / "rec/_all/first/teach/de/.attempts/3/_manifest.json").read_text())["adopted"]
+    assert json.loads((wp / "rec/_all/first/teach/de/_manifest.json").read_text())["attempts"][0]["action"] == "cmd"

@@ -46,6 +46,7 @@ from waypost.planning.wiring import (
     fetch_checkpoint_folders,
     flagged_positions,
     input_dirs_of,
+    input_records_of,
     log_files_of,
     own_dirs_of,
     own_layout_refusal,
@@ -408,14 +409,25 @@ class Pipeline:
             for rule in self.snake.target_rules(self.graph.stages):   # (``touch()`` outputs: Snakemake's)
                 as_plain_on_the_bucket(self.snake, rule, runs=False)
             fetch_checkpoint_folders()
+        else:   # (an input a job here made is described with its record: parents.describe_inputs)
+            self.lines.input_records = input_records_of(self.snake, wired, self._own_record(experiment))
         if experiment is None and not self.facts_only:   # one experiment of this config reusing another's jobs
             for rule in wired:
                 wire_own_reuse(self.snake, rule, self._reused_job(rule))
-        if self._own_presence and not self.facts_only:
-            done = OwnPresence(self.state, self.root, experiment).done
+        if not self.facts_only:   # (presence mode, and adopted jobs in either mode)
+            done = OwnPresence(self.state, self.root, experiment, self._own_presence).done
             for rule in wired:
                 wire_own_presence(self.snake, rule, done)
         return wired
+
+    def _own_record(self, experiment: str | None):
+        """A function of a rule in its own layout and a job's wildcards: the
+        job's record directory (``experiment`` None: its ``{experiment}``
+        wildcard's)."""
+        def record_of(rule: str, values: dict) -> str:
+            job_experiment, instance = layout.own_job(values, experiment)
+            return layout.stage_dir(self.root, layout.ALL_PAIRS, job_experiment, rule, instance)
+        return record_of
 
     def _reused_job(self, rule: str):
         """A function of a job's wildcards (a rule in its own layout, the

@@ -68,6 +68,9 @@ def _found(args, cfg: dict, cat) -> list[dict]:
     if args.stage and "/" in args.stage:   # stage/instance, as the tables show them
         args.stage, instance = args.stage.split("/", 1)
         args.instance = [*(args.instance or []), instance]
+    elif args.stage and args.stage.endswith("]") and "[" in args.stage:   # rule[name=value, ...]: a job
+        args.stage, instance = _job_named(args.stage)
+        args.instance = [*(args.instance or []), *([instance] if instance else [])]
     rows = cat.find(stage=args.stage, pair=args.pair, experiment=args.experiment, state=args.state,
                     since=args.since, until=args.until, config_hash=args.config_hash, limit=args.limit,
                     archived=not args.no_archived, instance=args.instance)
@@ -88,19 +91,43 @@ def _find_table(rows: list[dict], roots: list[str]):
     table = Table(title=f"{len(rows)} stage(s) found in {len(roots)} root(s), newest first", title_justify="left",
                   box=box.SIMPLE_HEAD)
     locations = [stores.shown(r["location"]) for r in rows]
-    stages = [r["stage"] + (f"/{r['instance']}" if r["instance"] else "") for r in rows]
+    stages = [escape(row_name(r)) for r in rows]
+    # (a job of a rule in its own layout has no pair: its rule's jobs are in every one)
+    pairs = [None if r.get("wildcards") is not None else r["pair"] for r in rows]
     widths = {"stage": max(map(len, stages), default=5), "created": 16, "config": 8, "state": 5}
-    for column in ("experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config", "location"):
+    columns = ("experiment", "pair", "stage", "state", "created", "att.", "config", "vs current config", "location")
+    with_pairs = any(pair is not None for pair in pairs)
+    for column in columns if with_pairs else [c for c in columns if c != "pair"]:
         table.add_column(column, overflow="fold", min_width=widths.get(column))
-    for row, location, name in zip(rows, locations, stages):
+    for row, location, name, pair in zip(rows, locations, stages, pairs):
         text, style = clistatus.label({"state": "adopted" if row["adopted"] else row["state"]})
-        table.add_row(row["experiment"], row["pair"], name,
+        table.add_row(row["experiment"], *([pair or ""] if with_pairs else []), name,
                       f"[{style}]{text}[/]" + (" (reused)" if row["reused_from"] else "")
                       + (f" (archived {row['archive']})" if row["archive"] else ""),
                       clistatus.when(row["source_created"] or row["created"]) + (" (reused)" if row["source_created"] else ""),
                       str(row["attempts"]),
                       (row["config_hash"] or "–")[:8], escape(_differs_text(row)), escape(location))
     return table
+
+
+def row_name(row: dict) -> str:
+    """How find names a row: a job of a rule in its own layout as Snakemake
+    names it (``rule[name=value, ...]``), a stage as ``stage[/instance]``."""
+    if row.get("wildcards") is not None:
+        return layout.job_name(row["stage"], row["wildcards"])
+    return row["stage"] + (f"/{row['instance']}" if row.get("instance") else "")
+
+
+def _job_named(name: str) -> tuple[str, str | None]:
+    """(rule, record name) of a job named as find shows it: ``rule[name=value, ...]``."""
+    rule, inside = name[:-1].split("[", 1)
+    values = {}
+    for item in filter(None, (part.strip() for part in inside.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise wconfig.ConfigError(f"--stage {name}: write a job as RULE[NAME=VALUE, ...], as find shows it")
+        values[key.strip()] = value.strip()
+    return rule, layout.job_instance(values)
 
 
 def _differs_text(row: dict) -> str:
@@ -151,7 +178,9 @@ def render_lineage(tree: dict, as_json: bool) -> int:
         if node.get("adopted"):
             print(f"{lead}{where(node['location'])}: placed by hand (no manifest)")
             return
-        name = "/".join(x for x in (node["pair"], node["experiment"], node["stage"], node["instance"]) if x)
+        name = (f"{node['experiment']}/{layout.job_name(node['stage'], node['wildcards'])}"
+                if node.get("wildcards") is not None else
+                "/".join(x for x in (node["pair"], node["experiment"], node["stage"], node["instance"]) if x))
         state = clistatus.label({"state": node["state"]})[0] + (f" (archived {node['archive']})" if node["archive"] else "")
         made = (f"made {clistatus.when(node['source_created'])} (reused)" if node.get("source_created")
                 else f"made {clistatus.when(node['created'])}")

@@ -36,7 +36,7 @@ PAGE = 200
 # The order of each row's fields in the embedded JSON (the page reads them by name).
 COLUMNS = ("location", "root", "experiment", "pair", "stage", "instance", "state", "created", "attempts",
            "config_hash", "code_version", "reused_from", "source", "adopted", "provisional", "archived",
-           "archive", "source_created", "differs", "compared_with", "inputs")
+           "archive", "source_created", "differs", "compared_with", "inputs", "wildcards")
 
 
 def _inputs_of(row: dict) -> list[dict]:
@@ -155,7 +155,8 @@ def build(rows: list[dict], *, root: str, experiments: dict[str, list[str]], par
             row.get("config_hash"), row.get("code_version"), source,
             links.current.get(source.rstrip("/")) if isinstance(source, str) else None,
             bool(row.get("adopted")), bool(row.get("provisional")), bool(row.get("archived")),
-            row.get("archive"), row.get("source_created"), row.get("differs"), row.get("compared_with"), inputs])
+            row.get("archive"), row.get("source_created"), row.get("differs"), row.get("compared_with"), inputs,
+            row.get("wildcards")])
     return {
         "columns": list(COLUMNS), "rows": packed, "root": root, "roots": list(roots or []),
         "experiments": experiments, "stages": stages,

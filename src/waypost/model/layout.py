@@ -90,6 +90,13 @@ def stage_name(pair: str, experiment: str, stage: str, *instance: str | None) ->
     return "/".join(part for part in (experiment, None if pair == ALL_PAIRS else pair, stage, *instance) if part)
 
 
+def job_name(rule: str, wildcards: dict) -> str:
+    """How messages and tables name a job of a rule in its own layout, as
+    Snakemake names a job: ``rule[name=value, ...]`` (a rule without
+    wildcards: its name)."""
+    return rule + ("[" + ", ".join(f"{k}={v}" for k, v in wildcards.items()) + "]" if wildcards else "")
+
+
 def job_instance(wildcards: dict) -> str | None:
     """The name under which a job of a rule in its own layout keeps its
     record, in its rule's stage directory (as an instance's): its wildcards'

@@ -326,11 +326,15 @@ def _location_rule(label: str, manifest_file: bool = False):
 
 
 def _input_rule(value):
-    """An input lies in the stage directory of the manifest it names."""
+    """An input lies in the stage directory of the manifest it names (its
+    producer a job of a rule in its own layout: in that job's
+    ``outputs_dir``, from there)."""
     record, path = value.get("manifest"), value.get("path")
     if type(record) is not str or type(path) is not str:
         return None
     directory = record[:-len(MANIFEST)].rstrip("/")
+    if type(value.get("outputs_dir")) is str and directory:
+        directory = locations.resolve(directory, value["outputs_dir"])
     rest = path[len(directory) + 1:] if path.startswith(directory + "/") and directory else None
     if rest is None or trust.relative_problem(rest) is not None:
         return _Fail(f"lists input {_shown(path)}, which is not in the stage directory of its manifest "

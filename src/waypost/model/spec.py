@@ -91,6 +91,9 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     # on a gs:// root, its inputs' directories that the job that made them writes alone:
     # what else is there (side files) comes down with the inputs
     "input_dirs": (list, []),
+    # its inputs that a job of a rule in its own layout may have made, each with the
+    # record directories of the jobs that could have (``parents.describe_inputs``)
+    "input_records": (dict, {}),
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 

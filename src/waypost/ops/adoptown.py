@@ -8,7 +8,7 @@ rule's output patterns (as the last parse of the workflow recorded them:
 one must be there. Its record, in the job's directory under the root
 (``{root}/_all/{experiment}/{rule}/{wildcards}``), is the one a run writes
 (``outputs_dir``, ``declared``, ``wildcards``) with ``adopted`` and no
-attempt. Then the job is done in presence mode, shown as adopted, and can be
+attempt. Then the job is done (``planning.ownpresence``), shown as adopted, and can be
 the source of another experiment's reuse. What the record directory held
 before (an earlier manifest and its logs) is archived first, as a stage's
 adopt archives it.

@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS manifests (
     settings     TEXT,               -- JSON
     archive      TEXT,               -- ".attempts/<n>" for an archived manifest, else NULL
     source_created TEXT,             -- a reused copy: when its source was made
-    inputs       TEXT                -- JSON: [{path, manifest, state}]
+    inputs       TEXT,               -- JSON: [{path, manifest, state}]
+    wildcards    TEXT                -- JSON: a job of a rule in its own layout's wildcards (its name), else NULL
 );
 CREATE INDEX IF NOT EXISTS manifests_stage ON manifests (stage, pair, created);
 CREATE INDEX IF NOT EXISTS manifests_experiment ON manifests (experiment, pair, stage);
@@ -62,10 +63,10 @@ CREATE TABLE IF NOT EXISTS roots (
 """
 COLUMNS = ("location", "root", "stamp", "experiment", "pair", "stage", "instance", "state", "created",
            "attempts", "config_hash", "code_version", "reused_from", "adopted", "provisional", "settings",
-           "archive", "source_created", "inputs")
+           "archive", "source_created", "inputs", "wildcards")
 # The cache file's layout (SQLite's user_version): a file of another version
 # is dropped and rebuilt at the next refresh, never misread.
-VERSION = 2
+VERSION = 3
 
 
 @dataclass
@@ -128,7 +129,14 @@ def _row(location: str, root: str, stamp: str, data: Manifest) -> tuple:
             int(bool(data.get("adopted"))), int(bool(data.get("provisional"))),
             json.dumps(data.get("settings") or {}, sort_keys=True), archive_of(location),
             (data.get("source_created") or source.get("created")) if data.get("reused_from") else None,
-            json.dumps(_inputs(root, data)))
+            json.dumps(_inputs(root, data)), _wildcards(data))
+
+
+def _wildcards(data: Manifest) -> str | None:
+    """A job of a rule in its own layout (its record names where its outputs
+    are): its wildcards, as JSON; else None."""
+    wildcards = data.get("wildcards")
+    return json.dumps(wildcards) if data.get("outputs_dir") is not None and isinstance(wildcards, dict) else None
 
 
 def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
@@ -302,13 +310,14 @@ class Catalog:
         """The chain of manifests a stage was made from, as a tree: each node
         {location, experiment, pair, stage, instance, state, created,
         code_version, config_hash, archived, archive, reused_from,
-        source_created, inputs: [nodes]}, down to stages without inputs. An
+        source_created, wildcards (a job of a rule in its own layout; else
+        None), inputs: [nodes]}, down to stages without inputs. An
         input's node is the manifest that made it (its stage's current one,
         or an archived one when the stage was redone after it was used); a
         reused copy's only node below is its source (``via: "reuse"``). A
         manifest not in the catalog is {location, missing: true}."""
         fields = ("location", "experiment", "pair", "stage", "instance", "state", "created", "code_version",
-                  "config_hash", "archived", "archive", "reused_from", "source_created", "root")
+                  "config_hash", "archived", "archive", "reused_from", "source_created", "root", "wildcards")
 
         made: dict[str, dict] = {}   # location → its node: a stage many others read is walked once
 
@@ -354,6 +363,7 @@ def _item(row: sqlite3.Row) -> dict:
     item["provisional"] = bool(item["provisional"])
     item["archived"] = item["archive"] is not None
     item["inputs"] = json.loads(item["inputs"] or "[]")
+    item["wildcards"] = json.loads(item["wildcards"]) if item.get("wildcards") else None
     return item
 
 

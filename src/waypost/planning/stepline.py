@@ -33,6 +33,9 @@ class StepLines:
         # On a gs:// root, a function of a job's inputs: their directories
         # that a rule in its own layout's job writes alone (wiring.input_dirs_of).
         self.input_dirs = None
+        # A function of a job's inputs: those a job of a rule in its own
+        # layout may have made, with their record directories (wiring.input_records_of).
+        self.input_records = None
         self._lines: dict[tuple, object] = {}
 
     def params_function(self, stage: str):
@@ -90,6 +93,9 @@ class StepLines:
                 own["own_dirs"] = mine
             if shared:
                 own["shared_dirs"] = shared
+            made = self.input_records(input) if self.input_records else None
+            if made:
+                own["input_records"] = made
             beside = self.input_dirs(input) if self.input_dirs else None
             if beside:
                 own["input_dirs"] = beside

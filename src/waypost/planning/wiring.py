@@ -44,7 +44,11 @@ pyproject.toml). Everything else is public:
   ``LocalSteps.serve`` has ``shell`` itself raise a served step's failure;
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
   ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
-  (``--set-resources`` keeps the last word);
+  (``--set-resources`` keeps the last word); ``workflow.executor_plugin``
+  (None where the run executes no job: ``--dag``, ``--summary``; its
+  ``common_settings``' ``dryrun_exec`` and ``touch_exec``): ``runs_jobs``;
+- ``Rule.is_producer`` and ``Rule.get_wildcards`` (how the DAG finds a
+  file's producer): ``input_records_of``;
 - checkpoints: ``workflow.globals["checkpoints"]``, ``Rule.is_checkpoint``,
   ``Rule.wildcard_names``, ``IncompleteCheckpointException.targetfile`` (an
   input that waits for a checkpoint is its output, as Snakemake's own
@@ -368,6 +372,14 @@ class Snake:
             from snakemake.output_index import OutputIndex
             self._output_index = OutputIndex(self.workflow.rules)
         return any(other.name != rule for f in files for other in self._output_index.match_producers(f))
+
+    def runs_jobs(self) -> bool:
+        """Does this run execute jobs: not a dry run, nor ``--touch``, nor
+        one that only prints the DAG, a summary or what changed (those have
+        no executor)?"""
+        plugin = getattr(self.workflow, "executor_plugin", None)
+        settings = getattr(plugin, "common_settings", None)
+        return settings is not None and not (settings.dryrun_exec or settings.touch_exec)
 
     def forced_rules(self) -> tuple[bool, list[str]] | None:
         """(``--forceall``, the ``--forcerun`` rules); None before the DAG
@@ -865,12 +877,14 @@ def wire_own_reuse(snake: Snake, name: str, source_of) -> None:
 
 
 def wire_own_presence(snake: Snake, name: str, done) -> None:
-    """Presence mode for a rule in its own layout: a job that ``done(rule,
-    values, outputs)`` says is done gets no inputs (Snakemake then runs it
-    only for a missing output or a forced one), while its params, resources
-    and priority functions still see the inputs its rule gives
-    (``Snake.inputs_for_functions``). Not in a job's own Snakemake process:
-    it runs the job it was given."""
+    """A rule in its own layout whose jobs waypost may say are done
+    (presence mode; an adopted job, ``planning.ownpresence``): a job that
+    ``done(rule, values, outputs, inputs)`` (the last two: functions giving
+    its paths, asked only when needed) says is done gets no inputs
+    (Snakemake then runs it only for a missing output or a forced one),
+    while its params, resources and priority functions still see the
+    inputs its rule gives (``Snake.inputs_for_functions``). Not in a job's
+    own Snakemake process: it runs the job it was given."""
     from snakemake.iocontainers import InputFiles
     if snake.job_process:
         return
@@ -881,7 +895,8 @@ def wire_own_presence(snake: Snake, name: str, done) -> None:
         if not snake.keeping:
             values = dict(wildcards.items())
             key = snake.emptied_key(name, values)
-            if done(name, values, [_named(f) for f in rule.expand_output(values)[0]]):
+            if done(name, values, lambda: [_named(f) for f in rule.expand_output(values)[0]],
+                    lambda: [_named(f) for f in expand_input(wildcards, groupid)[0]]):
                 mark_done(snake, key)
                 return InputFiles(), {}, {}, False
             snake.emptied.discard(key)
@@ -951,6 +966,27 @@ def own_dirs_of(snake: Snake, name: str):
                                             if dir_rx.match(stores.normalised(directory))})
         return found, shared
     return own_dirs
+
+
+def input_records_of(snake: Snake, rules: list[str], record_of):
+    """A function of a job's inputs giving, for each that a job of one of
+    ``rules`` (rules in their own layout) could make, the record
+    directories of those jobs (``record_of(rule, wildcards)``), as
+    Snakemake finds a file's producer (``Rule.is_producer``, its wildcards
+    from ``Rule.get_wildcards``). The runner takes the one whose manifest
+    lists the file (``parents.describe_inputs``): where several rules could
+    make it, Snakemake's rule order chose which did."""
+    candidates = [snake.workflow.get_rule(name) for name in rules]
+
+    def input_records(inputs) -> dict[str, list[str]]:
+        found = {}
+        for path in dict.fromkeys(map(str, inputs)):
+            records = [record_of(rule.name, rule.get_wildcards(path)) for rule in candidates
+                       if rule.is_producer(path)]
+            if records:
+                found[path] = records
+        return found
+    return input_records
 
 
 def input_dirs_of(snake: Snake, rules: list[str]):

@@ -136,6 +136,8 @@ class Series:
             return Next.DONE  # the step had finished when Slurm ended the job
         elif previous:
             self.history = list(previous["attempts"])
+            if not self.history and directory.own_layout:   # (a stage's archive takes its manifest too)
+                keep_record_without_attempts(directory, previous)
         return self._begin(directory, policy, running, previous, retried)
 
     def _after_a_killed_runner(self, directory: StageDirectory, policy: wpolicy.Policy, life, running: dict,
@@ -281,3 +283,17 @@ def close_interrupted(attempt: records.Attempt, leftover: str | None = None) -> 
                     + (f" ({label}: {detail})" if detail else "")
                     + (f"; {leftover}" if leftover else "")})
     return vanished
+
+
+def keep_record_without_attempts(directory: StageDirectory, previous: records.Manifest) -> None:
+    """A rule in its own layout: a new series over a manifest with no
+    attempt for it to carry on (an adopted job's: its outputs made by hand)
+    sets that manifest aside in the record's ``.attempts/N/`` first, and
+    says so, so a record is never replaced unkept (the new manifest's
+    attempts are the history of the others)."""
+    from waypost import stores
+    from waypost.model.layout import MANIFEST
+    tree = stores.store_for(directory.stage_dir, quiet=True)
+    archived = tree.archive_from(directory.stage_dir, directory.stage_dir, [MANIFEST])
+    what = "adopted by hand" if previous.get("adopted") else "a record with no attempt"
+    print(f"waypost: {directory.name}: {what}; redone now: its record set aside in {archived}", file=sys.stderr)

@@ -5,6 +5,9 @@ process (``attempt.Attempt``), how it ended, and the policy's checks."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import shutil
 import sys
 import time
 
@@ -40,6 +43,7 @@ class StageAttempt:
             # As Snakemake formatted it with the job's placeholders (wiring.with_restart);
             # as written in a step without it (a runner started by hand).
             command = spec.restart_command if spec.restart_command is not None else policy.restart
+        command = keep_generated_scripts(command, directory, number, self._in_stage())
         # The command runs as plain Snakemake runs one: its shell, prefix and
         # suffix, from a script (of any length) kept beside the attempt's log.
         script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
@@ -56,6 +60,11 @@ class StageAttempt:
             raise
         log.close()
         return record
+
+    def _in_stage(self) -> bool:
+        """Does the step run in its stage directory (``workdir: stage``; a
+        rule in its own layout runs where Snakemake runs its jobs)?"""
+        return self.policy.workdir == "stage" and not self.directory.own_layout
 
     def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog) -> records.Attempt:
         spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
@@ -96,7 +105,7 @@ class StageAttempt:
         # whole then (``log.close``), on a root that can't append.
         # (the script by a path that holds from there; a rule in its own
         # layout runs where Snakemake runs its jobs, as its paths say)
-        in_stage = policy.workdir == "stage" and not directory.own_layout
+        in_stage = self._in_stage()
         directory.attempt_begins()
         attempt = Attempt([spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage
                            else directory.path(script_rel)], env, log.growing, runtime,
@@ -228,3 +237,26 @@ def _announce_urls(command: str, log: StepLog) -> None:
                "mapped to local copies, so the step sees these as they are (URLs, not files)\n").encode()
     log.write(message)
     sys.stderr.buffer.write(message)
+
+
+# A script Snakemake writes out for a ``script:``/``notebook:``/``wrapper:``
+# job (its preamble, the job's ``snakemake`` object, the source) and removes
+# once the job's command returned: ``.snakemake/scripts/tmpXXXX.<its file name>``,
+# quoted or not, as Snakemake put it into the command.
+_GENERATED_SCRIPT = re.compile(r"""'?((?:[^\s'"]*/)?\.snakemake/scripts/tmp[\w-]+\.([^\s'"/]+))'?""")
+
+
+def keep_generated_scripts(command: str, directory: StageDirectory, number: int, absolute: bool) -> str:
+    """The command with each script Snakemake generated for it copied into
+    the record (``_logs/attempt-<n>.<its file name>``, ``script.py`` say)
+    and named there: the attempt runs that copy, so its ``.sh`` stays true
+    (and runnable again) after Snakemake removed its own. ``absolute``: the
+    step runs elsewhere than Snakemake's directory."""
+    def keep(match: re.Match) -> str:
+        generated, name = match.group(1), match.group(2)
+        if not os.path.isfile(generated):
+            return match.group(0)
+        kept = directory.path(os.path.join(LOGS, f"attempt-{number}.{name}"))
+        shutil.copyfile(generated, kept)
+        return shlex.quote(os.path.abspath(kept) if absolute else kept)
+    return _GENERATED_SCRIPT.sub(keep, command) if ".snakemake/scripts/" in command else command

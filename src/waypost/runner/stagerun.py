@@ -398,7 +398,7 @@ class StageRun:
     def _described_inputs(self) -> list[dict]:
         """The manifest's inputs: each with its producer's manifest, an
         input from outside the root with its fingerprint."""
-        inputs = describe_inputs(self.directory.inputs)
+        inputs = describe_inputs(self.directory.inputs, self.spec.input_records)
         for item in inputs:
             if item["path"] in self.outside:
                 item["fingerprint"] = fingerprints.take(item["path"], self.outside_seen.get(item["path"]))

@@ -34,7 +34,14 @@
   function look(st) { return DATA.looks[st] || [String(st || "?").toLowerCase(), DATA.failure_colour]; }
   function colour(e, st) { e.style.setProperty("--c", look(st)[1]); return e; }
   function when(created) { return created ? String(created).slice(0, 16).replace("T", " ") : "–"; }
-  function stageName(r) { return val(r, "stage") + (val(r, "instance") ? "/" + val(r, "instance") : ""); }
+  // A job of a rule in its own layout as Snakemake names it (rule[name=value, ...]); a stage as stage[/instance].
+  function stageName(r) {
+    const w = val(r, "wildcards");
+    if (w) { const named = Object.entries(w).map(([k, v]) => k + "=" + v); return val(r, "stage") + (named.length ? "[" + named.join(", ") + "]" : ""); }
+    return val(r, "stage") + (val(r, "instance") ? "/" + val(r, "instance") : "");
+  }
+  // Where a row's stage runs: its pair; none for a job of a rule in its own layout.
+  function pairText(r) { return val(r, "wildcards") ? null : (r[C.pair] === DATA.all_pairs ? "all pairs" : r[C.pair]); }
   function stageDir(r) {
     const loc = val(r, "location"), archive = val(r, "archive");
     if (val(r, "archived")) {
@@ -179,9 +186,9 @@
       const r = ROWS[matched[n]], k = r[C.stage] + "\u0000" + r[C.pair];
       if (k !== key) {
         key = k;
-        const pair = r[C.pair] === DATA.all_pairs ? "all pairs" : r[C.pair];
+        const pair = pairText(r);
         group = el("section", {class: "group", "data-stage": r[C.stage], "data-pair": r[C.pair], "data-count": totals.get(k)},
-                   el("h2", {}, el("span", {class: "title", text: r[C.stage] + " · " + pair}), " ",
+                   el("h2", {}, el("span", {class: "title", text: r[C.stage] + (pair ? " · " + pair : "")}), " ",
                       el("span", {class: "count", text: totals.get(k) + " candidate(s)"})));
         list.append(group);
       }
@@ -210,7 +217,7 @@
     return colour(el("span", {class: "label"},
       el("span", {class: "state", text: look(r[C.state])[0]}), " ",
       el("a", {href: openHref(r[C.location]), "data-open": r[C.location], text: stageName(r)}),
-      " · " + (r[C.pair] === DATA.all_pairs ? "all pairs" : r[C.pair]) + " · " + r[C.experiment] + " · " + when(r[C.created]),
+      (pairText(r) ? " · " + pairText(r) : "") + " · " + r[C.experiment] + " · " + when(r[C.created]),
       r[C.archived] ? el("span", {class: "mark archived", text: "archived " + (r[C.archive] || "")}) : null,
       " ", el("span", {class: "path muted", text: r[C.location]})), r[C.state]);
   }
