@@ -49,6 +49,7 @@ from waypost.planning.wiring import (
     log_files_of,
     own_dirs_of,
     own_layout_refusal,
+    quiet_triggers,
     run_identity,
     wire,
     wire_inputs,
@@ -128,6 +129,9 @@ class Pipeline:
                                config["rerun_policy"] == "presence")
         self._finished = False
         after_reading(workflow, self._check_finished)
+        # Stage jobs' completion is the files'; rules in their own layout keep
+        # Snakemake's rerun triggers (the run's own --rerun-triggers).
+        quiet_triggers(self.snake)
         self._own_layout: list[str] = []   # the rules in their own layout given a record (finish)
         self._unchecked: dict[str, list] = {}  # see Resolver.override_instances
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}

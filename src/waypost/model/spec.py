@@ -90,6 +90,9 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     # on a gs:// root, its inputs' directories that the job that made them writes alone:
     # what else is there (side files) comes down with the inputs
     "input_dirs": (list, []),
+    # what Snakemake's rerun triggers compare of the job: params, code,
+    # software environment (planning.wiring.job_triggers), for its record
+    "triggers": (dict, {}),
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 
