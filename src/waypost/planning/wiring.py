@@ -44,7 +44,11 @@ pyproject.toml). Everything else is public:
 - ``Workflow._build_dag``, ``Workflow._persistence`` and the persistence's
   ``params_changed``, ``input_changed``, ``code_changed``,
   ``software_stack_changed``, and ``Job.outputs_older_than_script_or_notebook``
-  (the code trigger for a script): ``quiet_triggers``;
+  (the code trigger for a script): ``quiet_triggers``; ``Job(rule, dag,
+  wildcards_dict=...)``, ``Job._path_to_source_file``, ``Rule.expand_conda_env``
+  / ``expand_container_img`` / ``env_modules`` and the persistence's
+  ``_serialize_param``: what a job's record keeps of its triggers
+  (``job_triggers``, ``Snake.current_spec``);
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
   ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
   (``--set-resources`` keeps the last word);
@@ -103,6 +107,18 @@ def after_reading(workflow, call) -> None:
         call()
         return check()
     workflow.check = checked
+
+
+def after_planning(workflow, call) -> None:
+    """Have ``call()`` asked once Snakemake has built its DAG of jobs
+    (``Workflow._build_dag``), before any job runs."""
+    build = workflow._build_dag
+
+    def built(*args, **kwargs):
+        result = build(*args, **kwargs)
+        call()
+        return result
+    workflow._build_dag = built
 
 
 def run_identity(workflow) -> str:
@@ -332,6 +348,20 @@ class Snake:
         self.keeping = True
         try:
             return rule.expand_input(wildcards)[0]
+        finally:
+            self.keeping = False
+
+    def current_spec(self, name: str, values: dict, step_param: str) -> str:
+        """The spec line a job of a rule in its own layout (its wildcards
+        ``values``) would get now, with every input its rule gives it (a job
+        waypost decided is done too): what ``waypost plan`` compares with
+        its record (``_with_triggers``). A job the rule can't make now
+        raises the rule's error."""
+        from snakemake.jobs import Job
+        self.keeping = True
+        try:
+            job = Job(self.workflow.get_rule(name), self.workflow.dag, wildcards_dict=dict(values))
+            return job.params[step_param]
         finally:
             self.keeping = False
 
@@ -606,15 +636,21 @@ def job_triggers(job, params, input, non_derived: list) -> dict:
     serializes them), its code (a digest of the shell command or ``run:``
     block as written, or of the script's contents) and its software
     environment (its conda env's definition, container, environment
-    modules). The set of its inputs is the record's own ``inputs``."""
+    modules) and the set of its inputs (``input``: all its rule gives it)."""
     persistence = getattr(job.dag.workflow, "_persistence", None)
     serialize = persistence._serialize_param if persistence is not None else _serialized_param
     params = sorted(value for value in map(serialize, non_derived) if isinstance(value, str))
-    found = {"params": params, "code": _code_of(job)}
+    found = {"params": params, "code": _code_of(job), "inputs": _input_set(input)}
     software = _software_of(job, params, input)
     if software:
         found["software_env"] = software
     return found
+
+
+def _input_set(input) -> list[str]:
+    """A job's inputs as Snakemake's input trigger compares them: sorted, a
+    storage file by its query (its URL), not its local copy."""
+    return sorted(str(f.storage_object.query) if getattr(f, "is_storage", False) else str(f) for f in input)
 
 
 def _serialized_param(value) -> str | None:
