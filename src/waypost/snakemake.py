@@ -31,7 +31,7 @@ from waypost.model import workers as wworkers
 from waypost.model.codeversion import CodeVersions
 from waypost.model.graph import FACTS_ONLY_ENV
 from waypost.model.graph import record as record_facts
-from waypost.planning import fanout, points
+from waypost.planning import fanout, owntriggers, points
 from waypost.planning.ownpresence import OwnPresence
 from waypost.planning.resolver import Resolver
 from waypost.planning.stagegraph import StageError, StageGraph
@@ -41,6 +41,7 @@ from waypost.planning.targets import default_targets
 from waypost.planning.wiring import (
     Snake,
     WorkflowError,
+    after_planning,
     after_reading,
     as_plain_on_the_bucket,
     fetch_checkpoint_folders,
@@ -50,6 +51,7 @@ from waypost.planning.wiring import (
     log_files_of,
     own_dirs_of,
     own_layout_refusal,
+    quiet_triggers,
     run_identity,
     wire,
     wire_inputs,
@@ -129,6 +131,9 @@ class Pipeline:
                                config["rerun_policy"] == "presence")
         self._finished = False
         after_reading(workflow, self._check_finished)
+        # Stage jobs' completion is the files'; rules in their own layout keep
+        # Snakemake's rerun triggers (the run's own --rerun-triggers).
+        quiet_triggers(self.snake)
         self._own_layout: list[str] = []   # the rules in their own layout given a record (finish)
         self._unchecked: dict[str, list] = {}  # see Resolver.override_instances
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}
@@ -370,6 +375,10 @@ class Pipeline:
         for line in self.state.reuse_plan().lines():
             print(f"waypost: {line}", file=sys.stderr)
         self._record_graph()
+        events_path = owntriggers.wanted()
+        if events_path and self._own_layout:   # (``waypost plan``: each recorded job's triggers now)
+            after_planning(self.snake.workflow, lambda: owntriggers.report(
+                self.snake, self.root, self.experiments, self._own_layout, STEP_PARAM, events_path))
 
     def _wire_own_layout(self, runner_line: str) -> list[str]:
         """Make each rule in its own layout (a ``shell:``, ``script:`` or

@@ -29,7 +29,7 @@ def cmd_plan(args) -> int:
     """What the next run would do and why, and the done stages that drifted:
     computed here, printed as JSON or by ``planview``."""
     from waypost.cli import planview  # (rich, loaded only for the commands that print tables)
-    from waypost.ops import plan
+    from waypost.ops import owndrift, plan
 
     cfg = load_config(args)
     extra = extra_args(args)
@@ -47,7 +47,8 @@ def cmd_plan(args) -> int:
     waiting = plan.reuse_held(found)   # (reused stages not in this run: their source is on its way elsewhere)
     if args.instance:
         rows = _only_instances(args, cfg, rows)
-    drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"], args.instance)
+    drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"], args.instance,
+                                       owndrift.now_of(found))
     report = {"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": plan.collapse(drifted, cfg),
               "code_unknown": code_unknown,
               "input_edits": inputdrift.advice(drifted, cfg)}   # (inputs outside the root edited since: what to run)

@@ -13,7 +13,9 @@ through its logger-plugin interface to ``path``, one JSON line per event:
 
 The planner adds its own (``note``): ``set_changed`` — a stage made from a
 set of instances that changed (``stage``, ``change``), since Snakemake's
-reason for that job is only "forced".
+reason for that job is only "forced"; ``own_triggers`` — in ``waypost
+plan``'s dry run (``OWN_TRIGGERS_ENV``), what a recorded job of a rule in
+its own layout would be run with now (``planning.owntriggers``).
 ``waypost plan`` and ``waypost cron`` read these, never Snakemake's text.
 """
 
@@ -23,6 +25,9 @@ import json
 import os
 
 EVENTS_ENV = "WAYPOST_EVENTS"
+# Set in ``waypost plan``'s dry run: report ``OWN_TRIGGERS`` events.
+OWN_TRIGGERS_ENV = "WAYPOST_OWN_TRIGGERS"
+OWN_TRIGGERS = "own_triggers"
 PLUGIN = "waypost"
 
 

@@ -117,6 +117,7 @@ class Manifest(TypedDict, total=False):
     next_series_after: str | None
     series_base: int
     reason: str | None
+    triggers: dict | None   # a rule in its own layout: what Snakemake's rerun triggers compare
 
 
 #: the key under which attempts and running markers name the scheduler's job

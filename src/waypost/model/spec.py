@@ -94,6 +94,9 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     # its inputs that a job of a rule in its own layout may have made, each with the
     # record directories of the jobs that could have (``parents.describe_inputs``)
     "input_records": (dict, {}),
+    # what Snakemake's rerun triggers compare of the job: params, code,
+    # software environment (planning.wiring.job_triggers), for its record
+    "triggers": (dict, {}),
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}
 

@@ -16,7 +16,7 @@ EDITED = "input edited since: {path} ({change})"
 MADE_FROM = "made from an edited input: {path} (through {through})"
 
 
-def _key(path: str) -> str:
+def dir_key(path: str) -> str:
     """One spelling of a stage directory (a relative path is the workflow
     directory's, as Snakemake names it)."""
     return path.rstrip("/") if "://" in path else os.path.abspath(path)
@@ -48,12 +48,12 @@ class InputEdits:
 
     def saw(self, directory: str, data: dict, row: dict, edits: list[dict]) -> None:
         """A done stage, its drift row (kept, to add to) and its edited inputs."""
-        key = _key(directory)
+        key = dir_key(directory)
         self.rows[key] = row
-        self.parents[key] = {_key(os.path.dirname(i["manifest"])) for i in data.get("inputs") or []
+        self.parents[key] = {dir_key(os.path.dirname(i["manifest"])) for i in data.get("inputs") or []
                              if isinstance(i, dict) and isinstance(i.get("manifest"), str)}
         if isinstance(data.get("reused_from"), str):   # a reused copy was made from its source
-            self.parents[key].add(_key(data["reused_from"]))
+            self.parents[key].add(dir_key(data["reused_from"]))
         if edits:
             self.edits[key] = edits
             row["edited_inputs"] = edits

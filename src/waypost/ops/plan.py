@@ -19,8 +19,9 @@ import tempfile
 
 from waypost import stores
 from waypost.model import config as wconfig
-from waypost.model import events, graph, layout, manifest
+from waypost.model import events, graph, layout, manifest, records
 from waypost.model.diffs import resumed_work, settings_diff
+from waypost.ops import owndrift
 from waypost.ops.inputdrift import EDITED, InputEdits
 from waypost.state import lifecycle
 
@@ -32,7 +33,8 @@ def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: lis
         cmd = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(workflow_dir),
                "--profile", profile, "-n", *(["--configfile", config_path] if config_path else []), *extra,
                *events.snakemake_args(path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, events.EVENTS_ENV: path})
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env={**os.environ, events.EVENTS_ENV: path, events.OWN_TRIGGERS_ENV: "1"})
         return proc.returncode, proc.stdout + proc.stderr, events.read(path)
 
 
@@ -87,7 +89,16 @@ def why(job: dict, config: dict) -> str:
         return "inputs are being redone"
     if reason.startswith("Updated input files"):
         return "inputs are newer (mtime mode)"
-    return reason or "?"
+    changed = [words for cause, words in PROVENANCE if cause in reason]
+    return "; ".join(changed) if changed else reason or "?"
+
+
+# Snakemake's rerun triggers other than mtime (a rule in its own layout, as
+# in plain Snakemake): their reasons, in a user's words.
+PROVENANCE = (("Params have changed", "its params changed since it ran"),
+              ("Code has changed", "its code changed since it ran"),
+              ("Set of input files has changed", "its set of inputs changed since it ran"),
+              ("Software environment definition has changed", "its software environment changed since it ran"))
 
 
 def reuse_held(found: list[dict]) -> list[str]:
@@ -165,7 +176,7 @@ def _short(code_version: str) -> str:
 
 
 def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
-          instances: list[str] | None = None) -> tuple[list[dict], int]:
+          instances: list[str] | None = None, own_now: dict[str, dict] | None = None) -> tuple[list[dict], int]:
     """Done stages made with other settings, code or inputs than now, one row
     each (on a gs:// root: from one listing and one batch read of the
     manifests), and how many done stages recorded a code version of before
@@ -174,7 +185,9 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
     instance is compared with its own settings (its ``per_instance``
     overrides, its grid values); an instance no longer of its experiment's
     grid is left out (nothing reads it). ``instances``: only those
-    (names or shell patterns)."""
+    (names or shell patterns). A job of a rule in its own layout is compared
+    by what Snakemake's rerun triggers compare (``owndrift``; ``own_now``:
+    the dry run's ``own_triggers`` events, by record)."""
     rows, digests, unknown = [], {}, 0
     edits = InputEdits()   # inputs outside the root edited since, and what was made from them
     tree = stores.store_for(config["root"])
@@ -184,9 +197,10 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
             data = tree.manifest(directory)
         except manifest.ManifestError:
             continue
-        if not data or data.get("outputs_dir"):
-            continue   # (a rule in its own layout: Snakemake's own rules decide when it is redone, not presence)
-        current = settings_of(experiment, pair, stage, instance)
+        own = bool(data and data.get("outputs_dir"))   # a rule in its own layout
+        if not data or (own and not records.made_here(data)):
+            continue
+        current = None if own else settings_of(experiment, pair, stage, instance)
         row = {"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
                "created": data.get("created"), "reused_from": None}
         if data.get("given_up") or data["state"] != "SUCCESS":
@@ -196,11 +210,12 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
             continue
         if data.get("adopted"):
             continue
-        what, code_unknown = _differs(tree, data, current, code_versions.get(stage), digests)
-        unknown += code_unknown
-        exp_pairs = config["experiments"][experiment]["pairs"]
-        if pair == layout.ALL_PAIRS and exp_pairs:
-            what += _funnel_missing_values(tree, data, exp_pairs)
+        if own:
+            what = owndrift.differs(data, directory, own_now or {})
+        else:
+            what, code_unknown = _differs(tree, data, current, code_versions.get(stage), digests)
+            unknown += code_unknown
+            what += _funnel_missing_values(tree, data, config["experiments"][experiment]["pairs"], pair)
         edited = edits.edited(data)
         what += [EDITED.format(**edit) for edit in edited]
         row.update(reused_from=data.get("reused_from"), what=what)
@@ -292,9 +307,11 @@ def _resumes_under_other_settings(config: dict, data: dict, instance: str | None
             f"{number}'s work, made under other settings: {', '.join(differs)} (`waypost rerun` starts afresh)")
 
 
-def _funnel_missing_values(tree, data: dict, values: list[str]) -> list[str]:
+def _funnel_missing_values(tree, data: dict, values: list[str], pair: str) -> list[str]:
     """A funnel made before axis values joined its experiment read none of
     their stages: say which (presence mode keeps it; `waypost rerun` redoes it)."""
+    if pair != layout.ALL_PAIRS or not values:
+        return []
     read = {tree.relative(i["path"]).split(os.sep, 1)[0] for i in data.get("inputs") or []}
     if not read & set(values):       # it reads no per-value stage (or recorded no inputs)
         return []

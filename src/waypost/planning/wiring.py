@@ -42,6 +42,14 @@ pyproject.toml). Everything else is public:
 - how Snakemake prints an error raised inside its own code
   (``exceptions.cut_traceback``: no frame once one is Snakemake's):
   ``LocalSteps.serve`` has ``shell`` itself raise a served step's failure;
+- ``Workflow._build_dag``, ``Workflow._persistence`` and the persistence's
+  ``params_changed``, ``input_changed``, ``code_changed``,
+  ``software_stack_changed``, and ``Job.outputs_older_than_script_or_notebook``
+  (the code trigger for a script): ``quiet_triggers``; ``Job(rule, dag,
+  wildcards_dict=...)``, ``Job._path_to_source_file``, ``Rule.expand_conda_env``
+  / ``expand_container_img`` / ``env_modules`` and the persistence's
+  ``_serialize_param``: what a job's record keeps of its triggers
+  (``job_triggers``, ``Snake.current_spec``);
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
   ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
   (``--set-resources`` keeps the last word); ``workflow.executor_plugin``
@@ -104,6 +112,18 @@ def after_reading(workflow, call) -> None:
         call()
         return check()
     workflow.check = checked
+
+
+def after_planning(workflow, call) -> None:
+    """Have ``call()`` asked once Snakemake has built its DAG of jobs
+    (``Workflow._build_dag``), before any job runs."""
+    build = workflow._build_dag
+
+    def built(*args, **kwargs):
+        result = build(*args, **kwargs)
+        call()
+        return result
+    workflow._build_dag = built
 
 
 def run_identity(workflow) -> str:
@@ -334,6 +354,20 @@ class Snake:
         self.keeping = True
         try:
             return rule.expand_input(wildcards)[0]
+        finally:
+            self.keeping = False
+
+    def current_spec(self, name: str, values: dict, step_param: str) -> str:
+        """The spec line a job of a rule in its own layout (its wildcards
+        ``values``) would get now, with every input its rule gives it (a job
+        waypost decided is done too): what ``waypost plan`` compares with
+        its record (``_with_triggers``). A job the rule can't make now
+        raises the rule's error."""
+        from snakemake.jobs import Job
+        self.keeping = True
+        try:
+            job = Job(self.workflow.get_rule(name), self.workflow.dag, wildcards_dict=dict(values))
+            return getattr(job.params, step_param)   # (hidden from its params: ``_set_step_param``)
         finally:
             self.keeping = False
 
@@ -593,10 +627,118 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
         head, runner = _runner_head(runner_line), runner_line.format()
         rule.run_func = _script_run_func(rule.run_func, head, runner, step_param, mirror) \
             if _runs_a_script(rule) else _run_block_func(snake, rule.run_func, name, head, runner, step_param, mirror)
-        _set_step_param(rule, step_param, step_function)
+        _set_step_param(rule, step_param, step_function, with_triggers=True)
         return
     _check_command(rule, step_param)
-    _wrap_command(snake, rule, runner_line, step_param, step_function, mirror)
+    _wrap_command(snake, rule, runner_line, step_param, step_function, mirror, with_triggers=True)
+
+
+def _with_triggers(rule, step_param: str) -> None:
+    """A rule in its own layout's jobs' spec lines (its ``step_param``)
+    carry what Snakemake's rerun triggers compare (``job_triggers``), for
+    its record to keep and ``waypost plan`` to compare with what they are
+    now (``current_spec``)."""
+    expand_params = rule.expand_params
+
+    def params(wildcards, input, output, job, *args, **kwargs):
+        found, non_derived = expand_params(wildcards, input, output, job, *args, **kwargs)
+        if step_param in found._names and job is not None:
+            start, _ = found._names[step_param]
+            line = wspec.extend(found[start], {"triggers": job_triggers(job, found, input, non_derived)})
+            found[start] = line
+            setattr(found, step_param, line)
+        return found, non_derived
+    rule.expand_params = params
+
+
+def job_triggers(job, params, input, non_derived: list) -> dict:
+    """What Snakemake's rerun triggers compare of a job, as its record keeps
+    it: its params (those not made from its files, serialized as Snakemake
+    serializes them), its code (a digest of the shell command or ``run:``
+    block as written, or of the script's contents) and its software
+    environment (its conda env's definition, container, environment
+    modules) and the set of its inputs (``input``: all its rule gives it)."""
+    persistence = getattr(job.dag.workflow, "_persistence", None)
+    serialize = persistence._serialize_param if persistence is not None else _serialized_param
+    params = sorted(value for value in map(serialize, non_derived) if isinstance(value, str))
+    found = {"params": params, "code": _code_of(job), "inputs": _input_set(input)}
+    software = _software_of(job, params, input)
+    if software:
+        found["software_env"] = software
+    return found
+
+
+def _input_set(input) -> list[str]:
+    """A job's inputs as Snakemake's input trigger compares them: sorted, a
+    storage file by its query (its URL), not its local copy."""
+    return sorted(str(f.storage_object.query) if getattr(f, "is_storage", False) else str(f) for f in input)
+
+
+def _serialized_param(value) -> str | None:
+    """A param as Snakemake's metadata keeps it, where no persistence is at
+    hand (a job's own process): the ``repr`` of a builtin value, else None."""
+    plain = (type(None), int, float, bool, str, complex, range, list, tuple, dict, set, frozenset, bytes, bytearray)
+    return repr(value) if isinstance(value, plain) else None
+
+
+def _code_of(job) -> dict:
+    """A job's code, as Snakemake's code trigger compares it: the rule's
+    shell command or ``run:`` block as written (a digest), or its script's
+    or notebook's contents (Snakemake compares its time)."""
+    rule = job.rule
+    if rule.shellcmd is not None:
+        return {"shell": _digest_text(rule.shellcmd)}
+    path = rule.script or rule.notebook
+    if path:
+        try:
+            local = job._path_to_source_file(path).get_path_or_uri(secret_free=True)
+        except Exception:   # (a remote script: its path alone)
+            local = str(path)
+        return {"script": str(path), "sha256": _digest_file(local)}
+    source = getattr(rule, "run_func_src", None)
+    return {"run": _digest_text(source)} if source else {}
+
+
+def _software_of(job, params, input) -> dict:
+    """A job's software environment: its conda env's definition (a digest of
+    the file, or the named env), its container image, its environment
+    modules. (Its conda env is the rule's, given the params just expanded:
+    ``Job.conda_env_spec`` would expand them again.)"""
+    found, rule = {}, job.rule
+    try:
+        conda = rule.expand_conda_env(job.wildcards_dict, params, input)
+    except Exception:   # (Snakemake says what is wrong with it when it deploys it)
+        conda = None
+    if conda:
+        source = getattr(conda, "file", None)
+        path = source.get_path_or_uri(secret_free=True) if source is not None else None
+        found["conda"] = _digest_file(path) if path and os.path.isfile(path) else str(path or conda)
+    container = rule.expand_container_img(job.wildcards_dict) if rule.container_img else None
+    if container:
+        found["container"] = str(container)
+    if rule.env_modules:
+        found["env_modules"] = [str(m) for m in rule.env_modules]
+    return found
+
+
+def _digest_text(text: str) -> str:
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_file_digests: dict[tuple, str | None] = {}
+
+
+def _digest_file(path: str) -> str | None:
+    """A file's sha256, read once per size and time in this process."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key not in _file_digests:
+        _file_digests[key] = manifest.sha256_file(path)
+    return _file_digests[key]
 
 
 def _runs_a_script(rule) -> bool:
@@ -789,14 +931,18 @@ def _this_job_again(rule: str, wildcards: dict) -> str:
     return f"{RUN_BLOCK_ENV}={shlex.quote(json.dumps(rule))} {shlex.join(again)}"
 
 
-def _set_step_param(rule, step_param: str, step_function) -> None:
+def _set_step_param(rule, step_param: str, step_function, with_triggers: bool = False) -> None:
     """Give a rule's jobs their step spec (``step_function``) as a param
     Snakemake evaluates when it evaluates the rule's own (its functions, at
     the same time, in every process that plans the job), but kept out of the
     params the job shows: each job's params hold it as an attribute only
     (``_hide``), so ``{params}`` in a command or a ``message:``, and the
-    params a script or block sees, are plain Snakemake's."""
+    params a script or block sees, are plain Snakemake's. ``with_triggers``
+    (a rule in its own layout): the spec carries what the rerun triggers
+    compare (``_with_triggers``)."""
     rule.set_params(**{step_param: step_function})
+    if with_triggers:
+        _with_triggers(rule, step_param)
     expand_params = rule.expand_params
 
     def expand(*args, **kwargs):
@@ -1065,7 +1211,8 @@ def _check_command(rule, step_param: str) -> None:
                          "waypost's here-document around it")
 
 
-def _wrap_command(snake: Snake, rule, runner_line: str, step_param: str, step_function, mirror: str | None) -> None:
+def _wrap_command(snake: Snake, rule, runner_line: str, step_param: str, step_function, mirror: str | None,
+                  with_triggers: bool = False) -> None:
     name = rule.name
     snake.commands[name] = rule.shellcmd
     # The step runner reads the job's step spec, then the rule's command
@@ -1079,7 +1226,7 @@ def _wrap_command(snake: Snake, rule, runner_line: str, step_param: str, step_fu
                                     step_param, _local_path(rule.basedir))   # (the runner's braces doubled, and as formatted)
     if mirror:
         _map_param_functions(rule, mirror)
-    _set_step_param(rule, step_param, step_function)
+    _set_step_param(rule, step_param, step_function, with_triggers)
     shell_exec = rule.resources._data.get("shell_exec")
     if shell_exec is not None:
         if not isinstance(shell_exec.value, str):
@@ -1162,37 +1309,76 @@ def _job_inputs(snake: Snake, state, stage: str, names: list[str]):
 def mark_done(snake: Snake, key: tuple) -> None:
     """A job waypost decided is done (or reused): its input function gave
     none of its inputs (``Snake.emptied``). Snakemake's other rerun triggers
-    then say nothing of it (``_quiet_other_triggers``)."""
+    then say nothing of it (``quiet_triggers``)."""
     snake.emptied.add(key)
-    persistence = getattr(snake.workflow, "persistence", None)
-    if persistence is not None and not getattr(persistence, "_waypost_quiet", False):
-        _quiet_other_triggers(snake, persistence)
 
 
-def _quiet_other_triggers(snake: Snake, persistence) -> None:
-    """A job whose inputs waypost emptied is the files' business: the rerun
-    triggers that compare it with its metadata in ``.snakemake/`` (params,
-    the set of inputs, which emptying changed, code, software environment)
-    say nothing of it, as ``rerun-triggers: [mtime]`` (the shipped
-    profiles') has them say nothing of any job. Other jobs are asked as
-    Snakemake asks them. Once per run's persistence."""
+def quiet_triggers(snake: Snake) -> None:
+    """Have the rerun triggers that compare a job with its metadata in
+    ``.snakemake/`` (params, the set of inputs, code, software environment)
+    say nothing of the jobs whose completion is the files' business: a
+    stage job (waypost's layout: done when its outputs are there, or, in
+    mtime mode, newer than its inputs), and a job waypost decided is done
+    (``mark_done``: presence mode, a reuse). Every other job (a rule in its
+    own layout) is asked as plain Snakemake asks it, with the run's own
+    ``--rerun-triggers``. Installed on each DAG's persistence as Snakemake
+    builds it (``Workflow._build_dag``)."""
+    workflow = snake.workflow
+    build = workflow._build_dag
+
+    def files_decide(job) -> bool:
+        name = job.rule.name
+        return name in snake.items or snake.emptied_key(name, job.wildcards) in snake.emptied
+
+    def built(*args, **kwargs):
+        persistence = getattr(workflow, "_persistence", None)
+        if persistence is not None and not getattr(persistence, "_waypost_quiet", False):
+            _quiet_other_triggers(persistence, files_decide)
+        workflow._waypost_files_decide = files_decide
+        return build(*args, **kwargs)
+    workflow._build_dag = built
+    _quiet_script_dates()
+
+
+def _quiet_other_triggers(persistence, files_decide) -> None:
+    """The persistence's trigger checks (params, input set, code, software
+    environment) saying nothing of a job ``files_decide`` names. Once per
+    persistence."""
     from snakemake.persistence import NO_PARAMS_CHANGE
-
-    def done(job) -> bool:
-        return snake.emptied_key(job.rule.name, job.wildcards) in snake.emptied
 
     def quiet(method, unchanged):
         def asked(job, file=None):
-            if done(job):
+            if files_decide(job):
                 return unchanged if file is not None else iter(())
             return method(job, file=file)
         return asked
     for name in ("input_changed", "code_changed", "software_stack_changed"):
         setattr(persistence, name, quiet(getattr(persistence, name), False))
     params_changed = persistence.params_changed
-    persistence.params_changed = lambda job, file=None: (NO_PARAMS_CHANGE if done(job)
+    persistence.params_changed = lambda job, file=None: (NO_PARAMS_CHANGE if files_decide(job)
                                                          else params_changed(job, file=file))
     persistence._waypost_quiet = True
+
+
+def _quiet_script_dates() -> None:
+    """Snakemake's code trigger also reruns a ``script:``/``notebook:`` job
+    whose script is newer than its outputs (``Job.outputs_older_than_script_or_notebook``,
+    asked of every job: a method of the class): it says nothing of a job
+    whose workflow's waypost says the files decide (``quiet_triggers``).
+    Once per process."""
+    from snakemake.jobs import Job
+    older = Job.outputs_older_than_script_or_notebook
+    if getattr(older, "waypost", False):
+        return
+
+    async def outputs_older(job):
+        files_decide = getattr(job.dag.workflow, "_waypost_files_decide", None)
+        if files_decide is not None and files_decide(job):
+            return
+        async for found in older(job):
+            yield found
+    outputs_older.waypost = True
+    Job.outputs_older_than_script_or_notebook = outputs_older
 
 
 def _keep_inputs_for_functions(snake: Snake, rule) -> None:

@@ -346,6 +346,7 @@ class StageRun:
             outputs_dir=directory.outputs_dir(), wildcards=self.spec.wildcards if directory.own_layout else None,
             declared=[os.path.relpath(os.path.abspath(o), directory.base) for o in directory.outputs]
             if directory.own_layout else None,
+            triggers=self.spec.triggers or None,
         )
         if series.base:
             record["series_base"] = series.base
