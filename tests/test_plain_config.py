@@ -89,6 +89,7 @@ def test_no_waypost_key_records_every_job_and_the_commands_need_no_config_option
     (wp / "Snakefile").touch()
     _ran(_waypost(wp, "adopt", "make", "--experiment", "default", "--wildcards", "cell=c1"))
     assert "adopted" in _ran(_waypost(wp, "status")).lower()
+    assert "snakemake exited 0" in _ran(_waypost(wp, "cron"))
 
 
 def test_the_workflow_profiles_config_gives_waypost_its_root_and_the_pipeline_its_keys(tmp_path):
@@ -108,8 +109,10 @@ def test_the_workflow_profiles_config_gives_waypost_its_root_and_the_pipeline_it
     assert "nothing to do" in plan, plan
 
 
-def test_a_rule_writing_its_config_out_writes_what_plain_snakemake_writes(tmp_path):
-    config = "deps: /opt/deps\nexperiment: mine\nthreshold: 0.5\nwaypost:\n  experiments: {trial: {}}\n"
+@pytest.mark.parametrize("waypost_keys, experiment", [("waypost:\n  experiments: {trial: {}}\n", "trial"),
+                                                      ("", "default")])
+def test_a_rule_writing_its_config_out_writes_what_plain_snakemake_writes(tmp_path, waypost_keys, experiment):
+    config = "deps: /opt/deps\nexperiment: mine\nthreshold: 0.5\n" + waypost_keys
     runs = {}
     for name, with_waypost in (("plain", False), ("wp", True)):
         workdir = _pipeline(tmp_path / name, config, with_waypost)
@@ -117,7 +120,7 @@ def test_a_rule_writing_its_config_out_writes_what_plain_snakemake_writes(tmp_pa
         runs[name] = (workdir / "out" / "config.json").read_bytes()
     assert runs["wp"] == runs["plain"]
     assert json.loads(runs["plain"])["threshold"] == 0.7
-    assert (tmp_path / "wp" / ".waypost" / "records" / "_all" / "trial" / "dump" / "_manifest.json").is_file()
+    assert (tmp_path / "wp" / ".waypost" / "records" / "_all" / experiment / "dump" / "_manifest.json").is_file()
 
 
 def test_the_pipelines_own_key_near_a_waypost_key_is_kept_and_only_said(tmp_path):
@@ -131,12 +134,14 @@ def test_the_pipelines_own_key_near_a_waypost_key_is_kept_and_only_said(tmp_path
     assert (wp / "rec" / "_all" / "baseline" / "make" / "c1" / "_manifest.json").is_file()
 
 
-def test_a_config_in_a_subdirectory_finds_its_workers_file_beside_it(tmp_path):
+@pytest.mark.parametrize("config", ["deps: /opt/deps\nwaypost: {workers: workers.yaml, pool: mine}\n",
+                                    "deps: /opt/deps\nexperiments: {e: {}}\nworkers: workers.yaml\npool: mine\n"])
+def test_a_config_in_a_subdirectory_finds_its_workers_file_beside_it(tmp_path, config):
     wp = _pipeline(tmp_path / "wp", "")
     (wp / "Snakefile").write_text((wp / "Snakefile").read_text().replace('configfile: "config.yaml"',
                                                                           'configfile: "conf/config.yaml"'))
     (wp / "conf").mkdir()
-    (wp / "conf" / "config.yaml").write_text("deps: /opt/deps\nwaypost: {workers: workers.yaml, pool: mine}\n")
+    (wp / "conf" / "config.yaml").write_text(config)
     (wp / "conf" / "workers.yaml").write_text(
         "pools:\n  mine:\n    executor: local\n    classes:\n      cpu: {cpus: 1, mem_mb: 500, runtime: 5}\n")
     _ran(_snakemake(wp, "-n"))

@@ -69,9 +69,13 @@ class Pipeline:
     """A waypost pipeline: ``wp = Pipeline(config, workflow, axis="dataset")``
     at the top of the Snakefile, ``wp.finish()`` after the stage rules.
 
-    It loads the config (``config/config.yaml`` unless Snakemake was given
-    ``--configfile``), validates it against waypost's schema merged with the
-    workflow's own, and answers the rules' helpers.
+    It takes waypost's keys from the config Snakemake loaded (the
+    Snakefile's ``configfile:``, ``--configfile``, the profiles' and the
+    command line's ``--config``; ``config/config.yaml`` where Snakemake
+    loaded none): under its ``waypost:`` key, or at its top level where it
+    has ``experiments`` there, or none (``wconfig.waypost_config``). It
+    validates them against waypost's schema (merged with the workflow's
+    own where that extends waypost's) and answers the rules' helpers.
 
     ``axis``: the word for the per-experiment axis, if the workflow has one
     (``pair``: an experiment lists its ``pairs``, overrides go under
@@ -81,10 +85,11 @@ class Pipeline:
     The default config file is read here rather than by a ``configfile:``
     directive so that a YAML error names the file, line and column; config
     files given with ``--configfile`` are loaded by Snakemake as usual, and
-    ``--config KEY=VALUE`` overrides apply on top of either. After it,
-    ``config`` is the config with its defaults (an axis's list under
-    ``pairs``), which the rest of the Snakefile may read as it is loaded,
-    under every ``waypost`` command. A stage rule's ``shell:`` is formatted
+    ``--config KEY=VALUE`` overrides apply on top of either. After it, a
+    config with waypost's keys at its top level is, in ``config``, the
+    config with its defaults (an axis's list under ``pairs``), which the
+    rest of the Snakefile may read as it is loaded, under every ``waypost``
+    command; any other ``config`` is left as Snakemake loaded it. A stage rule's ``shell:`` is formatted
     as Snakemake formats it, with the Snakefile's globals and the job's
     ``{input}``, ``{params.p}``, ``{wildcards.w}``..., and so is a policy's
     ``restart`` command.
@@ -179,6 +184,8 @@ class Pipeline:
         # Snakefile with their defaults (the reference's); any other is the
         # pipeline's own, as plain Snakemake gives it.
         self._fills_config = top_level
+        self._declared = top_level or wconfig.SECTION in loaded   # (else: no waypost key at all)
+        self._default_configfile = default_configfile
         if top_level:
             config.clear()
             config.update(prepared)   # the Snakefile's ``config``: its keys (the derived values are beside them)
@@ -359,6 +366,8 @@ class Pipeline:
                 self._finished = True
                 self._record_graph()
                 return
+            if graph.stages and not self._declared:
+                raise wconfig.ConfigError(self._undeclared_experiments())
             instances, self._unchecked = self.resolver.override_instances(self.grid)
             prepared = wconfig.complete(self.config, self.snake.basedir, self.source, self.axis,
                                         [*graph.stages, *own_layout], graph.instanced(), instances)
@@ -387,11 +396,24 @@ class Pipeline:
         if problems:
             raise WorkflowError(f"reuse sources in {self.configfile} can't be used (nothing was run):\n  "
                                 + "\n  ".join(problems))
-        if not self.mirror:   # (checked once the rest is: a refused config claims nothing)
+        # (checked once the rest is: a refused config claims nothing; a config with waypost's keys at
+        # its top level names its experiments itself, and may be edited as a copy: plan's drift)
+        if not self.mirror and not self._fills_config:
             _claim_experiments(self.root, self.config["experiments"], self.configfile, self.snake.snakefile)
         for line in self.state.reuse_plan().lines():
             print(f"waypost: {line}", file=sys.stderr)
         self._record_graph()
+
+    def _undeclared_experiments(self) -> str:
+        """Why a workflow with stages (``wp.out``) can't run on a config
+        that says nothing for waypost: its stage directories are named by
+        experiments the config declares (only rules in their own layout
+        have a default one)."""
+        if self.configfile == wconfig.NO_CONFIG_FILE:
+            return (f"{self._default_configfile}: config file not found (a workflow with waypost stages, wp.out, reads "
+                    "its experiments from its config: give it one, or --configfile FILE)")
+        return (f"invalid config:\n  {self.source}: (top level): 'experiments' is required but missing (a workflow "
+                f"with waypost stages, wp.out, names its experiments: at the top level, or under `{wconfig.SECTION}:`)")
 
     def _wire_own_layout(self, runner_line: str) -> list[str]:
         """Make each rule in its own layout (a ``shell:``, ``script:`` or
