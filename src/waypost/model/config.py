@@ -193,15 +193,15 @@ def workflow_schema_path(workflow_dir: str) -> str:
 
 
 def _extension_schema(workflow_dir: str | None) -> tuple[str, dict]:
-    """The workflow's schema where it extends waypost's (it declares
-    ``experiments`` or ``stages``, the keys a waypost workflow adds to):
+    """The workflow's schema where it extends waypost's (it declares one of
+    waypost's keys: ``experiments`` or ``stages`` to add to, or another to be refused):
     (its path, it), else (its path, {}): a schema of the pipeline's own
     config, which the pipeline validates itself (``snakemake.utils.validate``)
     and waypost leaves alone."""
     path = workflow_schema_path(workflow_dir) if workflow_dir else ""
     own = load_yaml(path) if path and os.path.exists(path) else {}
     declared = own.get("properties")
-    if not (isinstance(declared, dict) and {"experiments", "stages"} & set(declared)):
+    if not (isinstance(declared, dict) and set(engine_schema()["properties"]) & set(declared)):
         return path, {}
     return path, own
 
