@@ -142,3 +142,43 @@ def test_a_config_that_passed_is_remembered_and_one_that_failed_never(tmp_path, 
     check(copy.deepcopy(SMALL_CONFIG))
     with pytest.raises(ImportError):
         check(with_change(lambda c: c["stages"]["train_student"].update(epochs=4)))
+
+
+@pytest.mark.parametrize("config, keys, top_level", [
+    # No waypost key: the defaults (the pipeline's own root and experiment are its own).
+    ({"root": "/data", "experiment": "x"}, {"root": ".waypost/records", "experiments": {"default": {}}}, False),
+    # Under waypost: (the top level is the pipeline's), with --config over it.
+    ({"root": "/data", "waypost": {"experiments": {"a": {}}}},
+     {"root": ".waypost/records", "experiments": {"a": {}}, "pool": "big"}, False),
+    # At the top level of a config with experiments there (the reference's): all of it.
+    ({"root": "r", "experiments": {"a": {}}, "langs": ["de"]},
+     {"root": "r", "experiments": {"a": {}}, "langs": ["de"]}, True),
+])
+def test_where_waypost_keys_are_in_a_pipelines_config(config, keys, top_level):
+    overrides = {"waypost": {"pool": "big"}} if "waypost" in config else {}
+    assert wconfig.waypost_config(config, overrides, None) == (keys, wconfig.NO_CONFIG_FILE, top_level)
+
+
+def _workflow_with_schema(tmp_path, schema: str) -> str:
+    (tmp_path / "schemas").mkdir(parents=True)
+    (tmp_path / "schemas" / "config.schema.yaml").write_text(schema)
+    return str(tmp_path)
+
+
+def test_a_workflow_schema_that_allows_more_keys_is_respected(tmp_path):
+    extends = "properties:\n  stages:\n    properties:\n      s: {properties: {n: {type: integer}}}\n"
+    raw = {"experiments": {"e": {}}, "stages": {"s": {"n": 1}}, "threads_per_sample": 4, "ref": {"build": 38}}
+    strict = _workflow_with_schema(tmp_path / "strict", extends)
+    with pytest.raises(wconfig.ConfigError, match="ref: unknown key 'ref'"):
+        wconfig.prepare(copy.deepcopy(raw), strict, "c.yaml", stages=["s"])   # (as before: only its keys)
+    allows = _workflow_with_schema(tmp_path / "open", extends + "additionalProperties: true\n")
+    assert wconfig.prepare(copy.deepcopy(raw), allows, "c.yaml", stages=["s"])["ref"] == {"build": 38}
+
+
+def test_a_pipelines_own_schema_is_not_waypost_s(tmp_path):
+    """The RNA-seq workflow's schema lists some of its keys (its Snakefile
+    validates with it): waypost doesn't take it as its own."""
+    own = _workflow_with_schema(tmp_path, "properties:\n  samples: {type: string}\nrequired: [samples]\n"
+                                          "additionalProperties: false\n")
+    prepared = wconfig.prepare({"experiments": {"e": {}}, "units": "u.tsv"}, own, "c.yaml", stages=[])
+    assert prepared["units"] == "u.tsv"

@@ -110,7 +110,8 @@ def test_only_the_wiring_imports_snakemake():
 
 def test_reading_a_config_does_not_import_snakemake():
     code = ("import sys\nfrom waypost.model import graph\n"
-            f"graph.load_config({str(REPO / 'config' / 'config.yaml')!r}, {str(REPO / 'workflow')!r})\n"
+            f"graph.load_config({str(REPO / 'workflow')!r}, graph.facts({str(REPO / 'config' / 'config.yaml')!r}, "
+            f"{str(REPO / 'workflow')!r}))\n"
             "print(sorted(m for m in sys.modules if m == 'snakemake' or m.startswith('snakemake.')))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

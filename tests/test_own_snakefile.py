@@ -90,22 +90,23 @@ def test_waypost_commands_find_the_snakefile_and_config_where_the_pipeline_keeps
     plan = subprocess.run([*cli, "plan", "--config", "config.yaml"], cwd=wp, capture_output=True, text=True,
                           timeout=300)
     assert plan.returncode == 0 and "nothing to do" in plan.stdout, plan.stdout + plan.stderr
-    missing = subprocess.run([*cli, "status"], cwd=wp, capture_output=True, text=True, timeout=300)
-    assert missing.returncode == 2
-    assert missing.stderr.strip() == ("waypost: config/config.yaml: config file not found (give the "
-                                      "pipeline's config file with --config FILE)")
+    # Without --config: the config file the Snakefile's configfile: names, as snakemake reads it.
+    status = subprocess.run([*cli, "status"], cwd=wp, capture_output=True, text=True, timeout=300)
+    assert status.returncode == 0 and "experiment baseline  (root results)" in status.stdout, status.stderr
 
 
-def test_the_pipeline_keeps_its_own_config_keys_but_a_misspelt_waypost_key_is_one_line(tmp_path):
+def test_the_pipeline_keeps_its_own_config_keys_and_a_key_near_a_waypost_key_is_one_line(tmp_path):
+    """A key that looks like one of waypost's may be the pipeline's own
+    (the translation pipeline's ``experiment:``): kept, and said once."""
     wp = _copy(tmp_path / "wp", True)
     config = wp / "config.yaml"
-    config.write_text(config.read_text().replace("experiments:", "experiment:"))
+    config.write_text(config.read_text() + "experiment: mine\n")
     ran = _snakemake(wp, "-n")
-    assert ran.returncode != 0
+    assert ran.returncode == 0, ran.stderr[-3000:]
     said = ran.stdout + ran.stderr
-    assert "config.yaml: experiment: unknown key 'experiment': did you mean 'experiments'?" in said
+    assert "waypost: config.yaml: experiment: taken as the pipeline's own key, not waypost's 'experiments' " \
+        "(if you meant 'experiments', rename it; waypost's keys under `waypost:` never meet the pipeline's)" in said
     assert "Traceback" not in said
-    assert not (wp / "out").exists()
 
 
 def _on_slurm_as_plain_locally(wp: Path, plain: Path) -> None:

@@ -179,7 +179,7 @@ def test_worker_processes_read_the_same_grid(run_copy, monkeypatch):
     fail_teacher(run_copy, "en-xb", "1")
     monkeypatch.chdir(run_copy)
     facts = graph.facts(str(run_copy / "config.yaml"), str(REPO / "workflow"))
-    cfg = graph.load_config(str(run_copy / "config.yaml"), str(REPO / "workflow"), facts)
+    cfg = graph.load_config(str(REPO / "workflow"), facts)
     funnels = facts["funnels"]
     alone = status.collect(cfg, funnels)
     started = []

@@ -19,7 +19,9 @@ stage directory and no other.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import os
 import shlex
 import sys
@@ -29,8 +31,9 @@ from waypost.model import config as wconfig
 from waypost.model import layout
 from waypost.model import workers as wworkers
 from waypost.model.codeversion import CodeVersions
-from waypost.model.graph import FACTS_ONLY_ENV
+from waypost.model.graph import FACTS_ONLY_ENV, invocation
 from waypost.model.graph import record as record_facts
+from waypost.model.manifest import write_json_atomic
 from waypost.planning import fanout, owntriggers, points
 from waypost.planning.ownpresence import OwnPresence
 from waypost.planning.resolver import Resolver
@@ -69,9 +72,13 @@ class Pipeline:
     """A waypost pipeline: ``wp = Pipeline(config, workflow, axis="dataset")``
     at the top of the Snakefile, ``wp.finish()`` after the stage rules.
 
-    It loads the config (``config/config.yaml`` unless Snakemake was given
-    ``--configfile``), validates it against waypost's schema merged with the
-    workflow's own, and answers the rules' helpers.
+    It takes waypost's keys from the config Snakemake loaded (the
+    Snakefile's ``configfile:``, ``--configfile``, the profiles' and the
+    command line's ``--config``; ``config/config.yaml`` where Snakemake
+    loaded none): under its ``waypost:`` key, or at its top level where it
+    has ``experiments`` there, or none (``wconfig.waypost_config``). It
+    validates them against waypost's schema (merged with the workflow's
+    own where that extends waypost's) and answers the rules' helpers.
 
     ``axis``: the word for the per-experiment axis, if the workflow has one
     (``pair``: an experiment lists its ``pairs``, overrides go under
@@ -81,10 +88,11 @@ class Pipeline:
     The default config file is read here rather than by a ``configfile:``
     directive so that a YAML error names the file, line and column; config
     files given with ``--configfile`` are loaded by Snakemake as usual, and
-    ``--config KEY=VALUE`` overrides apply on top of either. After it,
-    ``config`` is the config with its defaults (an axis's list under
-    ``pairs``), which the rest of the Snakefile may read as it is loaded,
-    under every ``waypost`` command. A stage rule's ``shell:`` is formatted
+    ``--config KEY=VALUE`` overrides apply on top of either. After it, a
+    config with waypost's keys at its top level is, in ``config``, the
+    config with its defaults (an axis's list under ``pairs``), which the
+    rest of the Snakefile may read as it is loaded, under every ``waypost``
+    command; any other ``config`` is left as Snakemake loaded it. A stage rule's ``shell:`` is formatted
     as Snakemake formats it, with the Snakefile's globals and the job's
     ``{input}``, ``{params.p}``, ``{wildcards.w}``..., and so is a policy's
     ``restart`` command.
@@ -119,7 +127,8 @@ class Pipeline:
         self.graph = StageGraph(config, self.axis, "" if on_bucket else self.root)
         self.snake.attach(self.graph, self.root)
         workers = {"pools": {}} if self.facts_only else _load_workers(
-            config["pool"], wworkers.pools_file(config.get("workers"), wconfig.pipeline_dir(workflow_dir)), check)
+            config["pool"], wworkers.pools_file(config.get("workers"), wconfig.pipeline_dir(workflow_dir),
+                                                wconfig.config_dir(self.source)), check)
         self.resolver = Resolver(config, self.graph, workers, self.source)
         # Code versions name files relative to the pipeline's top directory
         # (above workflow/, or the Snakefile's own): a moved checkout has the same code.
@@ -152,39 +161,57 @@ class Pipeline:
             raise SystemExit(1)
 
     def _load_config(self, config: dict, default_configfile: str, check: bool) -> wconfig.Prepared:
-        """One precedence with or without --configfile: the config file, then
-        the reuse/ files beside it, then --config KEY=VALUE."""
-        configfile, overrides = self.snake.config_sources()
+        """waypost's keys of the config Snakemake loaded (its ``configfile:``,
+        ``--configfile``, the profiles' and the command line's ``--config``),
+        or of ``default_configfile`` where Snakemake loaded none and it is
+        there: the config file, then the reuse/ files beside it, then
+        ``--config KEY=VALUE`` (``wconfig.waypost_config``)."""
+        read, given, overrides = self.snake.config_sources()
+        configfile = (given or read or [None])[-1]
+        loaded, read_here = dict(config), configfile is None and os.path.exists(default_configfile)
         try:
-            if configfile:
-                loaded, source = wconfig.with_reuse_files(dict(config), configfile)
-            else:
-                configfile = default_configfile
-                loaded, source = wconfig.with_reuse_files(wconfig.load_yaml(configfile), configfile)
-            loaded = wconfig.merge(loaded, overrides)
-            prepared = self._prepared(loaded, source, check)
+            if read_here:   # (the reference's layout: no configfile: directive)
+                configfile, read = default_configfile, [default_configfile]
+                loaded = wconfig.merge(wconfig.load_yaml(configfile), overrides)
+            keys, source, top_level = wconfig.waypost_config(loaded, overrides, configfile)
+            prepared = self._prepared(keys, source, check, not top_level)
         except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
             raise WorkflowError(str(exc)) from None
-        self.configfile, self.source = configfile, source
+        self.configfile, self.source = wconfig.source_file(source), source
+        # (for the ``waypost`` commands: graph.facts)
+        self.config_files = {"configfiles": [os.path.abspath(p) for p in read],
+                             "given_configfiles": [os.path.abspath(p) for p in given],
+                             # (a YAML date as text: what JSON holds)
+                             "config_overrides": json.loads(json.dumps(overrides, default=str))}
         # Rules in their own layout follow presence mode only where the config
         # says so: else plain Snakemake's answer (waypost.planning.ownpresence).
-        self._own_presence = loaded.get("rerun_policy") == "presence"
-        config.clear()
-        config.update(prepared)   # the Snakefile's ``config``: its keys (the derived values are beside them)
+        self._own_presence = keys.get("rerun_policy") == "presence"
+        # A config with waypost's keys at its top level is read by its
+        # Snakefile with their defaults (the reference's); any other is the
+        # pipeline's own, as plain Snakemake gives it.
+        self._fills_config = top_level
+        self._declared = top_level or wconfig.SECTION in loaded   # (else: no waypost key at all)
+        self._default_configfile = default_configfile
+        if top_level:
+            config.clear()
+            config.update(prepared)   # the Snakefile's ``config``: its keys (the derived values are beside them)
+        elif read_here:
+            config.update(loaded)   # (the file Snakemake would have read with --configfile)
         return prepared
 
-    def _prepared(self, loaded: dict, source: str, check: bool) -> wconfig.Prepared:
-        """The loaded config, validated and with its defaults. For the facts
-        pass (only the rules are asked for) it is the real one, unchecked: a
-        Snakefile may read its config while it is loaded, and whoever loads
-        the config next checks it and says what is wrong with it; one too
-        broken to prepare at all gives its place to none, and the rules are
-        still read."""
+    def _prepared(self, keys: dict, source: str, check: bool, in_section: bool) -> wconfig.Prepared:
+        """waypost's keys of the config, validated and with their defaults.
+        For the facts pass (only the rules are asked for) it is the real one,
+        unchecked: a Snakefile may read its config while it is loaded, and
+        whoever loads the config next checks it and says what is wrong with
+        it; one too broken to prepare at all gives its place to none, and
+        the rules are still read."""
         basedir = self.snake.basedir
         if not self.facts_only:
-            return wconfig.prepare(loaded, basedir, source, check=check, axis=self.axis)
+            return wconfig.prepare(keys, basedir, source, check=check, axis=self.axis, in_section=in_section)
         try:
-            return wconfig.prepare(copy.deepcopy(loaded), basedir, source, check=False, axis=self.axis)
+            return wconfig.prepare(copy.deepcopy(keys), basedir, source, check=False, axis=self.axis,
+                                   in_section=in_section)
         except (wconfig.ConfigError, AttributeError, KeyError, TypeError, ValueError):
             return wconfig.prepare({"experiments": {}}, basedir, source, check=False, axis=self.axis)
 
@@ -345,6 +372,8 @@ class Pipeline:
                 self._finished = True
                 self._record_graph()
                 return
+            if graph.stages and not self._declared:
+                raise wconfig.ConfigError(self._undeclared_experiments())
             instances, self._unchecked = self.resolver.override_instances(self.grid)
             prepared = wconfig.complete(self.config, self.snake.basedir, self.source, self.axis,
                                         [*graph.stages, *own_layout], graph.instanced(), instances)
@@ -352,8 +381,9 @@ class Pipeline:
             raise WorkflowError(str(exc)) from None
         self.config.clear()
         self.config.update(prepared)   # (in place: the resolver and the rest hold it)
-        self._snakefile_config.clear()
-        self._snakefile_config.update(prepared)
+        if self._fills_config:
+            self._snakefile_config.clear()
+            self._snakefile_config.update(prepared)
         self.resolver.freeze({**instances, **self._unchecked})
         # (a checkpoint's parts, which per_instance overrides may name: per job)
         per_job = self.resolver.any_overridden()
@@ -372,6 +402,10 @@ class Pipeline:
         if problems:
             raise WorkflowError(f"reuse sources in {self.configfile} can't be used (nothing was run):\n  "
                                 + "\n  ".join(problems))
+        # (checked once the rest is: a refused config claims nothing; a config with waypost's keys at
+        # its top level names its experiments itself, and may be edited as a copy: plan's drift)
+        if not self.mirror and not self._fills_config:
+            _claim_experiments(self.root, self.config["experiments"], self.configfile, self.snake.snakefile)
         for line in self.state.reuse_plan().lines():
             print(f"waypost: {line}", file=sys.stderr)
         self._record_graph()
@@ -379,6 +413,17 @@ class Pipeline:
         if events_path and self._own_layout:   # (``waypost plan``: each recorded job's triggers now)
             after_planning(self.snake.workflow, lambda: owntriggers.report(
                 self.snake, self.root, self.experiments, self._own_layout, STEP_PARAM, events_path))
+
+    def _undeclared_experiments(self) -> str:
+        """Why a workflow with stages (``wp.out``) can't run on a config
+        that says nothing for waypost: its stage directories are named by
+        experiments the config declares (only rules in their own layout
+        have a default one)."""
+        if self.configfile == wconfig.NO_CONFIG_FILE:
+            return (f"{self._default_configfile}: config file not found (a workflow with waypost stages, wp.out, reads "
+                    "its experiments from its config: give it one, or --configfile FILE)")
+        return (f"invalid config:\n  {self.source}: (top level): 'experiments' is required but missing (a workflow "
+                f"with waypost stages, wp.out, names its experiments: at the top level, or under `{wconfig.SECTION}:`)")
 
     def _wire_own_layout(self, runner_line: str) -> list[str]:
         """Make each rule in its own layout (a ``shell:``, ``script:`` or
@@ -479,8 +524,11 @@ class Pipeline:
         """The workflow's facts for the ``waypost`` command (see ``waypost.model.graph``)."""
         own_outputs = {rule: [pattern for pattern, _ in self.snake.output_patterns(rule)]
                        for rule in self._own_layout}   # (for ``waypost adopt`` of such a rule's job)
+        sources = self.snake.sources()
+        sources["sources"] = sorted({*sources["sources"], *self.config_files["configfiles"],
+                                     *self.config_files["given_configfiles"]})
         record_facts({**self.graph.facts(), "own_layout": self._own_layout, "own_outputs": own_outputs,
-                      **self.snake.sources(),
+                      **sources, **self.config_files, "invocation": invocation(),
                       "code": {stage: self.code.of(stage) for stage in self.graph.stages}}, self.facts_only)
 
     def targets(self, wildcards=None) -> list[str]:
@@ -500,6 +548,35 @@ class Pipeline:
         if self.snake.job_process:
             return []
         return default_targets(self.state)
+
+
+def _claim_experiments(root: str, experiments, configfile: str, snakefile: str) -> None:
+    """Each experiment's records are made with one config file: the first
+    run of an experiment under a root notes its config (``layout.EXPERIMENT_MARK``,
+    by its path from the root), and a run with another config naming the
+    same experiment stops in one line, before anything runs, rather than
+    overwrite the other's records."""
+    made_with = configfile if configfile != wconfig.NO_CONFIG_FILE else str(snakefile)
+    made_with = os.path.relpath(os.path.abspath(made_with), os.path.abspath(root))
+    for experiment in experiments:
+        path = layout.experiment_mark(root, experiment)
+        try:
+            with open(path) as f:
+                noted = json.load(f).get("config")
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):   # (a root that can't be written: its steps will say so)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                write_json_atomic(path, {"config": made_with}, durable=False)
+            continue
+        except (OSError, ValueError, AttributeError):
+            continue
+        if noted != made_with:
+            first = os.path.normpath(os.path.join(root, noted))
+            raise WorkflowError(
+                f"experiment {experiment!r} under {root} has records made with {os.path.relpath(first)}, and this "
+                f"run reads {os.path.relpath(os.path.join(root, made_with))}: give this config an experiment "
+                f"of its own (waypost: {{experiments: {{NAME: {{}}}}}}) or root, so neither overwrites the other's "
+                f"records (or, if it replaces that config, delete {path})")
 
 
 def _load_workers(pool: str, path: str, check: bool) -> dict:

@@ -11,22 +11,37 @@ import os
 from waypost.model import config as wconfig
 from waypost.model import graph
 
-DEFAULT_CONFIG = "config/config.yaml"
-
 
 def workflow_facts(args) -> dict:
-    """The workflow's stages, funnels and axis (see graph), once per command."""
+    """The workflow's stages, funnels, axis and config files (see graph),
+    once per command: read as ``snakemake`` reads it here, with the
+    command's ``--config`` file (a ``--configfile``), ``--profile`` and
+    ``--workflow-profile``, if given."""
     if getattr(args, "_facts", None) is None:
-        if args.config == DEFAULT_CONFIG and not os.path.exists(args.config):
-            raise wconfig.ConfigError(f"{DEFAULT_CONFIG}: config file not found (give the pipeline's "
-                                      "config file with --config FILE)")
-        wconfig.load_yaml(args.config)   # a missing or broken file: its own error first
-        args._facts = graph.facts(args.config, args.workflow)
+        if args.config:
+            wconfig.load_yaml(args.config)   # a missing or broken file: its own error first
+        args._facts = graph.facts(args.config, args.workflow, snakemake_profile(args),
+                                  getattr(args, "workflow_profile", None))
     return args._facts
 
 
+def snakemake_profile(args) -> str | None:
+    """The Snakemake profile a command runs the workflow with (``run``,
+    ``plan``, ``cron``: ``--profile``), if any."""
+    return getattr(args, "profile", None) if args.command in ("run", "plan", "cron") else None
+
+
 def load_config(args) -> dict:
-    return graph.load_config(args.config, args.workflow, workflow_facts(args))
+    return graph.load_config(args.workflow, workflow_facts(args))
+
+
+def config_file(args) -> str | None:
+    """The pipeline's config file: the one given, else the one the
+    workflow's reading found (its ``configfile:``, or ``config/config.yaml``)."""
+    if args.config:
+        return args.config
+    facts = workflow_facts(args)
+    return ([*facts.get("configfiles", []), *facts.get("given_configfiles", [])] or [None])[-1]
 
 
 def reach(root: str) -> None:

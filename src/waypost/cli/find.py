@@ -13,7 +13,7 @@ from datetime import UTC
 from waypost import stores
 from waypost.cli import status as clistatus
 from waypost.cli import termwidth
-from waypost.cli.args import load_config, reach
+from waypost.cli.args import config_file, load_config, reach, workflow_facts
 from waypost.model import config as wconfig
 from waypost.model import graph, layout
 
@@ -206,7 +206,7 @@ def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> Non
     from waypost.stores import gcs
 
     # The stage graph as the last parse here recorded it (no parse of the workflow just for the page).
-    parents = graph.load(args.config, args.workflow) if os.path.exists(graph.GRAPH_FILE) else None
+    parents = graph.load(workflow_facts(args)) if os.path.exists(graph.GRAPH_FILE) else None
     filters = {k: getattr(args, k) for k in ("stage", "pair", "experiment", "state", "since", "until", "config_hash")}
     data = findpage.build(rows, root=gcs.url_of(*gcs.filesystem(cfg["root"])),
                           experiments={name: list(x["pairs"]) for name, x in cfg["experiments"].items()},
@@ -259,7 +259,7 @@ def cmd_reuse(args) -> int:
     # need not be: any experiment with stage directories under the root will do.
     wconfig.check_names(cfg, args.into, args.pairs, args.upstream_of)
     reach(args.from_root or cfg["root"])
-    facts = graph.facts(args.config, args.workflow)
+    facts = workflow_facts(args)
     if args.upstream_of in facts.get("own_layout", []):
         entries, problems = _own_pointers(cfg, args)
     else:
@@ -269,7 +269,11 @@ def cmd_reuse(args) -> int:
         print(f"waypost: can't reuse from experiment {args.source} (nothing written): these stages are not "
               "finished:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
-    path = os.path.join(wconfig.reuse_dir(args.config), f"{args.into}.yaml")
+    configfile = config_file(args)
+    if configfile is None:
+        raise wconfig.ConfigError("the workflow reads no config file, and the reuse pointers go beside it: "
+                                  "give the pipeline a config file (configfile: in the Snakefile, or --config FILE)")
+    path = os.path.join(wconfig.reuse_dir(configfile), f"{args.into}.yaml")
     reuse.write_pointers(path, args.into, entries, "waypost " + shlex.join(sys.argv[1:]))
     print(f"wrote {os.path.relpath(path)}: experiment {args.into} takes {len(entries)} stage(s) from "
           f"{args.source}: {', '.join(entries)}")

@@ -13,7 +13,6 @@ import json
 import sys
 
 from waypost import __version__
-from waypost.cli.args import DEFAULT_CONFIG
 from waypost.cli.find import cmd_find, cmd_reuse
 from waypost.cli.run import cmd_cron, cmd_plan, cmd_run
 from waypost.cli.setup import cmd_init, cmd_profiles_install, cmd_workers
@@ -66,9 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p):
-        p.add_argument("--config", default=DEFAULT_CONFIG, help="config file (default: %(default)s)")
+        p.add_argument("--config", default=None, help="the pipeline's config file, as snakemake's --configfile "
+                       "(default: the one the Snakefile's configfile: names, else config/config.yaml, as "
+                       "snakemake reads them)")
         p.add_argument("--workflow", default=None, help="the directory of the Snakefile, and of its schemas/ "
                        "(default: workflow/, or the current directory when it holds the Snakefile)")
+        p.add_argument("--workflow-profile", default=None, help="as snakemake's --workflow-profile (default: "
+                       "profiles/default where snakemake finds it)")
         return p
 
     p = with_config(sub.add_parser("status", help=f"experiments × {words} × stages, from the stage directories"))

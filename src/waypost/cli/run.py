@@ -11,7 +11,6 @@ import sys
 
 from waypost.cli import termwidth
 from waypost.cli.args import (
-    DEFAULT_CONFIG,
     extra_args,
     load_config,
     reach,
@@ -35,8 +34,7 @@ def cmd_plan(args) -> int:
     extra = extra_args(args)
     wconfig.check_names(cfg, stages=stage_args(extra))
     reach(cfg["root"])
-    config_path = None if args.config == DEFAULT_CONFIG else args.config
-    code, text, found = plan.dry_run(args.profile, config_path, args.workflow,
+    code, text, found = plan.dry_run(args.profile, args.config, args.workflow,
                                      [*snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)])
     if code != 0:
         print(text[-4000:], file=sys.stderr)
@@ -93,7 +91,7 @@ def instances_on_disk(cfg: dict, facts: dict) -> dict[str, set[str]]:
 def cmd_run(args) -> int:
     """Snakemake up to a stage, for some experiments and pairs."""
     cmd = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(args.workflow), "--profile", args.profile]
-    if args.config != DEFAULT_CONFIG:
+    if args.config:
         cmd += ["--configfile", args.config]
     cfg = load_config(args)
     extra = extra_args(args)
@@ -115,4 +113,5 @@ def cmd_cron(args) -> int:
     if stage_args(extra):
         wconfig.check_names(load_config(args), stages=stage_args(extra))
     extra = with_profile_config(args.profile, extra) if args.profile else extra
-    return cron.run(args.profile, extra, args.config, args.workflow, checksums=not args.no_checksums)
+    return cron.run(args.profile, extra, args.config, args.workflow, checksums=not args.no_checksums,
+                    workflow_profile=args.workflow_profile)

@@ -119,7 +119,8 @@ def cmd_workers(args) -> int:
 
     cfg = load_config(args)
     pool = args.pool or (args.profile and _profile_pool(args.profile)) or cfg["pool"]
-    path = workers.pools_file(cfg.get("workers"), wconfig.pipeline_dir(args.workflow))
+    path = workers.pools_file(cfg.get("workers"), wconfig.pipeline_dir(args.workflow),
+                              wconfig.config_dir(wconfig.derived(cfg).source))
     data = workers.load(path)
     if pool not in data["pools"]:
         raise wconfig.ConfigError(f"{path}: no pool {pool!r} (expected one of: {', '.join(data['pools'])})")

@@ -8,8 +8,18 @@ workflow adds: its stages' settings, its own experiment keys. The two are
 merged here (``schema_for``) into one plain JSON schema of the kind
 ``snakemake.utils.validate`` takes, validated with jsonschema so the messages
 can be precise. A workflow without a schema keeps its own top-level keys
-(an existing Snakefile's config, with waypost's keys added): only a key that
-looks like a misspelt waypost key is refused (``_misspelt_keys``).
+(an existing Snakefile's config, with waypost's keys added): a key that
+looks like a misspelt waypost key is only said (``_misspelt_keys``), as it
+may be the pipeline's own.
+
+Where waypost's keys are in a pipeline's config (``waypost_config``): under
+a ``waypost:`` key, where they can't collide with the pipeline's own; else,
+in a config with ``experiments`` at its top level (a waypost config as the
+reference pipeline writes it), at the top level; else there are none, and
+the defaults hold (records under ``.waypost/records``, one experiment,
+``default``). Only a top-level config takes a workflow schema that extends
+waypost's (one declaring ``experiments`` or ``stages``); any other schema
+is the pipeline's own business.
 
 The experiment's axis (``pairs`` in the reference pipeline) is the
 workflow's word: the Snakefile names it (``Pipeline(..., axis="pair")``).
@@ -29,6 +39,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -46,6 +57,17 @@ from waypost.model.layout import ALL_PAIRS, NAME_RULE
 from waypost.model.layout import join as layout_join
 
 SCHEMA_FILE = os.path.join("schemas", "config.schema.yaml")   # below the workflow's directory
+#: The key of a pipeline's config that holds waypost's keys (``waypost_config``).
+SECTION = "waypost"
+#: The root of a config that names none under ``waypost:`` (or has no waypost
+#: key at all): beside Snakemake's own ``.snakemake/``, in the working
+#: directory, so the records never mix with the pipeline's own output tree
+#: (``results/`` of many a pipeline) and a ``rm -r results`` leaves them.
+SECTION_ROOT = os.path.join(".waypost", "records")
+#: The experiment of such a config when it names none.
+DEFAULT_EXPERIMENT = "default"
+#: The source named in messages when no config file was read.
+NO_CONFIG_FILE = "(no config file)"
 ENGINE_SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas", "config.schema.yaml")
 
 
@@ -79,6 +101,11 @@ class Derived:
     load them with the workflow's facts): nothing of it is written anywhere."""
     axis: Axis | None = None
     points: Mapping[str, Mapping[str, dict]] = field(default_factory=dict)
+    #: waypost's keys were under ``waypost:`` (or there were none): the
+    #: engine's schema alone is theirs (``waypost_config``).
+    in_section: bool = False
+    #: The config files read, for messages (``with_reuse_files``).
+    source: str = ""
 
     def points_of(self, experiment: str) -> Mapping[str, dict]:
         """An experiment's points (empty without a parameter set)."""
@@ -165,25 +192,42 @@ def workflow_schema_path(workflow_dir: str) -> str:
     return os.path.join(workflow_dir, SCHEMA_FILE)
 
 
+def _extension_schema(workflow_dir: str | None) -> tuple[str, dict]:
+    """The workflow's schema where it extends waypost's (it declares one of
+    waypost's keys: ``experiments`` or ``stages`` to add to, or another to be refused):
+    (its path, it), else (its path, {}): a schema of the pipeline's own
+    config, which the pipeline validates itself (``snakemake.utils.validate``)
+    and waypost leaves alone."""
+    path = workflow_schema_path(workflow_dir) if workflow_dir else ""
+    own = load_yaml(path) if path and os.path.exists(path) else {}
+    declared = own.get("properties")
+    if not (isinstance(declared, dict) and set(engine_schema()["properties"]) & set(declared)):
+        return path, {}
+    return path, own
+
+
 @lru_cache(maxsize=8)
-def schema_for(workflow_dir: str, axis: Axis | None) -> dict:
+def schema_for(workflow_dir: str | None, axis: Axis | None, in_section: bool = False) -> dict:
     """waypost's schema with the workflow's merged in (see the module's
     docstring): the workflow's stages get the engine's stage keys and their
     own, strictly; a stage the workflow's schema does not declare takes the
     engine's keys only, or anything when the workflow declares no stage
-    settings at all (no schema, or none under ``stages``)."""
+    settings at all (no schema, or none under ``stages``). ``in_section``:
+    waypost's keys are under ``waypost:``, and the engine's schema alone is
+    theirs. The top level is open where no schema extends waypost's (the
+    pipeline's own keys are beside them), or where it says so
+    (``additionalProperties: true``)."""
     schema = copy.deepcopy(engine_schema())
     defs = schema["$defs"]
-    path = workflow_schema_path(workflow_dir)
-    own = load_yaml(path) if os.path.exists(path) else {}
+    path, own = _extension_schema(None if in_section else workflow_dir)
     for name, sub in (own.get("$defs") or {}).items():
         if name in defs:
             raise ConfigError(f"{path}: $defs.{name}: the name is waypost's own (in its schema); "
                               "rename it in the workflow's schema")
         defs[name] = sub
     root = {**own, "$defs": defs}
-    if not own:   # the pipeline's own keys, unknown to waypost (see _misspelt_keys)
-        schema["additionalProperties"] = True
+    if not in_section and (not own or own.get("additionalProperties") is True):
+        schema["additionalProperties"] = True   # the pipeline's own keys, unknown to waypost (see _misspelt_keys)
     stage_base = defs["stage"]
     declared = {}
     for key, sub in (own.get("properties") or {}).items():
@@ -296,15 +340,17 @@ def validate(config: dict, schema: dict, source: str) -> None:
     ``source``). A config that passed is remembered, so the next command over
     the same files skips importing jsonschema (~75 ms) and validating; a
     failure is never remembered, and a cache that can't be written is none."""
+    for key, near in _misspelt_keys(config, schema):
+        print(f"waypost: {source}: {key}: taken as the pipeline's own key, not waypost's {near!r} (if you meant "
+              f"{near!r}, rename it; waypost's keys under `{SECTION}:` never meet the pipeline's)", file=sys.stderr)
     mark = _passed_mark(config, schema)
     if os.path.exists(mark):
         return
     import jsonschema  # here, as it is slow to import; and cluster jobs don't validate (see prepare)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    lines = [f"{source}: {key}: {what}" for key, what in _misspelt_keys(config, schema)]
-    if errors or lines:
-        lines += list(dict.fromkeys(f"{source}: {key}: {what}" for e in errors for key, what in _name_errors(e)))
+    if errors:
+        lines = list(dict.fromkeys(f"{source}: {key}: {what}" for e in errors for key, what in _name_errors(e)))
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines[:10]))
     with contextlib.suppress(OSError):   # read-only, or another process just wrote it
         os.makedirs(os.path.dirname(mark), exist_ok=True)
@@ -312,9 +358,11 @@ def validate(config: dict, schema: dict, source: str) -> None:
 
 
 def _misspelt_keys(config: dict, schema: dict):
-    """Top-level keys waypost doesn't know that look like one it does
-    (``experiment`` for ``experiments``), where the pipeline's own keys are
-    allowed (``schema_for``): a typo must not silently drop a setting."""
+    """(key, waypost's key it looks like) for the top-level keys waypost
+    doesn't know that look like one it does (``experiment`` for
+    ``experiments``), where the pipeline's own keys are allowed
+    (``schema_for``). Said, not refused: it may well be the pipeline's own
+    key, and a typo must not silently drop a setting either."""
     if schema.get("additionalProperties") is not True:
         return
     known = sorted(schema["properties"])
@@ -322,8 +370,7 @@ def _misspelt_keys(config: dict, schema: dict):
         if isinstance(key, str) and key not in schema["properties"]:
             near = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
             if near:
-                yield key, (f"unknown key {key!r}: did you mean {near[0]!r}? (the pipeline's own keys "
-                            "are kept, but this one is too close to one of waypost's)")
+                yield key, near[0]
 
 
 def _resolve(schema: dict, root: dict) -> dict:
@@ -603,6 +650,12 @@ def source_file(source: str) -> str:
     return source.split(" + ")[0]
 
 
+def config_dir(source: str) -> str | None:
+    """The directory of a source's config file (None: no file was read)."""
+    path = source_file(source)
+    return None if path == NO_CONFIG_FILE else os.path.dirname(os.path.abspath(path))
+
+
 def expand_grids(config: dict, source: str) -> dict[str, dict[str, dict]]:
     """Each experiment's parameter set (``grid``, ``zip``, ``table``,
     ``sample``) as its points (``Derived.points``): see ``waypost.model.paramsets``."""
@@ -685,22 +738,24 @@ def check_instance_names(config: dict, names: list[str] | None, experiments=None
 
 
 def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, axis: Axis | None = None,
-            stages: list[str] | None = None, instanced: list[str] | None = None) -> Prepared:
+            stages: list[str] | None = None, instanced: list[str] | None = None,
+            in_section: bool = False) -> Prepared:
     """Validate a loaded config and fill in its defaults, with the axis moved
     to the engine's names. ``stages``: the workflow's stages, when known
     (the Snakefile knows them once its rules are read: see
     ``Pipeline.finish``, which calls ``complete``), and those of them with
     instances (``instanced``). ``check=False`` skips the
     schema validation: for a cluster job's own Snakemake process, whose main
-    process validated the same files when it submitted the job."""
-    schema = schema_for(os.path.abspath(workflow_dir), axis)
+    process validated the same files when it submitted the job.
+    ``in_section``: the keys are those under ``waypost:`` (``waypost_config``)."""
+    schema = schema_for(os.path.abspath(workflow_dir), axis, in_section)
     if check:
-        validate(config, schema, source)
+        validate(config, schema, f"{source}: {SECTION}" if in_section else source)
     config = apply_defaults(config, schema, stages)
     if config.get("mounts"):   # for this process; its jobs get them in their step spec (stores.mounted)
         locations.declare_mounts(config["mounts"])
     _to_engine_axis(config, axis)
-    config = Prepared(config, Derived(axis, expand_grids(config, source)))
+    config = Prepared(config, Derived(axis, expand_grids(config, source), in_section, source))
     if stages is not None:
         check_semantics(config, source, axis, stages, instanced)
     return config
@@ -713,11 +768,50 @@ def complete(config: dict, workflow_dir: str, source: str, axis: Axis | None, st
     workflow's order, and every stage name the config uses is checked;
     ``instances``: experiment → the instance names of its stages, which
     the ``per_instance`` overrides must match."""
-    schema = schema_for(os.path.abspath(workflow_dir), axis)
+    schema = schema_for(os.path.abspath(workflow_dir), axis, derived(config).in_section)
     filled = apply_defaults({"stages": config.get("stages", {})}, {**schema, "properties": {}}, stages)
     config = with_derived({**config, "stages": filled["stages"]}, config)
     check_semantics(config, source, axis, stages, instanced, instances)
     return config
+
+
+def waypost_config(config: Mapping, overrides: Mapping, configfile: str | None) -> tuple[dict, str, bool]:
+    """waypost's keys of a pipeline's ``config`` as Snakemake loaded it (see
+    the module's docstring), with the ``reuse/`` files beside ``configfile``
+    (the config file read last; None: none was) merged over them and the
+    ``--config`` ``overrides`` over those: (the keys, the source for
+    messages, whether they are at the config's top level). The pipeline's
+    ``config`` itself is not changed."""
+    section = config.get(SECTION)
+    top_level = section is None and "experiments" in config
+    where = configfile or NO_CONFIG_FILE
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"{where}: {SECTION}: expected a mapping of waypost's keys (root, experiments, ...), "
+                          f"got {type(section).__name__}")
+    keys = copy.deepcopy(dict(config) if top_level else section or {})
+    if not top_level:
+        keys.setdefault("root", SECTION_ROOT)
+        keys.setdefault("experiments", {DEFAULT_EXPERIMENT: {}})
+    keys, source = with_reuse_files(keys, configfile) if configfile else (keys, where)
+    given = overrides if top_level else overrides.get(SECTION)
+    keys = merge(keys, given if isinstance(given, dict) else {})
+    if not top_level and "select" in overrides:   # (``waypost run``'s ``--config select=...``)
+        keys["select"] = overrides["select"]
+    return keys, source, top_level
+
+
+def snakemake_config(configfiles: list[str], given_files: list[str], overrides: Mapping) -> dict:
+    """The ``config`` Snakemake gives a Snakefile: the files its
+    ``configfile:`` names (``configfiles``), in order, under those given
+    with ``--configfile`` (``given_files``) and the ``--config`` entries
+    (``overrides``), each merged over the one before."""
+    loaded: dict = {}
+    for path in configfiles:
+        loaded = merge(loaded, load_yaml(path))
+    given: dict = {}
+    for path in given_files:
+        given = merge(given, load_yaml(path))
+    return merge(loaded, merge(given, dict(overrides)))
 
 
 def load(path: str, workflow_dir: str, axis: Axis | None = None, stages: list[str] | None = None,

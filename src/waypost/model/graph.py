@@ -2,9 +2,12 @@
 order, which feed which, its funnels, its axis, each stage's code version.
 
 The Snakefile records them in ``.waypost/stages.json`` each time it is read
-(``Pipeline.finish``); when that file is missing, or older than the workflow's
-files, or from another Snakefile, they are read again by letting Snakemake
-parse the workflow (``--list-rules``: nothing runs).
+(``Pipeline.finish``), with the config files and ``--config`` entries it was
+read with; when that file is missing, or older than the workflow's files,
+its config files or its profiles, or from another Snakefile or other
+options, they are read again by letting Snakemake parse the workflow
+(``--list-rules``: nothing runs) where ``snakemake`` would: in the current
+directory, with the same profiles and config files.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 from waypost.model.errors import WaypostError
 
@@ -27,8 +29,11 @@ class GraphError(WaypostError, RuntimeError):
     pass
 
 
-def _current(snakefile: str) -> dict | None:
-    """The recorded facts, if they are this Snakefile's and newer than its files."""
+def _current(snakefile: str, wanted: dict, profile_files: list[str]) -> dict | None:
+    """The recorded facts, if they are this Snakefile's, read with the
+    ``wanted`` options (``invocation``; any, when none is given: the
+    workflow as it was last read here) and newer than its files, its config
+    files and the profiles Snakemake would read (``profile_files``)."""
     try:
         with open(GRAPH_FILE) as f:
             data = json.load(f)
@@ -37,12 +42,45 @@ def _current(snakefile: str) -> dict | None:
         return None
     if not isinstance(data, dict) or data.get("snakefile") != os.path.abspath(snakefile):
         return None
+    if any(wanted.values()) and data.get("invocation") != wanted:
+        return None
     try:
         if any(os.stat(path).st_mtime > recorded for path in data.get("sources", [])):
             return None
     except OSError:
         return None
+    if any(os.path.exists(path) and os.stat(path).st_mtime > recorded for path in profile_files):
+        return None
     return data
+
+
+#: Set for the facts pass to the options it was given (``invocation``).
+INVOCATION_ENV = "WAYPOST_FACTS_INVOCATION"
+
+
+def invocation(config_path: str | None = None, profile: str | None = None,
+               workflow_profile: str | None = None) -> dict:
+    """The options a reading of the workflow was given: those of the facts
+    pass (``INVOCATION_ENV``) in it, else these."""
+    given = os.environ.get(INVOCATION_ENV)
+    if given:
+        return json.loads(given)
+    return {"configfile": os.path.abspath(config_path) if config_path else None,
+            "profile": profile, "workflow_profile": workflow_profile}
+
+
+def profile_files(snakefile: str, profile: str | None, workflow_profile: str | None) -> list[str]:
+    """The profiles' files Snakemake may read for this Snakefile (see
+    Snakemake's ``--profile``, ``$SNAKEMAKE_PROFILE`` and
+    ``--workflow-profile``, whose default is ``profiles/default`` here or
+    beside the Snakefile): those there and those that may come."""
+    names = [name for name in (profile, os.environ.get("SNAKEMAKE_PROFILE")) if name]
+    dirs = [directory for name in names for directory in (
+        name, os.path.expanduser(f"~/.config/snakemake/{name}"), f"/etc/xdg/snakemake/{name}")]
+    own = workflow_profile or "default"
+    dirs += [own, os.path.join("profiles", own),
+             os.path.join(os.path.dirname(os.path.abspath(snakefile)), "profiles", own)]
+    return [os.path.join(directory, "config.yaml") for directory in dirs]
 
 
 SNAKEFILE_NAMES = ("Snakefile", "snakefile")
@@ -69,22 +107,28 @@ def default_workflow_dir() -> str:
     return "workflow"
 
 
-def facts(config_path: str, workflow_dir: str) -> dict:
-    """The workflow's facts (see the module's docstring). Reading them
-    checks nothing of the config and touches no bucket: only the rules are
-    asked for (the config is checked by whoever loads it next)."""
+def facts(config_path: str | None, workflow_dir: str, profile: str | None = None,
+          workflow_profile: str | None = None) -> dict:
+    """The workflow's facts (see the module's docstring), read as
+    ``snakemake`` reads the workflow here: in the current directory, with
+    its profiles and the Snakefile's ``configfile:`` (``config_path``: a
+    ``--configfile`` over it). Reading them checks nothing of the config and
+    touches no bucket: only the rules are asked for (the config is checked
+    by whoever loads it next)."""
     snakefile = snakefile_in(workflow_dir)
-    data = _current(snakefile)
+    wanted = invocation(config_path, profile, workflow_profile)
+    data = _current(snakefile, wanted, profile_files(snakefile, profile, workflow_profile))
     if data is None:
         if not os.path.exists(snakefile):
             raise GraphError(f"{snakefile}: no Snakefile there (--workflow names the directory that holds it)")
-        # In a scratch directory: Snakemake leaves its .snakemake/ where it runs.
-        with tempfile.TemporaryDirectory(prefix="waypost-facts-") as scratch:
-            cmd = [sys.executable, "-m", "snakemake", "-s", os.path.abspath(snakefile), "-d", scratch,
-                   "--configfile", os.path.abspath(config_path), "--list-rules"]
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  env={**os.environ, FACTS_ONLY_ENV: os.path.abspath(GRAPH_FILE)})
-        data = _current(snakefile)
+        cmd = [sys.executable, "-m", "snakemake", "-s", os.path.abspath(snakefile), "--list-rules",
+               *(["--configfile", os.path.abspath(config_path)] if config_path else []),
+               *(["--profile", profile] if profile else []),
+               *(["--workflow-profile", workflow_profile] if workflow_profile else [])]
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env={**os.environ, FACTS_ONLY_ENV: os.path.abspath(GRAPH_FILE),
+                                   INVOCATION_ENV: json.dumps(wanted)})
+        data = _current(snakefile, wanted, [])
         if proc.returncode != 0 or data is None:
             output = (proc.stderr or proc.stdout).strip()
             hint = "" if proc.returncode else "\n(does the Snakefile call wp.finish() after its rules?)"
@@ -109,21 +153,26 @@ def record(data: dict, path: str | None = None) -> None:
     write_json_atomic(path, data, durable=False)
 
 
-def load_config(config_path: str, workflow_dir: str, known: dict | None = None) -> dict:
-    """A config checked against its workflow: the schemas, the stage names,
-    the axis (``known``: the workflow's facts, when already read)."""
+def load_config(workflow_dir: str, known: dict) -> dict:
+    """The config of the workflow as its last reading here found it
+    (``known``: its facts): its config files read again as Snakemake reads
+    them, waypost's keys checked against the schemas, the stage names, the
+    axis."""
     from waypost.model import config as wconfig
-    if known is None:
-        wconfig.load_yaml(config_path)   # a missing or broken file: its own error first
-        known = facts(config_path, workflow_dir)
+    files = known.get("configfiles", [])
+    given = known.get("given_configfiles", [])
+    overrides = known.get("config_overrides") or {}
+    loaded = wconfig.snakemake_config(files, given, overrides)
+    keys, source, top_level = wconfig.waypost_config(loaded, overrides, (given or files or [None])[-1])
     axis = known.get("axis") or {}
-    return wconfig.load(config_path, workflow_dir, wconfig.Axis.of(axis.get("word"), axis.get("key")),
-                        [*known["stages"], *known.get("own_layout", [])], known.get("instanced"))
+    return wconfig.prepare(keys, workflow_dir, source, axis=wconfig.Axis.of(axis.get("word"), axis.get("key")),
+                           stages=[*known["stages"], *known.get("own_layout", [])],
+                           instanced=known.get("instanced"), in_section=not top_level)
 
 
-def load(config_path: str, workflow_dir: str) -> dict[str, set[str]]:
+def load(known: dict) -> dict[str, set[str]]:
     """stage → the stages it takes inputs from."""
-    return parents(facts(config_path, workflow_dir))
+    return parents(known)
 
 
 def parents(data: dict) -> dict[str, set[str]]:

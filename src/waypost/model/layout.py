@@ -84,6 +84,16 @@ def stage_dir(root: str, pair: str, experiment: str, stage: str, instance: str |
     return join(root, *parts)
 
 
+#: In ``{root}/_all/{experiment}/``: which config the experiment's records
+#: are made with (``waypost.snakemake``: two configs naming one experiment
+#: must not overwrite each other's records without a word).
+EXPERIMENT_MARK = "_experiment.json"
+
+
+def experiment_mark(root: str, experiment: str) -> str:
+    return join(root, ALL_PAIRS, check_name(experiment, "experiment"), EXPERIMENT_MARK)
+
+
 def stage_name(pair: str, experiment: str, stage: str, *instance: str | None) -> str:
     """How messages name a stage: experiment/pair/stage[/instance] (no pair
     for a per-experiment funnel)."""

@@ -47,14 +47,18 @@ PACKAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 DEFAULT_CLASS = "cpu"
 
 
-def pools_file(named: str | None, pipeline_dir: str | None = None) -> str:
+def pools_file(named: str | None, pipeline_dir: str | None = None, config_dir: str | None = None) -> str:
     """The pools file of a config: the one its ``workers`` names, else
     ``config/workers.yaml`` where the pipeline has one, else waypost's own.
-    A relative path is looked for where Snakemake runs, then in the
-    pipeline's directory (a run with ``-d`` elsewhere, or the CLI's)."""
+    A relative path the config names is looked for beside the config file
+    (``config_dir``: as the config's other files are), then where Snakemake
+    runs, then in the pipeline's directory (a run with ``-d`` elsewhere)."""
     candidates = [named or DEFAULT_FILE]
-    if pipeline_dir and not os.path.isabs(candidates[0]):
-        candidates.append(os.path.join(pipeline_dir, candidates[0]))
+    if not os.path.isabs(candidates[0]):
+        if named and config_dir:
+            candidates.insert(0, os.path.join(config_dir, named))
+        if pipeline_dir:
+            candidates.append(os.path.join(pipeline_dir, candidates[-1]))
     found = next((path for path in candidates if os.path.exists(path)), None)
     if found or named:
         return found or named   # a named file that is missing: loading it says so

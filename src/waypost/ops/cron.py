@@ -131,16 +131,16 @@ def _has_snakemake_lock(workdir: str) -> bool:
     return os.path.isdir(locks) and any(name.endswith(".lock") for name in os.listdir(locks))
 
 
-def run(profile: str | None, snakemake_args: list[str], config_path: str, workflow_dir: str,
-        checksums: bool = True) -> int:
+def run(profile: str | None, snakemake_args: list[str], config_path: str | None, workflow_dir: str,
+        checksums: bool = True, workflow_profile: str | None = None) -> int:
     """One cron tick: under the cron lock, tidy the root, run Snakemake,
     append the run's record to RUN_LOG and print its summary."""
     lock = _take_lock()   # (held while this runs: released as run returns and the file closes)
     if lock is None:
         return 0
     try:
-        cfg = graph.load_config(config_path, workflow_dir)
-    except wconfig.ConfigError as exc:
+        cfg = graph.load_config(workflow_dir, graph.facts(config_path, workflow_dir, profile, workflow_profile))
+    except (wconfig.ConfigError, graph.GraphError) as exc:
         print(f"waypost cron: {exc}", file=sys.stderr)
         return 2
     root = cfg["root"]
@@ -148,8 +148,10 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str, workfl
     output = os.path.join(RUNS, f"{started_at.strftime('%Y%m%dT%H%M%SZ')}.log")
     command = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(workflow_dir)] \
         + (["--profile", profile] if profile else []) + mirror.snakemake_options(root) + snakemake_args
-    if config_path != "config/config.yaml":
+    if config_path:
         command += ["--configfile", config_path]
+    if workflow_profile:
+        command += ["--workflow-profile", workflow_profile]
 
     notes = _tidy(root, checksums, command)
     if notes is None:

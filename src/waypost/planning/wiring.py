@@ -186,11 +186,13 @@ class Snake:
     def basedir(self) -> str:
         return self.workflow.basedir
 
-    def config_sources(self) -> tuple[str | None, dict]:
-        """The last ``--configfile`` (None without one) and the ``--config``
-        overrides alone (``overwrite_config`` also holds the files' contents)."""
-        files = self.workflow.configfiles
-        return (str(files[-1]) if files else None), dict(self.workflow.config_settings.config or {})
+    def config_sources(self) -> tuple[list[str], list[str], dict]:
+        """(the config files the Snakefile's ``configfile:`` read so far,
+        those given with ``--configfile``, the ``--config`` overrides alone:
+        ``overwrite_config`` also holds the given files' contents)."""
+        given = [str(path) for path in self.workflow.config_settings.configfiles or ()]
+        read = [str(path) for path in self.workflow.configfiles[len(given):]]
+        return read, given, dict(self.workflow.config_settings.config or {})
 
     def planning_mirror(self, root: str) -> str:
         """For a run over a gs:// root: check that Snakemake stores stage
@@ -252,11 +254,18 @@ class Snake:
                 return running
         return _local_path(self.workflow.current_basedir)
 
+    @property
+    def snakefile(self) -> str:
+        """The main Snakefile's path."""
+        return os.path.abspath(self.workflow.main_snakefile)
+
     def sources(self) -> dict:
-        """The Snakefile and every file a stage rule is in."""
-        main = os.path.abspath(self.workflow.main_snakefile)
+        """The Snakefile and every file it includes (local ones)."""
+        main = self.snakefile
+        included = {str(source.get_path_or_uri(secret_free=False)) for source in self.workflow.included}
         return {"snakefile": main, "sources": sorted(
-            {os.path.abspath(str(self.workflow.get_rule(s).snakefile)) for s in self.graph.stages} | {main})}
+            {os.path.abspath(path) for path in included if "://" not in path and os.path.exists(path)}
+            | {os.path.abspath(str(self.workflow.get_rule(s).snakefile)) for s in self.graph.stages} | {main})}
 
     # --- rules --------------------------------------------------------------------
     def is_checkpoint(self, stage: str) -> bool:
