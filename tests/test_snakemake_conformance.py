@@ -31,27 +31,10 @@ RETRIES = ("a rule's retries: Snakemake retries the failed job, and the step run
            "already ended this stage (Snakemake retried the job)\")")
 CYCLE = ("a rule whose input is made by a job of the same rule (--forceall): the step runner skips the job, its "
          "parent counted MISSING by the depends check")
-CONFIG_DEFAULTS = "config: waypost writes its own keys and defaults into the workflow's config, which the workflow writes out"
-CONFIG_RELOAD = ("config: waypost's required keys come as a --configfile, which --replace-workflow-config lets "
-                 "replace the Snakefile's configfile: (goes once no waypost key is required)")
-PARAMS = "{params} in a shell command includes waypost's hidden step param"
-UPDATE = "update() output: removed before its job, so the job no longer finds the old content it appends to"
-DIRECTORY = "a symlink to a directory as output: the output checksums fail with IsADirectoryError"
 KNOWN_FAILURES: dict[str, str] = {
-    "test_update_config": CONFIG_DEFAULTS,
-    "test_config_merging": CONFIG_DEFAULTS,
-    "test_config_replacing_nocli": CONFIG_RELOAD,
-    "test_delete_output": DIRECTORY,
     "test_retries": RETRIES,
-    "test_update_flag": UPDATE,
-    "test_issue3338": PARAMS,
     "test_cyclic_dependency_single": CYCLE,
 }
-
-# waypost's own keys, given to the copy with waypost as one more
-# --configfile: today's Pipeline requires `root` and `experiments`.
-WAYPOST_KEYS = "root: {records}\nexperiments: {{baseline: {{}}}}\n"
-
 
 def _load() -> tuple[Path | None, list, str | None]:
     try:
@@ -83,16 +66,6 @@ def with_waypost(snakefile: Path) -> None:
     snakefile.write_text("".join([*lines, "wp.finish()\n"]))
 
 
-def with_keys(args: list[str], keys: Path) -> list[str]:
-    """The test's arguments with waypost's keys as one more config file:
-    first in the test's own ``--configfile`` list (a second option would
-    replace that list), else an option of its own."""
-    if "--configfile" in args:
-        at = args.index("--configfile") + 1
-        return [*args[:at], str(keys), *args[at:]]
-    return [*args, "--configfile", str(keys)]
-
-
 def _copy(case: suite.Case, dest: Path) -> Path:
     shutil.copytree(TESTS / case.workflow, dest, symlinks=True)
     return dest
@@ -121,9 +94,7 @@ def test_workflow_passes_with_waypost_as_with_plain_snakemake(case, tmp_path, sn
 
     wp = _copy(case, tmp_path / "wp")
     with_waypost(suite.main_snakefile(wp, case))
-    keys = tmp_path / "waypost-keys.yaml"
-    keys.write_text(WAYPOST_KEYS.format(records=tmp_path / "records"))
-    wp_args = with_keys(case.args, keys)
+    wp_args = case.args   # (no waypost key: its records go to .waypost/records beside the Snakefile)
     ran = snakemake(wp, wp_args)
     assert ran.returncode == 0, f"with waypost, snakemake {' '.join(wp_args)} failed:\n{suite.tail(ran)}"
     if case.check_results:
