@@ -163,3 +163,26 @@ def test_a_clean_rerun_removes_only_what_the_job_wrote(tmp_path):
     assert files(workdir) == {"data.in": "x\n", "seen": "", "out/readme.txt": "by hand\n",
                               "out/partial.txt": "partial\n", "out/result.txt": "x\n"}
     assert [o["path"] for o in manifest["outputs"] if o.get("side")] == ["partial.txt"]
+
+
+RETRIED = """
+rule flaky:
+    output: "out.txt"
+    retries: 2
+    resources: fails=lambda wildcards, attempt: attempt < 3
+    shell: "echo try >> tries.log; test {resources.fails} = False; echo ok > {output}"
+"""
+
+
+def test_a_rules_own_retries_run_the_failed_job_again_as_in_plain_snakemake(tmp_path):
+    """``retries: 2``: Snakemake runs a failed job twice more; each is one
+    more attempt of the job's series (not refused as a series the policy
+    ended)."""
+    plain = workflow(tmp_path, "plain", RETRIED, {}, waypost=False)
+    wp = workflow(tmp_path, "wp", RETRIED, {}, waypost=True)
+    run(plain)
+    run(wp)
+    assert files(wp) == files(plain) == {"out.txt": "ok\n", "tries.log": "try\ntry\ntry\n"}
+    record = json.loads((wp / "results/_all/e1/flaky/_manifest.json").read_text())
+    assert record["state"] == "SUCCESS"
+    assert [(a["series"], a["state"]) for a in record["attempts"]] == [(1, "FAILED"), (1, "FAILED"), (1, "SUCCESS")]

@@ -27,12 +27,9 @@ import snakemake_suite as suite
 
 # What each workflow that can't pass yet trips on (the docs' "Not yet" list
 # names them: docs/own-snakefile.md). Strict: a fix shows up as XPASS.
-RETRIES = ("a rule's retries: Snakemake retries the failed job, and the step runner refuses it (\"the policy "
-           "already ended this stage (Snakemake retried the job)\")")
 CYCLE = ("a rule whose input is made by a job of the same rule (--forceall): the step runner skips the job, its "
          "parent counted MISSING by the depends check")
 KNOWN_FAILURES: dict[str, str] = {
-    "test_retries": RETRIES,
     "test_cyclic_dependency_single": CYCLE,
 }
 

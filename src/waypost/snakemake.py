@@ -454,7 +454,7 @@ class Pipeline:
                                 rule, experiment, {flag: flagged_positions(self.snake, rule, flag)
                                                    for flag in ("temp", "touch", "update")},
                                 own_dirs_of(self.snake, rule),
-                                log_files_of(self.snake, rule)))
+                                log_files_of(self.snake, rule), self.snake.rule_retries(rule)))
             self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
             wired.append(rule)
         self._say_plain(plain)

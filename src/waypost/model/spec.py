@@ -81,6 +81,9 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     "wildcards": (dict, {}),
     "temporary": (list, []),   # its temp() outputs, which Snakemake removes once their consumers ran
     "touched": (list, []),     # its touch() outputs: made (touched) once the step succeeded, as Snakemake does
+    # the rule's own ``retries:`` (not a profile's): Snakemake runs a failed job
+    # again that many times, and each is one more attempt of its series
+    "rule_retries": (int, 0),
     "updated": (list, []),     # its update() outputs: left where they are for the job to update, as Snakemake does
     "own_dirs": (list, []),    # its outputs' directories that only it writes: what else it leaves there is its too
     # its outputs' other directories, each with the patterns (regexes) of the files rules declare there:

@@ -57,7 +57,7 @@ class StepLines:
         return presigned(spec_line)
 
     def own_layout_function(self, rule: str, experiment: str | None, flagged: dict[str, list[int]], own_dirs,
-                            log_files):
+                            log_files, retries: int = 0):
         """A params function giving the step spec line of a job of a rule in
         its own layout: its record in the rule's stage directory of its
         experiment (``layout.ALL_PAIRS``), under a name its wildcards make
@@ -68,7 +68,7 @@ class StepLines:
         which it makes once the job ended, and of its ``update()`` ones,
         which the job updates where they are; ``own_dirs(output)``: the
         directories only the job writes, and the others; ``log_files(values)``:
-        its log files)."""
+        its log files; ``retries``: the rule's own ``retries:``)."""
         root = self.config["root"]
         encoded: dict[str, str] = {}   # experiment → the encoded fields its settings decide
 
@@ -85,6 +85,8 @@ class StepLines:
                    "own_layout": True, "wildcards": values}
             if instance:
                 own["instance"] = instance
+            if retries:
+                own["rule_retries"] = retries
             for flag, field in (("temp", "temporary"), ("touch", "touched"), ("update", "updated")):
                 if flagged[flag]:
                     own[field] = [output[i] for i in flagged[flag]]

@@ -55,6 +55,7 @@ pyproject.toml). Everything else is public:
   (``--set-resources`` keeps the last word); ``workflow.executor_plugin``
   (None where the run executes no job: ``--dag``, ``--summary``; its
   ``common_settings``' ``dryrun_exec`` and ``touch_exec``): ``runs_jobs``;
+- ``Rule._restart_times`` (the rule's own ``retries:``): ``rule_retries``;
 - ``Rule.is_producer`` and ``Rule.get_wildcards`` (how the DAG finds a
   file's producer): ``input_records_of``;
 - checkpoints: ``workflow.globals["checkpoints"]``, ``Rule.is_checkpoint``,
@@ -415,6 +416,11 @@ class Snake:
             from snakemake.output_index import OutputIndex
             self._output_index = OutputIndex(self.workflow.rules)
         return any(other.name != rule for f in files for other in self._output_index.match_producers(f))
+
+    def rule_retries(self, name: str) -> int:
+        """The rule's own ``retries:`` (``Rule._restart_times``; None where
+        the rule names none and a profile's or ``--retries`` applies)."""
+        return self.workflow.get_rule(name)._restart_times or 0
 
     def runs_jobs(self) -> bool:
         """Does this run execute jobs: not a dry run, nor ``--touch``, nor

@@ -87,9 +87,12 @@ _NEW_SERIES = "new series"
 class Series:
     """The attempts of one stage and the series under way."""
 
-    def __init__(self, run_id: str):
+    def __init__(self, run_id: str, rule_retries: int = 0):
         # The Snakemake run this job is part of.
         self.run_id = run_id
+        # The rule's own ``retries:``: a retry in this run is one more attempt.
+        self.rule_retries = rule_retries
+        self.retried_by_snakemake: str | None = None   # why this job goes on with an ended series
         self.history: list[records.Attempt] = []   # every attempt ever, this series last
         self.number = 1
         self.attempts: list[records.Attempt] = []   # this series'
@@ -131,7 +134,7 @@ class Series:
             if found is not _NEW_SERIES:
                 return found
         elif previous and retried and previous["state"] != "SUCCESS":
-            return Next.DECIDED
+            return self._retried_by_snakemake(previous) if self.rule_retries else Next.DECIDED
         elif previous and retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
             return Next.DONE  # the step had finished when Slurm ended the job
         elif previous:
@@ -139,6 +142,17 @@ class Series:
             if not self.history and directory.own_layout:   # (a stage's archive takes its manifest too)
                 keep_record_without_attempts(directory, previous)
         return self._begin(directory, policy, running, previous, retried)
+
+    def _retried_by_snakemake(self, previous: records.Manifest) -> Next:
+        """The rule's own ``retries:`` made Snakemake run the job again after
+        this run's policy ended its series: as without waypost, it runs
+        again, one more attempt of that series (in place: its declared
+        outputs removed, what else it wrote kept)."""
+        self.history = list(previous["attempts"])
+        self._go_on_with(max((a.get("series", 1) for a in self.history), default=1))
+        self.retried_by_snakemake = (f"the rule's retries: {self.rule_retries}: Snakemake runs the failed job "
+                                     "again, as without waypost")
+        return Next.RUN
 
     def _after_a_killed_runner(self, directory: StageDirectory, policy: wpolicy.Policy, life, running: dict,
                                retried: bool) -> Next | str:

@@ -41,7 +41,7 @@ class StageRun:
         self.lost = lost
         self.directory = StageDirectory(step)
         # The Snakemake run this job is part of (a runner started by hand: a run of its own).
-        self.series = Series(os.environ.get(manifest.RUN_ID_ENV) or manifest.new_run_id())
+        self.series = Series(os.environ.get(manifest.RUN_ID_ENV) or manifest.new_run_id(), self.spec.rule_retries)
         self.policy = wpolicy.Policy.from_config(step.policy)
         self.received_signal: int | None = None
         self.name = self.directory.name
@@ -200,6 +200,8 @@ class StageRun:
             made = {"action": self.series.first.action, "rerun": self.series.first.rerun}
         elif series[-1].get("interrupted_by"):   # its runner vanished: the series goes on in place
             made = series[-1]["decision"]
+        elif self.series.retried_by_snakemake:
+            made = {"action": "cmd", "reason": self.series.retried_by_snakemake}
         else:
             made = series[-1]["decision"] = wpolicy.decision(self.policy, series)
         return self._attempts(made)
