@@ -78,6 +78,9 @@ def test_a_later_run_after_deleted_and_touched_files_redoes_what_plain_snakemake
     redo = _jobs(_snakemake(plain, "-n"))
     assert redo == {"train": 1, "all": 1}
     assert _jobs(_snakemake(wp, "-n")) == redo
+    # Asked for by name, the deleted intermediate's job runs alone, as in plain Snakemake.
+    asked = _jobs(_snakemake(plain, "-n", "out/de/clean.txt"))
+    assert asked and _jobs(_snakemake(wp, "-n", "out/de/clean.txt")) == asked
 
 
 def test_waypost_commands_find_the_snakefile_and_config_where_the_pipeline_keeps_them(tmp_path):

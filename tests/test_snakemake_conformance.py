@@ -42,6 +42,7 @@ def _load() -> tuple[Path | None, list, str | None]:
 
 
 TESTS, CASES, UNAVAILABLE = _load()
+pytestmark = pytest.mark.conformance   # (``make test`` runs them in a pytest process of their own: tests/run.sh)
 
 
 def _params():
