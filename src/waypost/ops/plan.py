@@ -197,7 +197,7 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
             data = tree.manifest(directory)
         except manifest.ManifestError:
             continue
-        own = bool(data and data.get("outputs_dir"))   # a rule in its own layout
+        own = records.own_layout(data)
         if not data or (own and not records.made_here(data)):
             continue
         current = None if own else settings_of(experiment, pair, stage, instance)
@@ -302,7 +302,7 @@ def _resumes_under_other_settings(config: dict, data: dict, instance: str | None
     if found is None:
         return None
     number, differs = found
-    in_place = "outputs_dir" in data
+    in_place = records.own_layout(data)
     return (f"the next series will {describe_start(policy, start.action, start.rerun, in_place)}, going on with attempt "
             f"{number}'s work, made under other settings: {', '.join(differs)} (`waypost rerun` starts afresh)")
 

@@ -58,9 +58,9 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
             if item.get("manifest"):
                 producer = tree.key(os.path.dirname(item["manifest"]))
                 consumers.setdefault(producer, set()).add(tree.key(directory))
-            elif (data or {}).get("outputs_dir") and item.get("path"):   # a rule in its own layout's input
+            elif records.own_layout(data) and item.get("path"):   # a rule in its own layout's input
                 inputs_of.setdefault(os.path.abspath(item["path"]), set()).add(tree.key(directory))
-        if (data or {}).get("outputs_dir"):
+        if records.own_layout(data):
             base = os.path.abspath(manifest.outputs_base(directory, data))
             made_by.update({os.path.join(base, out["path"]): tree.key(directory)
                             for out in data.get("outputs", []) if not out.get("side")})
@@ -221,7 +221,7 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
             data = tree.manifest(directory)
         except manifest.ManifestError:
             data = None
-        own = bool((data or {}).get("outputs_dir"))
+        own = records.own_layout(data)
         try:   # (a rule in its own layout: its outputs, where its rule put them, go in too)
             archived = "(dry run)" if dry_run else tree.archive_job(directory, data)
         except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
@@ -345,7 +345,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
                                                    data.get("instance"))["policy"])
         start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
-        then = f"{describe_start(policy, start.action, start.rerun, in_place='outputs_dir' in data)}: {start.why}"
+        then = f"{describe_start(policy, start.action, start.rerun, in_place=records.own_layout(data))}: {start.why}"
         if not dry_run:
             record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
             record["series_base"] = spent
