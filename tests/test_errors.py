@@ -55,7 +55,7 @@ def test_the_other_bases_stay():
 def test_the_cli_prints_a_waypost_error_as_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.yaml").write_text("experiments: [\n")   # not YAML
-    assert importlib.import_module("waypost.cli.main").main(["plan"]) == 2
+    assert importlib.import_module("waypost.cli.main").main(["plan", "--config", "config.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("waypost: ") and err.count("\n") == 1 and "Traceback" not in err
 

@@ -18,8 +18,6 @@ def workflow_facts(args) -> dict:
     command's ``--config`` file (a ``--configfile``), ``--profile`` and
     ``--workflow-profile``, if given."""
     if getattr(args, "_facts", None) is None:
-        if args.config:
-            wconfig.load_yaml(args.config)   # a missing or broken file: its own error first
         args._facts = graph.facts(args.config, args.workflow, snakemake_profile(args),
                                   getattr(args, "workflow_profile", None))
     return args._facts

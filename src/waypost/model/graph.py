@@ -12,6 +12,7 @@ directory, with the same profiles and config files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -115,6 +116,9 @@ def facts(config_path: str | None, workflow_dir: str, profile: str | None = None
     ``--configfile`` over it). Reading them checks nothing of the config and
     touches no bucket: only the rules are asked for (the config is checked
     by whoever loads it next)."""
+    from waypost.model import config as wconfig
+    if config_path:
+        wconfig.load_yaml(config_path)   # a missing or broken file: its own line (file:line:column) first
     snakefile = snakefile_in(workflow_dir)
     wanted = invocation(config_path, profile, workflow_profile)
     data = _current(snakefile, wanted, profile_files(snakefile, profile, workflow_profile))
@@ -125,15 +129,37 @@ def facts(config_path: str | None, workflow_dir: str, profile: str | None = None
                *(["--configfile", os.path.abspath(config_path)] if config_path else []),
                *(["--profile", profile] if profile else []),
                *(["--workflow-profile", workflow_profile] if workflow_profile else [])]
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              env={**os.environ, FACTS_ONLY_ENV: os.path.abspath(GRAPH_FILE),
-                                   INVOCATION_ENV: json.dumps(wanted)})
+        with _no_snakemake_log():
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  env={**os.environ, FACTS_ONLY_ENV: os.path.abspath(GRAPH_FILE),
+                                       INVOCATION_ENV: json.dumps(wanted)})
         data = _current(snakefile, wanted, [])
         if proc.returncode != 0 or data is None:
             output = (proc.stderr or proc.stdout).strip()
             hint = "" if proc.returncode else "\n(does the Snakefile call wp.finish() after its rules?)"
             raise GraphError(f"could not read the workflow ({snakefile}):\n{output[-2000:]}{hint}")
     return data
+
+
+@contextlib.contextmanager
+def _no_snakemake_log():
+    """Remove the log Snakemake writes for the facts pass
+    (``.snakemake/log/<time>.snakemake.log``, and the folders if it made
+    them): reading the workflow is waypost's own step, not a run of the
+    user's, and a command refused for bad input leaves nothing behind."""
+    log_dir = os.path.join(".snakemake", "log")
+    made = [d for d in (".snakemake", log_dir) if not os.path.isdir(d)]
+    before = set(os.listdir(log_dir)) if os.path.isdir(log_dir) else set()
+    try:
+        yield
+    finally:
+        if os.path.isdir(log_dir):
+            for name in set(os.listdir(log_dir)) - before:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(log_dir, name))
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only where it is empty
 
 
 def record(data: dict, path: str | None = None) -> None:
