@@ -28,11 +28,7 @@ import snakemake_suite as suite
 
 # What each workflow that can't pass yet trips on (the docs' "Not yet" list
 # names them: docs/own-snakefile.md). Strict: a fix shows up as XPASS.
-SCRIPT_CWD = ("a script: job runs from the record's _logs directory, not the working directory, since the "
-              "attempt keeps the script Snakemake wrote (it checks its working directory)")
-KNOWN_FAILURES: dict[str, str] = {
-    "test_issue916": SCRIPT_CWD,
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def _load() -> tuple[Path | None, list, str | None]:

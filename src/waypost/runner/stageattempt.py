@@ -30,6 +30,7 @@ class StageAttempt:
         self.spec, self.policy, self.directory, self.series, self.action = step, policy, directory, series, action
         self.rerun = rerun   # a rerun's workspace mode, as decided (None: the policy's)
         self.received_signal: int | None = None   # the signal that ended it from outside, if one did
+        self.running_now: str | None = None   # the command as run, where not the kept .sh's (a generated script)
 
     def run(self) -> records.Attempt:
         """Run the attempt and return its record (in the series' history)."""
@@ -43,11 +44,15 @@ class StageAttempt:
             # As Snakemake formatted it with the job's placeholders (wiring.with_restart);
             # as written in a step without it (a runner started by hand).
             command = spec.restart_command if spec.restart_command is not None else policy.restart
-        command = keep_generated_scripts(command, directory, number, self._in_stage())
         # The command runs as plain Snakemake runs one: its shell, prefix and
         # suffix, from a script (of any length) kept beside the attempt's log.
+        # A script Snakemake generated for the job is kept too, and the .sh
+        # names that copy (Snakemake removes its own); this attempt runs
+        # Snakemake's, as plain Snakemake does (its ``__real_file__``).
+        command, generated = keep_generated_scripts(command, directory, number, self._in_stage())
         script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
         writes.whole(directory.path(script_rel), spec.script(command).encode())
+        self.running_now = spec.script(generated) if generated != command else None
         # The log grows in the stage directory where its root can append to a
         # file; on a bucket mount, in a scratch file written whole into the
         # stage directory now, at each heartbeat and at the end (steplog).
@@ -107,8 +112,9 @@ class StageAttempt:
         # layout runs where Snakemake runs its jobs, as its paths say)
         in_stage = self._in_stage()
         directory.attempt_begins()
-        attempt = Attempt([spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage
-                           else directory.path(script_rel)], env, log.growing, runtime,
+        program = [spec.executable, "-c", self.running_now] if self.running_now else \
+            [spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage else directory.path(script_rel)]
+        attempt = Attempt(program, env, log.growing, runtime,
                           policy.kill_grace, heartbeat,
                           started=lambda group: directory.save_running(series, group=group),
                           orphaned=lambda: log.close(quiet=True), cwd=directory.dir if in_stage else None)
@@ -246,12 +252,16 @@ def _announce_urls(command: str, log: StepLog) -> None:
 _GENERATED_SCRIPT = re.compile(r"""'?((?:[^\s'"]*/)?\.snakemake/scripts/tmp[\w-]+\.([^\s'"/]+))'?""")
 
 
-def keep_generated_scripts(command: str, directory: StageDirectory, number: int, absolute: bool) -> str:
-    """The command with each script Snakemake generated for it copied into
-    the record (``_logs/attempt-<n>.<its file name>``, ``script.py`` say)
-    and named there: the attempt runs that copy, so its ``.sh`` stays true
-    (and runnable again) after Snakemake removed its own. ``absolute``: the
-    step runs elsewhere than Snakemake's directory."""
+def keep_generated_scripts(command: str, directory: StageDirectory, number: int, absolute: bool) -> tuple[str, str]:
+    """(the command with each script Snakemake generated for it copied into
+    the record, ``_logs/attempt-<n>.<its file name>`` (``script.py`` say),
+    and named there, so the attempt's ``.sh`` stays true and runnable after
+    Snakemake removed its own; the command naming Snakemake's scripts, to
+    run now). ``absolute``: the step runs elsewhere than Snakemake's
+    directory, so both name them by absolute paths."""
+    if ".snakemake/scripts/" not in command:
+        return command, command
+
     def keep(match: re.Match) -> str:
         generated, name = match.group(1), match.group(2)
         if not os.path.isfile(generated):
@@ -259,4 +269,8 @@ def keep_generated_scripts(command: str, directory: StageDirectory, number: int,
         kept = directory.path(os.path.join(LOGS, f"attempt-{number}.{name}"))
         shutil.copyfile(generated, kept)
         return shlex.quote(os.path.abspath(kept) if absolute else kept)
-    return _GENERATED_SCRIPT.sub(keep, command) if ".snakemake/scripts/" in command else command
+
+    def original(match: re.Match) -> str:
+        generated = match.group(1)
+        return shlex.quote(os.path.abspath(generated)) if absolute and os.path.isfile(generated) else match.group(0)
+    return _GENERATED_SCRIPT.sub(keep, command), _GENERATED_SCRIPT.sub(original, command)
