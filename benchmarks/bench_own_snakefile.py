@@ -10,6 +10,10 @@ Snakefile and the config), side by side.
 2. **CPU per job**: full runs of BENCH_OWN_RUN_LANGS (default 4) languages,
    the same two commands; CPU is ``getrusage`` of each run's processes
    (Snakemake and every job it ran), over the jobs Snakemake reports done.
+3. **CPU per job of ``script:`` rules** (issue 54, point 9): a pipeline
+   whose BENCH_OWN_SCRIPT_JOBS (default 100) jobs each run a Python
+   ``script:`` (as a snakemake-workflows pipeline's do), after a ``shell:``
+   job each; plain Snakemake with the local profile's scheduler (greedy).
 
 Rounds alternate, the order flipped every round; the ratios are the medians
 of the rounds' ratios. The machine's speed probe is taken before each part.
@@ -51,6 +55,7 @@ PLAN_LANGS = int(os.environ.get("BENCH_OWN_PLAN_LANGS", "120"))
 RUN_LANGS = int(os.environ.get("BENCH_OWN_RUN_LANGS", "4"))
 PLAN_ROUNDS = 5
 RUN_ROUNDS = 3
+SCRIPT_JOBS = int(os.environ.get("BENCH_OWN_SCRIPT_JOBS", "100"))
 PLAN_TARGET = 1.10
 CPU_TARGET = 1.3         # issue 42, item 2: CPU per job on a real pipeline's shape
 TIMEOUT_S = 900
@@ -160,8 +165,82 @@ def cpu_per_job(tmp: Path) -> tuple[list[Row], list[str]]:
     return [row], []
 
 
+SCRIPT_RULES = """
+rule all:
+    input: "summary.txt"
+
+rule prep:
+    output: "prep/{i}.txt"
+    shell: "echo {wildcards.i} > {output}"
+
+rule analyse:
+    input: "prep/{i}.txt"
+    output: "analysed/{i}.tsv"
+    params: scale=2
+    script: "scripts/analyse.py"
+
+rule summary:
+    input: expand("analysed/{i}.tsv", i=range(int(config["count"])))
+    output: "summary.txt"
+    script: "scripts/summary.py"
+"""
+SCRIPTS = {
+    "analyse.py": "v = int(open(snakemake.input[0]).read()) * snakemake.params.scale\n"
+                  "open(snakemake.output[0], 'w').write(f'value\\t{v}\\n')\n",
+    "summary.py": "open(snakemake.output[0], 'w').write(''.join(open(p).read().split()[-1] + '\\n' "
+                  "for p in snakemake.input))\n",
+}
+
+
+def script_pipeline(dest: Path, with_waypost: bool) -> Path:
+    (dest / "scripts").mkdir(parents=True)
+    for name, text in SCRIPTS.items():
+        (dest / "scripts" / name).write_text(text)
+    head, tail = ("from waypost.snakemake import Pipeline\nwp = Pipeline(config, workflow)\n", "\nwp.finish()\n") \
+        if with_waypost else ("", "")
+    (dest / "Snakefile").write_text(head + SCRIPT_RULES + tail)
+    return dest
+
+
+def script_rules_cpu(tmp: Path) -> tuple[list[Row], list[str]]:
+    fresh = itertools.count()
+    cpu: dict[str, list[float]] = {"waypost": [], "plain": []}
+    jobs = 2 * SCRIPT_JOBS + 2
+
+    def full(name: str):
+        def once() -> float:
+            d = script_pipeline(tmp / f"script-{name}-{next(fresh)}", name == "waypost")
+            options = ["--profile", str(LOCAL_PROFILE)] if name == "waypost" else ["--cores", "2", "--scheduler",
+                                                                                   "greedy"]
+            result = check(timed([PYTHON, "-m", "snakemake", *options, "--config", f"count={SCRIPT_JOBS}"], cwd=d,
+                                 timeout=TIMEOUT_S), f"{name} run")
+            if not (d / "summary.txt").exists():
+                raise RuntimeError(f"{name} run: no summary.txt:\n{result.output[-2000:]}")
+            cpu[name].append(result.cpu_s / jobs)
+            shutil.rmtree(d, ignore_errors=True)
+            return result.seconds
+        return once
+
+    speed = machine_speed_ms()
+    walls = interleaved({"waypost": full("waypost"), "plain": full("plain")}, RUN_ROUNDS, warmup=1)
+    ratio = paired_ratio(cpu, "waypost", "plain")
+    wall_ratio = paired_ratio(walls, "waypost", "plain")
+    row = Row(measure=f"`script:` rules ({jobs} jobs, {SCRIPT_JOBS + 1} of them `script:`): CPU per job, whole run "
+                      "(`getrusage` of Snakemake and its jobs)", value=1000 * median(cpu["waypost"]), unit="ms",
+              baseline=1000 * median(cpu["plain"]),
+              baseline_label="plain Snakemake `--cores 2 --scheduler greedy` (the local profile's scheduler), the "
+                             "same Snakefile without waypost's lines",
+              target=f"≤ {CPU_TARGET:.2f}× plain", met=ratio <= CPU_TARGET, paired_ratio=ratio,
+              samples={**{f"{k} (CPU-s per job)": v for k, v in cpu.items()}, **{f"{k} (wall)": v
+                                                                                 for k, v in walls.items()}},
+              note=f"waypost `--profile profiles/local`; wall ratio {wall_ratio:.2f} ({median(walls['waypost']):.1f} s "
+                   f"vs {median(walls['plain']):.1f} s); {RUN_ROUNDS} rounds after a warm-up, paired; "
+                   f"speed probe {speed:.0f} ms")
+    return [row], []
+
+
 def run(ctx: dict) -> Section:
-    return run_parts("Own Snakefile", ctx, (planning, cpu_per_job))
+    return run_parts("Own Snakefile", ctx, (planning, cpu_per_job, script_rules_cpu))
 
 
 if __name__ == "__main__":

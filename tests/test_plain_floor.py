@@ -186,3 +186,34 @@ def test_a_rules_own_retries_run_the_failed_job_again_as_in_plain_snakemake(tmp_
     record = json.loads((wp / "results/_all/e1/flaky/_manifest.json").read_text())
     assert record["state"] == "SUCCESS"
     assert [(a["series"], a["state"]) for a in record["attempts"]] == [(1, "FAILED"), (1, "FAILED"), (1, "SUCCESS")]
+
+
+COUNTED = """
+import os
+def counted(wildcards):
+    with open("calls.log", "a") as log:
+        log.write(wildcards.i + "\\n")
+    return 2
+
+rule all:
+    input: expand("out/{i}.txt", i=range(3))
+
+rule scaled:
+    output: "out/{i}.txt"
+    params: scale=counted
+    script: "scale.py"
+"""
+
+
+def test_a_script_rules_params_function_is_called_as_often_as_in_plain_snakemake(tmp_path):
+    """Waypost's record of a ``script:`` job's code (its rerun triggers)
+    once asked the job for its params while they were being expanded:
+    the params function ran again and again, to Python's recursion limit."""
+    calls = {}
+    for waypost_lines in (False, True):
+        workdir = workflow(tmp_path, f"w{waypost_lines}", COUNTED, {
+            "scale.py": "open(snakemake.output[0], 'w').write(str(snakemake.params.scale))\n"}, waypost_lines)
+        run(workdir)
+        assert (workdir / "out/2.txt").read_text() == "2"
+        calls[waypost_lines] = len((workdir / "calls.log").read_text().split())
+    assert calls[True] <= calls[False] + 3, calls   # (one more expansion a job at most: its record's triggers)

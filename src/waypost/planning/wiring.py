@@ -46,8 +46,9 @@ pyproject.toml). Everything else is public:
   ``params_changed``, ``input_changed``, ``code_changed``,
   ``software_stack_changed``, and ``Job.outputs_older_than_script_or_notebook``
   (the code trigger for a script): ``quiet_triggers``; ``Job(rule, dag,
-  wildcards_dict=...)``, ``Job._path_to_source_file``, ``Rule.expand_conda_env``
-  / ``expand_container_img`` / ``env_modules`` and the persistence's
+  wildcards_dict=...)``, ``Job._path_to_source_file`` (with ``Job._params``
+  set to the params being expanded), ``Rule.expand_conda_env`` /
+  ``expand_container_img`` / ``env_modules`` and the persistence's
   ``_serialize_param``: what a job's record keeps of its triggers
   (``job_triggers``, ``Snake.current_spec``);
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
@@ -640,7 +641,7 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
         if step_param in rule.params._names:
             raise StageError(f"rule {name}: the param name {step_param!r} is waypost's own")
         head, runner = _runner_head(runner_line), runner_line.format()
-        rule.run_func = _script_run_func(rule.run_func, head, runner, step_param, mirror) \
+        rule.run_func = _script_run_func(snake.local_steps, rule.run_func, head, runner, step_param, mirror) \
             if _runs_a_script(rule) else _run_block_func(snake, rule.run_func, name, head, runner, step_param, mirror)
         _set_step_param(rule, step_param, step_function, with_triggers=True)
         return
@@ -675,8 +676,9 @@ def job_triggers(job, params, input, non_derived: list) -> dict:
     modules) and the set of its inputs (``input``: all its rule gives it)."""
     persistence = getattr(job.dag.workflow, "_persistence", None)
     serialize = persistence._serialize_param if persistence is not None else _serialized_param
+    code = _code_of(job, params)
     params = sorted(value for value in map(serialize, non_derived) if isinstance(value, str))
-    found = {"params": params, "code": _code_of(job), "inputs": _input_set(input)}
+    found = {"params": params, "code": code, "inputs": _input_set(input)}
     software = _software_of(job, params, input)
     if software:
         found["software_env"] = software
@@ -696,19 +698,26 @@ def _serialized_param(value) -> str | None:
     return repr(value) if isinstance(value, plain) else None
 
 
-def _code_of(job) -> dict:
+def _code_of(job, params) -> dict:
     """A job's code, as Snakemake's code trigger compares it: the rule's
     shell command or ``run:`` block as written (a digest), or its script's
-    or notebook's contents (Snakemake compares its time)."""
+    or notebook's contents (Snakemake compares its time). ``params``: the
+    job's, as just expanded: Snakemake formats the script's path with them
+    (``Job._path_to_source_file``), and asking the job for them while they
+    are being expanded would expand them again, and again."""
     rule = job.rule
     if rule.shellcmd is not None:
         return {"shell": _digest_text(rule.shellcmd)}
     path = rule.script or rule.notebook
     if path:
+        held = job._params
+        job._params = params if held is None else held
         try:
             local = job._path_to_source_file(path).get_path_or_uri(secret_free=True)
         except Exception:   # (a remote script: its path alone)
             local = str(path)
+        finally:
+            job._params = held
         return {"script": str(path), "sha256": _digest_file(local)}
     source = getattr(rule, "run_func_src", None)
     return {"run": _digest_text(source)} if source else {}
@@ -765,12 +774,14 @@ def _runs_a_script(rule) -> bool:
 
 # The step a ``script:``, ``notebook:`` or ``wrapper:`` job's run function
 # puts its script's command through (``_script_run_func``): the runner's
-# line and the job's spec line. Per thread: Snakemake runs local jobs in threads.
-_SCRIPT_STEP: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("waypost_script_step",
-                                                                                        default=None)
+# line, the job's spec line and the local step server that may take it. Per
+# thread: Snakemake runs local jobs in threads.
+_SCRIPT_STEP: contextvars.ContextVar[tuple[str, str, LocalSteps] | None] = contextvars.ContextVar(
+    "waypost_script_step", default=None)
 
 
-def _script_run_func(original, head: str, runner: str, step_param: str, mirror: str | None):
+def _script_run_func(local_steps: LocalSteps, original, head: str, runner: str, step_param: str,
+                     mirror: str | None):
     """A ``script:``, ``notebook:`` or ``wrapper:`` rule's run function
     that runs its script as the step's command: Snakemake writes the script
     out (its preamble, the job's ``snakemake`` object) and runs it with one
@@ -790,7 +801,7 @@ def _script_run_func(original, head: str, runner: str, step_param: str, mirror: 
     @functools.wraps(original)
     def run(*args, **kwargs):
         bound, spec_line = _job_and_spec(original, signature.bind(*args, **kwargs), step_param, mirror)
-        token = _SCRIPT_STEP.set((head, spec_line))
+        token = _SCRIPT_STEP.set((head, spec_line, local_steps))
         try:
             return original(*bound.args, **bound.kwargs)
         except CalledProcessError as failed:
@@ -997,19 +1008,27 @@ def _job_and_spec(original, bound, step_param: str, mirror: str | None):
 def _step_shell(command, *args, **kwargs):
     """``snakemake.script``'s ``shell`` while waypost records a script's
     job: the script's command (formatted as ``shell`` formats it) read by
-    the step runner, in a here-document after the job's spec line."""
+    the step runner, in a here-document after the job's spec line: through
+    the local step server where it takes the job (as a ``shell:`` job's
+    step is), else with ``shell``."""
     from snakemake.shell import shell
     from snakemake.utils import format as snakemake_format
     step = _SCRIPT_STEP.get()
     if step is None:
         return shell(command, *args, **kwargs)
-    head, spec_line = step
+    head, spec_line, local_steps = step
     command = snakemake_format(command, *args, stepout=2, **kwargs)
     if wspec.DELIMITER in command:
         raise WorkflowError(f"a script's command holds {wspec.DELIMITER!r}, the line that ends waypost's "
                             "here-document around it")
     escaped = command.strip().replace("{", "{{").replace("}", "}}")
-    return shell(f"{head}\n{{{SPEC_LINE}}}\n{escaped}\n{wspec.DELIMITER}\n", **kwargs, **{SPEC_LINE: spec_line})
+    here = f"{head}\n{{{SPEC_LINE}}}\n{escaped}\n{wspec.DELIMITER}\n"
+    if local_steps.serves(kwargs.get("conda_env"), kwargs.get("container_img"), kwargs.get("env_modules"),
+                          kwargs.get("bench_record")) and \
+            local_steps.serve(snakemake_format(here, **{SPEC_LINE: spec_line}), kwargs.get("threads"),
+                              kwargs.get("resources") or {}):
+        return None
+    return shell(here, **kwargs, **{SPEC_LINE: spec_line})
 
 
 _step_shell.waypost = True
