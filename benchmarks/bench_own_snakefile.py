@@ -223,6 +223,7 @@ def script_rules_cpu(tmp: Path) -> tuple[list[Row], list[str]]:
 
     speed = machine_speed_ms()
     walls = interleaved({"waypost": full("waypost"), "plain": full("plain")}, RUN_ROUNDS, warmup=1)
+    cpu = {name: values[1:] for name, values in cpu.items()}   # (not the warm-up's)
     ratio = paired_ratio(cpu, "waypost", "plain")
     wall_ratio = paired_ratio(walls, "waypost", "plain")
     row = Row(measure=f"`script:` rules ({jobs} jobs, {SCRIPT_JOBS + 1} of them `script:`): CPU per job, whole run "
