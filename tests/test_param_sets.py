@@ -152,6 +152,9 @@ def test_a_table_makes_a_point_per_row_and_names_what_it_cant_read(tmp_path: Pat
     headless.write_text("0.5,10\n0.75,20\n")
     assert list(points(tmp_path, {"table": {"file": "inputs/samples.csv", "columns": ["x", "n"]}})) == [
         "x0.5-n10", "x0.75-n20"]
+    table.write_text("mesh,tag\n100_0,1e3\n8,inf\n")   # only numbers as a table writes them are numbers
+    assert points(tmp_path, {"table": "inputs/points.csv"}) == {
+        "mesh100_0-tag1000.0": {"mesh": "100_0", "tag": 1000.0}, "mesh8-taginf": {"mesh": 8, "tag": "inf"}}
 
     path = tmp_path / "inputs" / "points.csv"
     assert f"experiments.bench.table: {tmp_path / 'inputs' / 'gone.csv'}: file not found" in \

@@ -115,14 +115,20 @@ def zip_points(spec: dict, where: str) -> dict[str, dict]:
 
 # --- table -------------------------------------------------------------------
 
+# A number as a table's cell writes one: digits, a point, an exponent (not
+# Python's ``1_000``, ``inf`` or ``nan``, which stay text).
+_WHOLE = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
 def _cell(text: str):
     """A CSV cell's value: a whole number, a number, or the text."""
-    for kind in (int, float):
-        try:
-            value = kind(text)
-        except ValueError:
-            continue
-        return value if kind is int or math.isfinite(value) else text
+    bare = text.strip()
+    if _WHOLE.fullmatch(bare):
+        return int(bare)
+    if _NUMBER.fullmatch(bare):
+        value = float(bare)
+        return value if math.isfinite(value) else text
     return text
 
 
