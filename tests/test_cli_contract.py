@@ -58,6 +58,7 @@ UNKNOWN = {
         "unknown pair 'en-xc': not a pair of experiment exp2",
     ("run", "--profile", str(LOCAL_PROFILE), "--until", "train_techer"):
         f"unknown stage 'train_techer' (expected one of: {STAGES})",
+    ("plan", "--profile", str(LOCAL_PROFILE), "--experiment", "smaple"): f"unknown experiment 'smaple' {EXPERIMENTS}",
     ("plan", "--profile", str(LOCAL_PROFILE), "--", "--until", "train_techer"):
         f"unknown stage 'train_techer' (expected one of: {STAGES})",
     ("cron", "--profile", str(LOCAL_PROFILE), "--", "--until", "train_techer"):
@@ -125,6 +126,8 @@ def test_plan_check_exits_1_on_drift(shared):
     proc = waypost(shared, *args, "--check", config="drifted.yaml", check=False)
     assert proc.returncode == 1
     assert any(r["stage"] == "train_student" for r in json.loads(proc.stdout)["drift"])
+    drift = json.loads(waypost(shared, *args, "--experiment", "exp2", config="drifted.yaml").stdout)["drift"]
+    assert drift and {r["experiment"] for r in drift} == {"exp2"}   # (plan's own hint names experiments)
 
 
 def test_rerun_in_several_experiments_needs_all_or_a_filter(shared):

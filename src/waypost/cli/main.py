@@ -191,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_config(sub.add_parser("plan", help="what the next run would do and why; done stages that drifted"))
     p.add_argument("--profile", default="local", help="Snakemake profile (default: %(default)s)")
     p.add_argument("--check", action="store_true", help="exit 1 when a done stage drifted (for scripts and CI)")
+    p.add_argument("--experiment", action="append", help="only the jobs and drift of this experiment (repeatable)")
     p.add_argument("--instance", action="append", help="only the jobs and drift of this instance (repeatable; "
                    "shell patterns work: --instance 'nu0.01-*')")
     p.add_argument("--all-instances", action="store_true", help="name every instance of the next run (by "

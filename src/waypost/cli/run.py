@@ -32,7 +32,7 @@ def cmd_plan(args) -> int:
 
     cfg = load_config(args)
     extra = extra_args(args)
-    wconfig.check_names(cfg, stages=stage_args(extra))
+    wconfig.check_names(cfg, experiments=args.experiment, stages=stage_args(extra))
     reach(cfg["root"])
     code, text, found = plan.dry_run(args.profile, args.config, args.workflow,
                                      [*snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)])
@@ -47,6 +47,9 @@ def cmd_plan(args) -> int:
         rows = _only_instances(args, cfg, rows)
     drifted, code_unknown = plan.drift(cfg, graph.code_versions(), workflow_facts(args)["funnels"], args.instance,
                                        owndrift.now_of(found))
+    if args.experiment:   # (the dry run plans them all: what it shows is narrowed)
+        rows = [r for r in rows if r["experiment"] in args.experiment]
+        drifted = [r for r in drifted if r["experiment"] in args.experiment]
     report = {"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": plan.collapse(drifted, cfg),
               "code_unknown": code_unknown,
               "input_edits": inputdrift.advice(drifted, cfg)}   # (inputs outside the root edited since: what to run)
