@@ -25,6 +25,7 @@ import json
 import os
 import shlex
 import sys
+from typing import NoReturn
 
 from waypost import stores
 from waypost.model import config as wconfig
@@ -176,7 +177,7 @@ class Pipeline:
             keys, source, top_level = wconfig.waypost_config(loaded, overrides, configfile)
             prepared = self._prepared(keys, source, check, not top_level)
         except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
-            raise WorkflowError(str(exc)) from None
+            _refuse(exc)
         self.configfile, self.source = wconfig.source_file(source), source
         # (for the ``waypost`` commands: graph.facts)
         self.config_files = {"configfiles": [os.path.abspath(p) for p in read],
@@ -378,7 +379,7 @@ class Pipeline:
             prepared = wconfig.complete(self.config, self.snake.basedir, self.source, self.axis,
                                         [*graph.stages, *own_layout], graph.instanced(), instances)
         except (StageError, wconfig.ConfigError) as exc:
-            raise WorkflowError(str(exc)) from None
+            _refuse(exc)
         self.config.clear()
         self.config.update(prepared)   # (in place: the resolver and the rest hold it)
         if self._fills_config:
@@ -394,7 +395,7 @@ class Pipeline:
                     stage, self.lines.default_class[stage], per_job and bool(fanout.checkpoint_parts(spec.instances))))
             self._place_plain_rules()
         except (StageError, wconfig.ConfigError) as exc:   # (an unknown worker class: said before any job runs)
-            raise WorkflowError(str(exc)) from None
+            _refuse(exc)
         self._finished = True
         if self.snake.job_process:
             return  # a cluster job: the main process checked the rest already
@@ -579,6 +580,15 @@ def _claim_experiments(root: str, experiments, configfile: str, snakefile: str) 
                 f"records (or, if it replaces that config, delete {path})")
 
 
+def _refuse(mistake: Exception) -> NoReturn:
+    """Stop reading the Snakefile for a mistake in the config (its file, its
+    key and what is wrong, in full): said on stderr as waypost's, and no
+    traceback lines (Snakemake prints those under a WorkflowError raised
+    here, as if waypost had a bug); nothing has run."""
+    print(f"waypost: {mistake}", file=sys.stderr)
+    raise SystemExit(1)
+
+
 def _load_workers(pool: str, path: str, check: bool) -> dict:
     try:
         workers = wworkers.load(path, check)
@@ -589,5 +599,5 @@ def _load_workers(pool: str, path: str, check: bool) -> dict:
                                       f"(expected one of: {', '.join(workers['pools'])})")
         wworkers.check_assignments(workers, pool, path)
     except wconfig.ConfigError as exc:
-        raise WorkflowError(str(exc)) from None
+        _refuse(exc)
     return workers
