@@ -102,6 +102,8 @@ def test_a_killed_driver_leaves_its_series_to_go_on_in_place_from_the_checkpoint
     assert (first["series"], first["action"], first["state"], first["interrupted_by"]) == \
         (1, "cmd", "CANCELLED", "runner gone")
     assert first["decision"]["action"] == "restart" and "goes on in place" in first["decision"]["reason"]
+    # How long it ran: until its last sign of work (its checkpoints, ~0.15 s apart), not 0.
+    assert first["duration_s"] >= 0.15 * (saved - 1) and first["end"] <= second["start"], first
     assert (second["series"], second["action"], second["state"]) == (1, "restart", "SUCCESS")
     # It went on from its checkpoints, in place (nothing archived), and the
     # vanished attempt was not counted: this is the series' first.

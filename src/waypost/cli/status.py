@@ -258,7 +258,7 @@ def _attempt_row(a: dict, series: bool, escape) -> list[str]:
     limit = a.get("runtime_limit_s")
     row = [str(a["number"])] + ([str(a.get("series", 1))] if series else [])
     return row + [a.get("action", ""), a.get("state") or "?", exit_text, checks,
-                  f"{a.get('duration_s') or 0:.1f}", "–" if limit is None else f"{limit:g}",
+                  "–" if a.get("duration_s") is None else f"{a['duration_s']:.1f}", "–" if limit is None else f"{limit:g}",
                   (a.get("decision") or {}).get("action", ""), escape(a.get("log") or "")]
 
 

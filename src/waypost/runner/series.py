@@ -165,7 +165,8 @@ class Series:
         left_open = [a for a in self.history if a.get("state") is None]
         vanished = False
         for attempt in left_open:   # the last is the one whose step may have been found at work
-            vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None)
+            vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None,
+                                         directory.last_heard(attempt))
         if left_open:
             directory.vanished_attempt(running, left_open[-1])
         last = self.history[-1] if self.history else {}
@@ -276,11 +277,13 @@ def runner_gone(attempt: dict) -> bool:
     return attempt.get("interrupted_by") == RUNNER_GONE
 
 
-def close_interrupted(attempt: records.Attempt, leftover: str | None = None) -> bool:
+def close_interrupted(attempt: records.Attempt, leftover: str | None = None,
+                      last_heard: float | None = None) -> bool:
     """Fill in how an attempt whose runner died ended: its scheduler's word
     when it ran in a scheduler's job (Slurm's: sacct), else CANCELLED
     (stopped from outside). ``leftover``: what was done of its step, found
-    at work without it.
+    at work without it. ``last_heard``: when it was last seen at work (its
+    log, its heartbeat): its end and its duration, where it has none.
 
     True when, with no word from the scheduler nor from its runner (which
     records a signal it was sent), the runner vanished: its driver was
@@ -292,6 +295,10 @@ def close_interrupted(attempt: records.Attempt, leftover: str | None = None) -> 
         state, detail = ran_in[0].final_state(ran_in[1])
         label = ran_in[0].label
     vanished = state is None and not attempt.get("error")
+    if attempt.get("duration_s") is None and last_heard is not None and attempt.get("start"):
+        started = manifest.iso_to_epoch(attempt["start"])
+        attempt["duration_s"] = round(max(0.0, last_heard - started), 3)
+        attempt["end"] = attempt.get("end") or manifest.epoch_to_iso(max(last_heard, started))
     attempt.update({"state": state or "CANCELLED", "end": attempt.get("end") or manifest.now_iso(),
                     "error": (attempt.get("error") or "the runner was killed during this attempt")
                     + (f" ({label}: {detail})" if detail else "")

@@ -12,7 +12,7 @@ import time
 from waypost import scheduler, stores
 from waypost.model import locations, manifest, records, writes
 from waypost.model import spec as wspec
-from waypost.model.layout import LOGS, RUNNING, held_entry, stage_name, stage_root
+from waypost.model.layout import ATTEMPTS, LOGS, RUNNING, held_entry, stage_name, stage_root
 from waypost.state import lifecycle
 from waypost.stores.local import LocalStore
 
@@ -163,6 +163,26 @@ class StageDirectory:
         if wrote:
             record["wrote"] = self._relative(wrote)
             self.written |= wrote
+
+    def last_heard(self, attempt: records.Attempt) -> float | None:
+        """When an attempt whose runner vanished was last seen at work: the
+        latest write of its log, its heartbeat, its outputs and the files of
+        its workspace (the stage directory but its archives; a rule in its
+        own layout: the files beside its outputs). None where none is there."""
+        paths = [self.path(rel) for rel in (attempt.get("log"), RUNNING) if rel] + list(self.outputs)
+        if self.own_layout:
+            paths += self._beside()
+        else:
+            for top, dirs, files in os.walk(self.dir):
+                dirs[:] = [d for d in dirs if d != ATTEMPTS]
+                paths += [os.path.join(top, name) for name in files]
+        times = []
+        for path in paths:
+            try:
+                times.append(os.lstat(path).st_mtime)
+            except OSError:
+                continue
+        return max(times, default=None)
 
     def vanished_attempt(self, marker: dict, record: records.Attempt) -> None:
         """An attempt whose runner vanished: what appeared since its marker's
