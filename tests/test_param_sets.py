@@ -182,6 +182,16 @@ SAMPLE = {"n": 4, "seed": 11, "parameters": {"visc": {"loguniform": [1.0e-4, 1.0
                                               "amp": {"uniform": [0.5, 1.0]}, "steps": {"uniform": [10, 20]}}}
 
 
+def test_the_sample_in_the_docs_makes_the_point_they_name(tmp_path: Path):
+    """docs/studies.md's ``sample:`` example, and the first point name it quotes."""
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "studies.md").read_text()
+    first = "viscosity0.000444289-amplitude0.575425-steps295-solvercg"
+    assert f"`{first}`" in docs
+    assert next(iter(points(tmp_path, {"sample": {"n": 100, "seed": 7, "parameters": {
+        "viscosity": {"loguniform": [1.0e-4, 1.0e-2]}, "amplitude": {"uniform": [0.5, 1.0]},
+        "steps": {"uniform": [100, 400]}, "solver": {"choice": ["cg", "gmres"]}}}}))) == first
+
+
 def test_a_sample_is_drawn_again_the_same_from_its_seed(tmp_path: Path):
     import random
     first = points(tmp_path, {"sample": SAMPLE})
