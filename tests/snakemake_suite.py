@@ -334,6 +334,13 @@ class Snakemake:
     def __init__(self):
         zygote = Path(__file__).with_name("snakemake_zygote.py")
         self.env = {k: v for k, v in os.environ.items() if k not in ("SNAKEMAKE_PROFILE", "PYTHONPATH")}
+        # A workflow whose job runs ``python -m snakemake`` or ``snakemake``
+        # (test_list_untracked, test_profile_*) finds this environment's, as
+        # in Snakemake's own test runs (and a user's activated venv), even
+        # where ``make test`` ran pytest by the venv's path alone.
+        bin_dir = os.path.dirname(sys.executable)
+        self.env["PATH"] = os.pathsep.join([bin_dir, *(p for p in self.env.get("PATH", "").split(os.pathsep)
+                                                       if p and p != bin_dir)])
         self.process = subprocess.Popen([sys.executable, str(zygote)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, env=self.env)
 
