@@ -30,7 +30,6 @@ class StageAttempt:
         self.spec, self.policy, self.directory, self.series, self.action = step, policy, directory, series, action
         self.rerun = rerun   # a rerun's workspace mode, as decided (None: the policy's)
         self.received_signal: int | None = None   # the signal that ended it from outside, if one did
-        self.running_now: str | None = None   # the command as run, where not the kept .sh's (a generated script)
 
     def run(self) -> records.Attempt:
         """Run the attempt and return its record (in the series' history)."""
@@ -52,14 +51,14 @@ class StageAttempt:
         command, generated = keep_generated_scripts(command, directory, number, self._in_stage())
         script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
         writes.whole(directory.path(script_rel), spec.script(command).encode())
-        self.running_now = spec.script(generated) if generated != command else None
+        running_now = spec.script(generated) if generated != command else None   # (None: the .sh as kept)
         # The log grows in the stage directory where its root can append to a
         # file; on a bucket mount, in a scratch file written whole into the
         # stage directory now, at each heartbeat and at the end (steplog).
         log = StepLog(directory.path(log_rel), appends=directory.appends)
         try:
             log.publish()
-            record = self._run(number, in_series, command, log_rel, script_rel, log)
+            record = self._run(number, in_series, command, log_rel, script_rel, log, running_now)
         except BaseException:
             log.close(quiet=True)   # what ended it says so, not this
             raise
@@ -71,7 +70,8 @@ class StageAttempt:
         rule in its own layout runs where Snakemake runs its jobs)?"""
         return self.policy.workdir == "stage" and not self.directory.own_layout
 
-    def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog) -> records.Attempt:
+    def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog,
+             running_now: str | None) -> records.Attempt:
         spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
         # In a scheduler's job (Slurm's) its time limit is the scheduler's to
         # enforce (and report); in a bundle (several stages in one job) each
@@ -112,7 +112,7 @@ class StageAttempt:
         # layout runs where Snakemake runs its jobs, as its paths say)
         in_stage = self._in_stage()
         directory.attempt_begins()
-        program = [spec.executable, "-c", self.running_now] if self.running_now else \
+        program = [spec.executable, "-c", running_now] if running_now else \
             [spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage else directory.path(script_rel)]
         attempt = Attempt(program, env, log.growing, runtime,
                           policy.kill_grace, heartbeat,
