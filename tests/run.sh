@@ -16,17 +16,21 @@ if (($#)); then
     exec "$PY" -m pytest -q "$@"
 fi
 mkdir -p test-artifacts
+# A fresh folder for this run's temp dirs: pytest's --basetemp removes an old
+# one quietly and fails when it cannot (a mount or a process left there by an
+# interrupted run), so a fixed name is one killed run away from 74 errors.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/waypost-tests.XXXXXX")
 log=test-artifacts/slurm-tests.log
 conformance_log=test-artifacts/conformance-tests.log
 "$PY" -m pytest -q -m "(slurm or mount or soak) and not conformance" -p no:cacheprovider --durations=10 \
-    --basetemp=/tmp/waypost-tests-slurm >"$log" 2>&1 &
+    --basetemp="$tmp/slurm" >"$log" 2>&1 &
 slurm=$!
 "$PY" -m pytest -q -m conformance -p no:cacheprovider --durations=5 -rxXs \
-    --basetemp=/tmp/waypost-tests-conformance >"$conformance_log" 2>&1 &
+    --basetemp="$tmp/conformance" >"$conformance_log" 2>&1 &
 conformance=$!
 trap 'kill $slurm $conformance 2>/dev/null' EXIT
 "$PY" -m pytest -q -m "not slurm and not mount and not soak and not conformance" --durations=15 \
-    --basetemp=/tmp/waypost-tests-rest
+    --basetemp="$tmp/rest"
 rest=$?
 wait "$slurm"
 slurm_rc=$?
@@ -34,6 +38,7 @@ wait "$conformance"
 conformance_rc=$?
 trap - EXIT
 echo
+echo "(this run's temp dirs: $tmp)"
 echo "----- the tests on the Slurm cluster, on bucket mounts and the soaks (run beside the ones above; $log) -----"
 cat "$log"
 echo
