@@ -1,6 +1,10 @@
-"""The package's shape: its layers import downward only, and of the parts
-behind the Snakefile helpers only the wiring imports Snakemake; reading a
-config (what the ``waypost`` commands do first) does not import it at all."""
+"""The package's shape: its layers import downward only, with no circle
+inside a layer; of waypost's modules only the wiring imports Snakemake;
+Snakemake's plugins (executor, logger, storage) sit on top, beside the
+Snakefile's front; reading a config (what the ``waypost`` commands do
+first) does not import Snakemake at all. Imports are read wherever they are
+in a module (a function-level one counts), and ``importlib.import_module``
+or ``__import__`` of a literal name counts as one."""
 
 from __future__ import annotations
 
@@ -12,42 +16,59 @@ from pathlib import Path
 from conftest import REPO
 
 SRC = REPO / "src" / "waypost"
-# The helpers' parts (see waypost.snakemake's docstring): the one module
-# that touches Snakemake's objects, and those that ask it.
+#: Snakemake's plugins for waypost: adapters over waypost's layers, which
+#: none of them imports, and which don't import one another.
+PLUGINS = ("snakemake_executor_plugin_waypost", "snakemake_logger_plugin_waypost", "snakemake_storage_plugin_waypost")
+#: The one module of waypost that touches Snakemake's objects, its plugins'
+#: included (the plugins are Snakemake's side).
 WIRING = "planning/wiring.py"
-ASKING = ("snakemake.py", "planning/stagegraph.py", "planning/resolver.py", "planning/stateview.py",
-          "planning/stepline.py", "model/codeversion.py", "planning/holds.py", "planning/targets.py",
-          "planning/fanout.py", "model/graph.py", "model/config.py")
 
 # The layers, lowest first (docs/architecture.md). A module may import its
 # own layer and those below; layers on one rank don't import each other.
 # The package's top (``waypost.snakemake``, the Snakefile's front) may
 # import any layer, and no layer imports it.
 LAYERS = {"model": 0, "stores": 1, "scheduler": 1, "state": 2, "planning": 3, "runner": 3, "ops": 4, "cli": 5}
+IMPORTERS = {"import_module", "__import__"}   # (importlib's, and the builtin)
 
 
-def snakemake_imports(path: Path) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-        found += [name for name in names if name == "snakemake" or name.startswith("snakemake.")]
-    return found
-
-
-def waypost_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every waypost module ``path`` imports, anywhere in it
-    (a function-level import counts too); ``from waypost.x import name``
-    names both ``waypost.x`` and ``waypost.x.name``, so a submodule counts."""
+def imported_names(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``path``, wherever it is:
+    ``from x import name`` names both ``x`` and ``x.name`` (a submodule
+    counts); a relative import is ``(relative)``; an ``import_module`` or
+    ``__import__`` call names its literal argument, or ``(dynamic)`` when it
+    has none the check can read."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
             found.append((node.lineno, "(relative)"))
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "waypost":
-            found += [(node.lineno, node.module), *((node.lineno, f"{node.module}.{a.name}") for a in node.names)]
+        elif isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, node.module or ""), *((node.lineno, f"{node.module}.{a.name}") for a in node.names)]
         elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "waypost"]
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.Call) and _called(node.func) in IMPORTERS:
+            arg = node.args[0] if node.args else None
+            literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+            found.append((node.lineno, arg.value if literal else "(dynamic)"))
     return found
+
+
+def _called(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def snakemake_imports(path: Path) -> list[str]:
+    return [name for _, name in imported_names(path) if _top(name) == "snakemake"]
+
+
+def waypost_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of waypost, a plugin, a relative one
+    or one the check can't read."""
+    return [(line, name) for line, name in imported_names(path)
+            if _top(name) == "waypost" or name in ("(relative)", "(dynamic)") or _top(name) in PLUGINS]
 
 
 def layer_of(module: str) -> str | None:
@@ -57,18 +78,25 @@ def layer_of(module: str) -> str | None:
 
 def upward_imports(src: Path) -> list[str]:
     """Every import in the package that goes up, or sideways between layers
-    of one rank, or to the package's top, or is relative (which hides where
-    it goes)."""
+    of one rank, or to the package's top or a plugin, or is relative (which
+    hides where it goes), or can't be read. The package's top modules may
+    import any layer; only the wiring may import a plugin."""
     wrong = []
     for path in sorted(src.rglob("*.py")):
         rel = path.relative_to(src)
-        if rel.parts[0] == "template" or len(rel.parts) < 2:
+        if rel.parts[0] == "template":
             continue
-        here = rel.parts[0]
+        here = rel.parts[0] if len(rel.parts) > 1 else None
         for line, module in waypost_imports(path):
             there = layer_of(module)
             if module == "(relative)":
                 wrong.append(f"{rel}:{line}: a relative import (spell it waypost.LAYER.module)")
+            elif module == "(dynamic)":
+                wrong.append(f"{rel}:{line}: an import of a name the check can't read (import it by name)")
+            elif _top(module) in PLUGINS and str(rel) != WIRING:   # (Snakemake's side: the wiring's to touch)
+                wrong.append(f"{rel}:{line}: imports Snakemake's plugin {module}")
+            elif here is None:
+                continue
             elif module == "waypost.snakemake" or module.startswith("waypost.snakemake."):
                 wrong.append(f"{rel}:{line}: imports the package's top, {module}")
             elif there and there != here and LAYERS[there] >= LAYERS[here]:
@@ -76,36 +104,160 @@ def upward_imports(src: Path) -> list[str]:
     return wrong
 
 
+def plugin_imports(src: Path) -> list[str]:
+    """Every import in a plugin package (the folders of ``src`` named in
+    PLUGINS) of another plugin, or of a name the check can't read."""
+    wrong = []
+    for plugin in PLUGINS:
+        for path in sorted((src / plugin).rglob("*.py")):
+            for line, module in imported_names(path):
+                if module == "(dynamic)":
+                    wrong.append(f"{path.relative_to(src)}:{line}: an import of a name the check can't read")
+                elif _top(module) in PLUGINS and _top(module) != plugin:
+                    wrong.append(f"{path.relative_to(src)}:{line}: imports another plugin, {module}")
+    return wrong
+
+
+def module_name(src: Path, path: Path) -> str:
+    parts = [src.name, *path.relative_to(src).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def circles(src: Path) -> list[list[str]]:
+    """The import circles among the package's modules (each a sorted list of
+    two or more modules that import one another, through any path), found
+    with Tarjan's strongly connected components. ``from package import
+    module`` is an edge to the module alone, not to the package's
+    ``__init__``."""
+    paths = {module_name(src, p): p for p in src.rglob("*.py") if "template" not in p.relative_to(src).parts}
+    edges = {name: set() for name in paths}
+    for name, path in paths.items():
+        for _, module in imported_names(path):
+            if module in paths and module != name:
+                edges[name].add(module)
+        for node in ast.walk(ast.parse(path.read_text())):   # ``from package import module``: not the package
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in edges[name] and \
+                    all(f"{node.module}.{a.name}" in paths for a in node.names):
+                edges[name].discard(node.module)
+    return _strongly_connected(edges)
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for after in sorted(edges[node]):
+            if after not in index:
+                visit(after)
+                low[node] = min(low[node], low[after])
+            elif after in on_stack:
+                low[node] = min(low[node], index[after])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
 def test_layers_import_downward_only():
     assert upward_imports(SRC) == []
+
+
+def test_plugins_import_waypost_and_no_other_plugin():
+    assert plugin_imports(SRC.parent) == []
+
+
+def test_no_import_circle_in_the_package():
+    assert circles(SRC) == []
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
 
 
 def test_the_layer_check_sees_an_upward_import(tmp_path):
     """The check above can fail: a model module that asks a store, a store
     that asks the planning, a runner module that asks the planning (one
-    rank) and a function-level import of the CLI are all caught."""
-    for rel, text in {"model/shape.py": "from waypost import stores\n",
+    rank), a function-level import of the CLI, an ``importlib`` import of a
+    layer above, one of a name it can't read, and an import of a plugin
+    (from the package's top too) are all caught."""
+    _plant(tmp_path, {"model/shape.py": "from waypost import stores\n",
                       "stores/disk.py": "def f():\n    from waypost.planning import wiring\n",
                       "runner/step.py": "from waypost.planning.fanout import Fanout\n",
                       "ops/tidy.py": "from waypost.cli import main\nfrom waypost.model import states\n",
-                      "state/view.py": "from . import lifecycle\n"}.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
+                      "state/view.py": "from . import lifecycle\n",
+                      "state/late.py": "import importlib\ndef f(name):\n    importlib.import_module('waypost.ops.plan')\n"
+                                       "    return __import__(name)\n",
+                      "front.py": "import snakemake_executor_plugin_waypost\nfrom waypost.cli import main\n"})
     assert upward_imports(tmp_path) == [
+        "front.py:1: imports Snakemake's plugin snakemake_executor_plugin_waypost",
         "model/shape.py:1: model imports waypost.stores (stores)",
         "ops/tidy.py:1: ops imports waypost.cli (cli)",
         "ops/tidy.py:1: ops imports waypost.cli.main (cli)",
         "runner/step.py:1: runner imports waypost.planning.fanout (planning)",
         "runner/step.py:1: runner imports waypost.planning.fanout.Fanout (planning)",
+        "state/late.py:3: state imports waypost.ops.plan (ops)",
+        "state/late.py:4: an import of a name the check can't read (import it by name)",
         "state/view.py:1: a relative import (spell it waypost.LAYER.module)",
         "stores/disk.py:2: stores imports waypost.planning (planning)",
         "stores/disk.py:2: stores imports waypost.planning.wiring (planning)",
     ]
 
 
+def test_the_plugin_check_sees_a_plugin_importing_another(tmp_path):
+    _plant(tmp_path, {"snakemake_logger_plugin_waypost/__init__.py": "from . import x\nfrom waypost.model import events\n",
+                      "snakemake_storage_plugin_waypost/__init__.py":
+                          "def f():\n    from snakemake_executor_plugin_waypost import bundles\n"})
+    assert plugin_imports(tmp_path) == [
+        "snakemake_storage_plugin_waypost/__init__.py:2: imports another plugin, snakemake_executor_plugin_waypost",
+        "snakemake_storage_plugin_waypost/__init__.py:2: imports another plugin, "
+        "snakemake_executor_plugin_waypost.bundles"]
+
+
+def test_the_circle_check_sees_a_circle_inside_a_layer(tmp_path):
+    """Two model modules importing each other (one at function level), and
+    a package's ``__init__`` whose submodule imports a name from it, are
+    circles; a submodule imported by ``from package import module`` is
+    not one with the package."""
+    src = _plant(tmp_path / "waypost", {
+        "__init__.py": "",
+        "model/__init__.py": "",
+        "model/config.py": "def f():\n    from waypost.model import paramsets\n",
+        "model/paramsets.py": "from waypost.model import config as wconfig\n",
+        "stores/__init__.py": "from waypost.stores.gcs import probe\nSCHEME = 'gs://'\n",
+        "stores/gcs.py": "from waypost.stores import SCHEME\n",
+        "stores/local.py": "from waypost.stores import walk\n",
+        "stores/walk.py": "import os\n"})
+    assert circles(src) == [["waypost.model.config", "waypost.model.paramsets"],
+                            ["waypost.stores", "waypost.stores.gcs"]]
+
+
 def test_only_the_wiring_imports_snakemake():
+    """Of waypost's modules, the wiring alone imports Snakemake (by name or
+    through ``importlib``); the plugins are Snakemake's side."""
     assert snakemake_imports(SRC / WIRING)
-    assert {name: snakemake_imports(SRC / name) for name in ASKING} == {name: [] for name in ASKING}
+    found = {str(p.relative_to(SRC)): snakemake_imports(p) for p in sorted(SRC.rglob("*.py"))
+             if "template" not in p.relative_to(SRC).parts and str(p.relative_to(SRC)) != WIRING}
+    assert {name: names for name, names in found.items() if names} == {}
+
+
+def test_the_snakemake_check_sees_an_import_anywhere(tmp_path):
+    path = _plant(tmp_path, {"runner/steplog.py": "import json\ndef f():\n    import snakemake.io\n"
+                                                  "    return __import__('snakemake')\n"}) / "runner" / "steplog.py"
+    assert snakemake_imports(path) == ["snakemake.io", "snakemake"]
 
 
 def test_reading_a_config_does_not_import_snakemake():

@@ -12,6 +12,7 @@ import yaml
 from conftest import REPO
 
 from waypost.model import config as wconfig
+from waypost.model import paramsets
 
 EXAMPLE = REPO / "examples" / "param-study"
 STAGES = ["simulate", "data_extract", "summary_report"]
@@ -34,16 +35,16 @@ def error_of(raw: dict) -> str:
 
 
 def test_grid_points_are_named_by_axis_and_value_in_order():
-    points = wconfig.grid_points({"nu": [0.01, 0.02], "amp": {"from": 0.5, "to": 1.0, "count": 3}}, "f: grid")
+    points = paramsets.grid_points({"nu": [0.01, 0.02], "amp": {"from": 0.5, "to": 1.0, "count": 3}}, "f: grid")
     assert list(points) == ["nu0.01-amp0.5", "nu0.01-amp0.75", "nu0.01-amp1.0",
                             "nu0.02-amp0.5", "nu0.02-amp0.75", "nu0.02-amp1.0"]
     assert points["nu0.02-amp0.75"] == {"nu": 0.02, "amp": 0.75}
     # whole numbers when both ends are; 6 significant digits otherwise; both ends exact
-    assert wconfig.axis_values({"from": 10, "to": 100, "count": 4}, "k") == [10, 40, 70, 100]
-    assert wconfig.axis_values({"from": 0.5, "to": 1.0, "count": 20}, "k")[1:3] == [0.526316, 0.552632]
-    assert wconfig.axis_values({"from": 1e-6, "to": 2e-6, "count": 3}, "k") == [1e-6, 1.5e-6, 2e-6]
-    assert wconfig.axis_values({"from": 3, "to": 3, "count": 1}, "k") == [3]
-    assert list(wconfig.grid_points({"model": ["small", "large"]}, "g")) == ["modelsmall", "modellarge"]
+    assert paramsets.axis_values({"from": 10, "to": 100, "count": 4}, "k") == [10, 40, 70, 100]
+    assert paramsets.axis_values({"from": 0.5, "to": 1.0, "count": 20}, "k")[1:3] == [0.526316, 0.552632]
+    assert paramsets.axis_values({"from": 1e-6, "to": 2e-6, "count": 3}, "k") == [1e-6, 1.5e-6, 2e-6]
+    assert paramsets.axis_values({"from": 3, "to": 3, "count": 1}, "k") == [3]
+    assert list(paramsets.grid_points({"model": ["small", "large"]}, "g")) == ["modelsmall", "modellarge"]
 
 
 @pytest.mark.parametrize("grid, message", [

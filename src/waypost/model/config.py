@@ -34,9 +34,7 @@ import contextlib
 import copy
 import difflib
 import hashlib
-import itertools
 import json
-import math
 import os
 import re
 import sys
@@ -51,10 +49,11 @@ import yaml
 if TYPE_CHECKING:
     import jsonschema
 
-from waypost.model import locations
-from waypost.model.errors import WaypostError
+from waypost.model import locations, paramsets
+from waypost.model.errors import ConfigError, WaypostError  # noqa: F401  (callers catch wconfig.ConfigError)
 from waypost.model.layout import ALL_PAIRS, NAME_RULE
 from waypost.model.layout import join as layout_join
+from waypost.model.paramsets import ENGINE_KEYS
 
 SCHEMA_FILE = os.path.join("schemas", "config.schema.yaml")   # below the workflow's directory
 #: The key of a pipeline's config that holds waypost's keys (``waypost_config``).
@@ -146,10 +145,6 @@ _NOTHING_DERIVED = Derived()
 def with_derived(config: Mapping, like: Mapping) -> Prepared:
     """``config`` carrying the derived values of ``like``."""
     return Prepared(config, derived(like))
-
-
-class ConfigError(WaypostError, ValueError):
-    """The config cannot be used; the message says where and why."""
 
 
 # libyaml's loader where PyYAML has it (its wheels do): 5-10× faster than the
@@ -555,8 +550,6 @@ class _SemanticCheck:
 
 #: An instance name, or a shell pattern of one (``per_instance`` keys, ``--instance``).
 INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9._*?\[\]!-]+")
-#: The most points one grid may have.
-MAX_POINTS = 1_000_000
 
 
 def is_pattern(name: str) -> bool:
@@ -575,70 +568,6 @@ def _some(names, what: str, shown: int = 6) -> str:
     return f"{what}: {', '.join(names[:shown])}{more}"
 
 
-def round6(value: float) -> float:
-    """``value`` rounded to 6 significant digits (a grid's spaced values)."""
-    if value == 0:
-        return 0.0
-    return round(value, 5 - math.floor(math.log10(abs(value))))
-
-
-def axis_values(spec, where: str) -> list:
-    """One grid axis's values: its list, or ``{from, to, count}`` evenly
-    spaced (both ends included; whole numbers when both ends are, else
-    rounded to 6 significant digits). ConfigError (at ``where``) when they
-    repeat."""
-    if isinstance(spec, list):
-        values = list(spec)
-    else:
-        first, last, count = spec["from"], spec["to"], spec["count"]
-        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (first, last))
-        step = (last - first) / (count - 1) if count > 1 else 0
-        values = [first if i == 0 else last if i == count - 1 else
-                  round(first + i * step) if whole else round6(first + i * step) for i in range(count)]
-        if len(set(values)) < count:
-            limit = (f"at most {abs(last - first) + 1} whole numbers lie between them" if whole else
-                     "they are rounded to 6 significant digits")
-            raise ConfigError(f"{where}: {count} values from {first} to {last} repeat ({limit}): "
-                              "expected a smaller count, or other ends")
-    seen: dict[str, object] = {}
-    for value in values:
-        text = _value_text(value)
-        if text in seen:
-            raise ConfigError(f"{where}: {seen[text]!r} and {value!r} make the same instance name part {text!r}")
-        seen[text] = value
-    return values
-
-
-def _value_text(value) -> str:
-    return str(value)
-
-
-def grid_points(grid: dict, where: str) -> dict[str, dict]:
-    """A grid's points, in order (the first axis slowest): instance name
-    (``nu0.01-amp0.5``: each axis and its value, joined by ``-``) → the
-    point's values. ConfigError naming ``where`` and the key when values
-    repeat, a range is bad or a name can't be a directory name."""
-    axes = {}
-    for name, spec in grid.items():
-        if name in ENGINE_KEYS:
-            raise ConfigError(f"{where}.{name}: {name!r} is one of waypost's stage settings "
-                              f"({', '.join(ENGINE_KEYS)}): name the axis otherwise")
-        values = axis_values(spec, f"{where}.{name}")
-        for value in values:
-            part = f"{name}{_value_text(value)}"
-            if not NAME_PART.fullmatch(part):
-                raise ConfigError(f"{where}.{name}: the value {value!r} makes the instance name part {part!r}, "
-                                  f"which is not a valid name ({NAME_RULE})")
-        axes[name] = values
-    size = math.prod(len(v) for v in axes.values())
-    if size > MAX_POINTS:
-        raise ConfigError(f"{where}: {size:,} points; a grid has at most {MAX_POINTS:,}")
-    names = list(axes)
-    return {"-".join(f"{n}{_value_text(v)}" for n, v in zip(names, combo)): dict(zip(names, combo))
-            for combo in itertools.product(*axes.values())}
-
-
-NAME_PART = re.compile(r"[A-Za-z0-9._-]+")
 
 
 #: What an experiment's points are made from (``waypost.model.paramsets``), for messages.
@@ -659,7 +588,6 @@ def config_dir(source: str) -> str | None:
 def expand_grids(config: dict, source: str) -> dict[str, dict[str, dict]]:
     """Each experiment's parameter set (``grid``, ``zip``, ``table``,
     ``sample``) as its points (``Derived.points``): see ``waypost.model.paramsets``."""
-    from waypost.model import paramsets
     base = os.path.dirname(source_file(source))
     found = {}
     for name, experiment in config["experiments"].items():
@@ -920,9 +848,6 @@ def stage_settings(config: dict, experiment: str, pair: str, stage: str, instanc
         settings.update(point)
     return settings
 
-
-# Settings that steer the engine, not the step: not passed to it, not hashed.
-ENGINE_KEYS = ("policy", "worker", "resources", "retention")
 
 
 def step_settings(config: dict, experiment: str, pair: str, stage: str, instance: str | None = None) -> dict:

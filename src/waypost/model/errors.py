@@ -14,3 +14,7 @@ by it (``ConfigError`` is still a ``ValueError``, ``Unrecorded`` an
 
 class WaypostError(Exception):
     """An error waypost raises on purpose; its message is the one line to show."""
+
+
+class ConfigError(WaypostError, ValueError):
+    """The config cannot be used; the message says where and why."""

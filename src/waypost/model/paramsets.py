@@ -3,7 +3,7 @@
 An experiment has at most one set of points (the instances of the stages
 whose rule says ``instances=wp.grid``), one of:
 
-- ``grid``: every combination of its axes' values (``config.grid_points``);
+- ``grid``: every combination of its axes' values (``grid_points``);
 - ``zip``: lists of one length, a point per position (Maestro's
   ``global.parameters``);
 - ``table``: a CSV file, a point per row, its columns the parameters (a
@@ -30,18 +30,91 @@ a seed are the same for any larger ``n``.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 import random
 import re
 
-from waypost.model import config as wconfig
+from waypost.model.errors import ConfigError
 from waypost.model.layout import NAME_RULE, is_valid_name
 
 #: The keys of an experiment that make its points, at most one of them.
 SETS = ("grid", "zip", "table", "sample")
 PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 INSTANCE_COLUMN = "instance"   # a table's column that names its points
+
+#: A stage's settings that steer the engine, not the step: not passed to it,
+#: not hashed, and no parameter's name (a point's values join its settings).
+ENGINE_KEYS = ("policy", "worker", "resources", "retention")
+
+#: The most points one grid may have.
+MAX_POINTS = 1_000_000
+
+NAME_PART = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def round6(value: float) -> float:
+    """``value`` rounded to 6 significant digits (a grid's spaced values)."""
+    if value == 0:
+        return 0.0
+    return round(value, 5 - math.floor(math.log10(abs(value))))
+
+
+def axis_values(spec, where: str) -> list:
+    """One grid axis's values: its list, or ``{from, to, count}`` evenly
+    spaced (both ends included; whole numbers when both ends are, else
+    rounded to 6 significant digits). ConfigError (at ``where``) when they
+    repeat."""
+    if isinstance(spec, list):
+        values = list(spec)
+    else:
+        first, last, count = spec["from"], spec["to"], spec["count"]
+        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (first, last))
+        step = (last - first) / (count - 1) if count > 1 else 0
+        values = [first if i == 0 else last if i == count - 1 else
+                  round(first + i * step) if whole else round6(first + i * step) for i in range(count)]
+        if len(set(values)) < count:
+            limit = (f"at most {abs(last - first) + 1} whole numbers lie between them" if whole else
+                     "they are rounded to 6 significant digits")
+            raise ConfigError(f"{where}: {count} values from {first} to {last} repeat ({limit}): "
+                              "expected a smaller count, or other ends")
+    seen: dict[str, object] = {}
+    for value in values:
+        text = _value_text(value)
+        if text in seen:
+            raise ConfigError(f"{where}: {seen[text]!r} and {value!r} make the same instance name part {text!r}")
+        seen[text] = value
+    return values
+
+
+def _value_text(value) -> str:
+    return str(value)
+
+
+def grid_points(grid: dict, where: str) -> dict[str, dict]:
+    """A grid's points, in order (the first axis slowest): instance name
+    (``nu0.01-amp0.5``: each axis and its value, joined by ``-``) → the
+    point's values. ConfigError naming ``where`` and the key when values
+    repeat, a range is bad or a name can't be a directory name."""
+    axes = {}
+    for name, spec in grid.items():
+        if name in ENGINE_KEYS:
+            raise ConfigError(f"{where}.{name}: {name!r} is one of waypost's stage settings "
+                              f"({', '.join(ENGINE_KEYS)}): name the axis otherwise")
+        values = axis_values(spec, f"{where}.{name}")
+        for value in values:
+            part = f"{name}{_value_text(value)}"
+            if not NAME_PART.fullmatch(part):
+                raise ConfigError(f"{where}.{name}: the value {value!r} makes the instance name part {part!r}, "
+                                  f"which is not a valid name ({NAME_RULE})")
+        axes[name] = values
+    size = math.prod(len(v) for v in axes.values())
+    if size > MAX_POINTS:
+        raise ConfigError(f"{where}: {size:,} points; a grid has at most {MAX_POINTS:,}")
+    names = list(axes)
+    return {"-".join(f"{n}{_value_text(v)}" for n, v in zip(names, combo)): dict(zip(names, combo))
+            for combo in itertools.product(*axes.values())}
 
 
 def points_of(experiment: dict, where: str, base: str) -> dict[str, dict] | None:
@@ -50,14 +123,14 @@ def points_of(experiment: dict, where: str, base: str) -> dict[str, dict] | None
     the config file's directory, a table's path is relative to it)."""
     given = [key for key in SETS if experiment.get(key) is not None]
     if len(given) > 1:
-        raise wconfig.ConfigError(f"{where}: {' and '.join(given)}: an experiment has one parameter set "
+        raise ConfigError(f"{where}: {' and '.join(given)}: an experiment has one parameter set "
                                   f"(one of {', '.join(SETS)})")
     if not given:
         return None
     kind = given[0]
     spec, at = experiment[kind], f"{where}.{kind}"
     if kind == "grid":
-        return wconfig.grid_points(spec, at)
+        return grid_points(spec, at)
     if kind == "zip":
         return zip_points(spec, at)
     if kind == "table":
@@ -67,11 +140,11 @@ def points_of(experiment: dict, where: str, base: str) -> dict[str, dict] | None
 
 def _parameter(name, where: str) -> str:
     if not isinstance(name, str) or not PARAMETER.fullmatch(name):
-        raise wconfig.ConfigError(f"{where}: {name!r} can't name a parameter (expected a word: letters, digits "
+        raise ConfigError(f"{where}: {name!r} can't name a parameter (expected a word: letters, digits "
                                   "and '_', not starting with a digit)")
-    if name in wconfig.ENGINE_KEYS or name == INSTANCE_COLUMN:
-        raise wconfig.ConfigError(f"{where}: {name!r} is one of waypost's own words ("
-                                  f"{', '.join((*wconfig.ENGINE_KEYS, INSTANCE_COLUMN))}): name the parameter otherwise")
+    if name in ENGINE_KEYS or name == INSTANCE_COLUMN:
+        raise ConfigError(f"{where}: {name!r} is one of waypost's own words ("
+                                  f"{', '.join((*ENGINE_KEYS, INSTANCE_COLUMN))}): name the parameter otherwise")
     return name
 
 
@@ -88,14 +161,14 @@ def named(rows, what) -> dict[str, dict]:
     for i, (name, values) in enumerate(rows):
         name = name_of(values) if name is None else name
         if not is_valid_name(name):
-            raise wconfig.ConfigError(f"{what(i)}: the point {values} makes the instance name {name!r}, which is "
+            raise ConfigError(f"{what(i)}: the point {values} makes the instance name {name!r}, which is "
                                       f"not a valid name ({NAME_RULE}, no '..')")
         if name in found:
-            raise wconfig.ConfigError(f"{what(i)}: the point {name} again (first at {what(found[name][0])}): "
+            raise ConfigError(f"{what(i)}: the point {name} again (first at {what(found[name][0])}): "
                                       "each point once")
         found[name] = (i, values)
-        if len(found) > wconfig.MAX_POINTS:
-            raise wconfig.ConfigError(f"{what(i)}: more than {wconfig.MAX_POINTS:,} points")
+        if len(found) > MAX_POINTS:
+            raise ConfigError(f"{what(i)}: more than {MAX_POINTS:,} points")
     return {name: values for name, (_, values) in found.items()}
 
 
@@ -107,7 +180,7 @@ def zip_points(spec: dict, where: str) -> dict[str, dict]:
     lengths = {name: len(values) if isinstance(values, list) else None for name, values in lists.items()}
     if None in lengths.values() or len(set(lengths.values())) > 1 or not lists:
         shown = ", ".join(f"{name} {'not a list' if n is None else n}" for name, n in lengths.items())
-        raise wconfig.ConfigError(f"{where}: lists of one length are zipped, a point per position; these are: "
+        raise ConfigError(f"{where}: lists of one length are zipped, a point per position; these are: "
                                   f"{shown or 'none'}")
     rows = [(None, dict(zip(lists, combo))) for combo in zip(*lists.values())]
     return named(rows, lambda i: f"{where} (position {i + 1})")
@@ -142,13 +215,13 @@ def table_points(spec, where: str, base: str) -> dict[str, dict]:
         with open(path, newline="") as f:
             lines = [(n, row) for n, row in enumerate(csv.reader(f), 1) if any(cell.strip() for cell in row)]
     except FileNotFoundError:
-        raise wconfig.ConfigError(f"{where}: {path}: file not found (a table's path is relative to the config "
+        raise ConfigError(f"{where}: {path}: file not found (a table's path is relative to the config "
                                   "file's directory)") from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise wconfig.ConfigError(f"{where}: {path}: can't be read as CSV: {exc}") from None
+        raise ConfigError(f"{where}: {path}: can't be read as CSV: {exc}") from None
     if columns is None:
         if not lines:
-            raise wconfig.ConfigError(f"{where}: {path}: empty (expected a header line naming the columns, then "
+            raise ConfigError(f"{where}: {path}: empty (expected a header line naming the columns, then "
                                       "a row per point)")
         (first, header), lines = lines[0], lines[1:]
         at = f"{path}: line {first}"
@@ -158,21 +231,21 @@ def table_points(spec, where: str, base: str) -> dict[str, dict]:
     seen = set()
     for name in header:
         if name in seen:
-            raise wconfig.ConfigError(f"{at}: the column {name!r} is named twice")
+            raise ConfigError(f"{at}: the column {name!r} is named twice")
         seen.add(name)
         if name != INSTANCE_COLUMN:
             _parameter(name, at)
     if not lines:
-        raise wconfig.ConfigError(f"{where}: {path}: no rows (a point per row)")
+        raise ConfigError(f"{where}: {path}: no rows (a point per row)")
     rows = []
     for number, row in lines:
         if len(row) != len(header):
-            raise wconfig.ConfigError(f"{path}: line {number}: {len(row)} values, and {len(header)} columns "
+            raise ConfigError(f"{path}: line {number}: {len(row)} values, and {len(header)} columns "
                                       f"({', '.join(header)})")
         cells = dict(zip(header, (cell.strip() for cell in row)))
         empty = next((name for name, text in cells.items() if not text), None)
         if empty:
-            raise wconfig.ConfigError(f"{path}: line {number}: no value in the column {empty!r}")
+            raise ConfigError(f"{path}: line {number}: no value in the column {empty!r}")
         name = cells.pop(INSTANCE_COLUMN, None)
         rows.append((name, {key: _cell(text) for key, text in cells.items()}))
     return named(rows, lambda i: f"{path}: line {lines[i][0]}")
@@ -187,7 +260,7 @@ def _range(spec, where: str, positive: bool = False) -> tuple:
     if not (isinstance(spec, list) and len(spec) == 2 and all(
             isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in spec)
             and spec[0] < spec[1] and (not positive or spec[0] > 0)):
-        raise wconfig.ConfigError(f"{where}: expected [low, high], two numbers, low below high"
+        raise ConfigError(f"{where}: expected [low, high], two numbers, low below high"
                                   f"{', both above 0' if positive else ''}; got {spec!r}")
     return spec[0], spec[1]
 
@@ -195,25 +268,25 @@ def _range(spec, where: str, positive: bool = False) -> tuple:
 def _drawer(spec, where: str):
     """A function of a uniform number in [0, 1) giving one value of a parameter."""
     if not isinstance(spec, dict) or len(spec) != 1:
-        raise wconfig.ConfigError(f"{where}: expected one of uniform: [low, high], loguniform: [low, high], "
+        raise ConfigError(f"{where}: expected one of uniform: [low, high], loguniform: [low, high], "
                                   f"choice: [values]; got {spec!r}")
     (kind, arg), = spec.items()
     at = f"{where}.{kind}"
     if kind == "choice":
         if not isinstance(arg, list) or not arg:
-            raise wconfig.ConfigError(f"{at}: expected a list of values; got {arg!r}")
+            raise ConfigError(f"{at}: expected a list of values; got {arg!r}")
         return lambda u: arg[min(int(u * len(arg)), len(arg) - 1)]
     if kind not in ("uniform", "loguniform"):
-        raise wconfig.ConfigError(f"{where}: unknown kind {kind!r} (expected uniform, loguniform or choice)")
+        raise ConfigError(f"{where}: unknown kind {kind!r} (expected uniform, loguniform or choice)")
     low, high = _range(arg, at, positive=kind == "loguniform")
     whole = all(isinstance(v, int) for v in (low, high))   # whole ends: whole numbers (both ends included)
     if kind == "uniform":
         if whole:
             return lambda u: low + min(int(u * (high - low + 1)), high - low)
-        return lambda u: wconfig.round6(low + u * (high - low))
+        return lambda u: round6(low + u * (high - low))
     a, b = math.log(low), math.log(high)
     return lambda u: min(max(round(math.exp(a + u * (b - a))), low), high) if whole \
-        else wconfig.round6(math.exp(a + u * (b - a)))
+        else round6(math.exp(a + u * (b - a)))
 
 
 def sample_points(spec: dict, where: str) -> dict[str, dict]:
@@ -221,12 +294,12 @@ def sample_points(spec: dict, where: str) -> dict[str, dict]:
     n, seed, parameters = spec.get("n"), spec.get("seed"), spec.get("parameters")
     for key, value in (("n", n), ("seed", seed)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "n" else 0):
-            raise wconfig.ConfigError(f"{where}.{key}: expected a whole number{' above 0' if key == 'n' else ''}; "
+            raise ConfigError(f"{where}.{key}: expected a whole number{' above 0' if key == 'n' else ''}; "
                                       f"got {value!r}")
-    if n > wconfig.MAX_POINTS:
-        raise wconfig.ConfigError(f"{where}.n: {n:,} points; a sample has at most {wconfig.MAX_POINTS:,}")
+    if n > MAX_POINTS:
+        raise ConfigError(f"{where}.n: {n:,} points; a sample has at most {MAX_POINTS:,}")
     if not isinstance(parameters, dict) or not parameters:
-        raise wconfig.ConfigError(f"{where}.parameters: expected parameter → uniform: [low, high], "
+        raise ConfigError(f"{where}.parameters: expected parameter → uniform: [low, high], "
                                   "loguniform: [low, high] or choice: [values]")
     drawers = {_parameter(name, f"{where}.parameters.{name}"): _drawer(s, f"{where}.parameters.{name}")
                for name, s in parameters.items()}
@@ -236,10 +309,10 @@ def sample_points(spec: dict, where: str) -> dict[str, dict]:
         values = {name: draw(rng.random()) for name, draw in drawers.items()}
         name = name_of(values)
         if not is_valid_name(name):
-            raise wconfig.ConfigError(f"{where}: the point {values} makes the instance name {name!r}, which is "
+            raise ConfigError(f"{where}: the point {values} makes the instance name {name!r}, which is "
                                       f"not a valid name ({NAME_RULE}, no '..')")
         found.setdefault(name, values)
         if len(found) == n:
             return found
-    raise wconfig.ConfigError(f"{where}: {len(found)} distinct points in {n * DRAWS_PER_POINT} draws, and n is {n}: "
+    raise ConfigError(f"{where}: {len(found)} distinct points in {n * DRAWS_PER_POINT} draws, and n is {n}: "
                               "expected a smaller n, or more values to draw from")

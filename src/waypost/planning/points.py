@@ -28,7 +28,7 @@ from waypost.planning.stagegraph import StageError
 
 
 def _text(value) -> str:
-    """A value as its instance names write it (``waypost.model.config.grid_points``)."""
+    """A value as its instance names write it (``waypost.model.paramsets.grid_points``)."""
     return str(value)
 
 

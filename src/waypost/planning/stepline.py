@@ -13,7 +13,7 @@ import json
 import os
 
 from waypost.model import config as wconfig
-from waypost.model import layout
+from waypost.model import layout, paramsets
 from waypost.model import spec as wspec
 from waypost.planning.resolver import Resolver
 from waypost.planning.stagegraph import StageError, presigned
@@ -118,7 +118,7 @@ class StepLines:
         scope = resolver.scope(experiment, pair, instance)
         point = resolver.point(experiment, instance)
         values = None if point is None else resolver.points[experiment][point]
-        if values is not None and any(key in values for key in wconfig.ENGINE_KEYS):
+        if values is not None and any(key in values for key in paramsets.ENGINE_KEYS):
             key = (stage, experiment, scope, point)
             if key not in self._lines:
                 self._lines[key] = wspec.encode(self.fields(stage, experiment, pair, instance))
@@ -142,7 +142,7 @@ class StepLines:
         """The step spec's fields that a job's stage settings decide."""
         resolver = self.resolver
         settings = dict(resolver.stage_settings(experiment, pair, stage, instance))
-        engine = {key: settings.pop(key, None) for key in wconfig.ENGINE_KEYS}
+        engine = {key: settings.pop(key, None) for key in paramsets.ENGINE_KEYS}
         policy = dict(engine["policy"] or {})
         worker_name, spec = resolver.worker(stage, self.default_class.get(stage, "cpu"), experiment, pair, instance)
         runtime = (engine["resources"] or {}).get("runtime", spec.get("runtime"))
@@ -190,5 +190,5 @@ def scope_template(fields: dict, scope_settings: dict) -> tuple | bool:
         head, middle = head + quote, quote + middle
     else:
         middle, tail = middle + quote, quote + tail
-    base = {key: value for key, value in scope_settings.items() if key not in wconfig.ENGINE_KEYS}
+    base = {key: value for key, value in scope_settings.items() if key not in paramsets.ENGINE_KEYS}
     return head, middle, tail, base, first == "config_hash"

@@ -27,8 +27,8 @@ class StageDirectory:
         self.inputs, self.outputs = step.inputs, step.outputs
         local = str
         if stores.needs_mirror(step.stage_dir):   # only then: the runner starts at every step
-            from waypost.stores import mirror
-            self.remote, self.inputs, self.outputs = mirror.for_runner(step)
+            from waypost.stores import runnerstage
+            self.remote, self.inputs, self.outputs = runnerstage.for_runner(step)
             local = self.remote.local_of
         self.dir = self.remote.local if self.remote else step.stage_dir
         # Where the stage dir is, as a store (disk, or a mount): archives and heartbeats, nothing read.

@@ -34,7 +34,7 @@ from waypost import scheduler, stores
 from waypost.model import layout, manifest, records
 from waypost.model.layout import stage_root
 from waypost.state import lifecycle
-from waypost.stores import mirror
+from waypost.stores import runnerstage
 
 
 def read_source(location: str) -> records.Manifest:
@@ -80,7 +80,7 @@ def unusable(data: records.Manifest, location: str) -> str | None:
 
 def take(args) -> int:
     """Run a reuse job: the runner's work when the step spec has ``reuse_from``."""
-    remote, _, declared_outputs = mirror.for_runner(args)  # a gs:// stage dir: its engine files, locally
+    remote, _, declared_outputs = runnerstage.for_runner(args)  # a gs:// stage dir: its engine files, locally
     if remote:
         remote.pull([])
     stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from

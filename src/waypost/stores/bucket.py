@@ -19,7 +19,8 @@ from bisect import bisect_left
 
 from waypost.model import layout, manifest, records, trust
 from waypost.model.layout import ARCHIVING, ATTEMPTS, MANIFEST, RUNNING
-from waypost.stores import gcs, is_bucket_url
+from waypost.model.locations import is_bucket_url
+from waypost.stores import gcs
 from waypost.stores.base import StageStore, archive_number, walked
 
 

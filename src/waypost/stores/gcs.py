@@ -14,7 +14,7 @@ import os
 from functools import cache
 
 from waypost.model.errors import WaypostError
-from waypost.stores import SCHEME, is_bucket_url
+from waypost.model.locations import SCHEME, is_bucket_url
 
 MTIME_KEY = "waypost-mtime"
 

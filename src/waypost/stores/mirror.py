@@ -38,8 +38,9 @@ import threading
 
 from waypost.model import trust
 from waypost.model.layout import ATTEMPTS, COPY_NOTE, MANIFEST, RUNNING
+from waypost.model.locations import SCHEME, is_bucket_url
 from waypost.model.states import SOUND_INPUTS, SUCCESS
-from waypost.stores import SCHEME, gcs, is_bucket_url
+from waypost.stores import gcs
 from waypost.stores.bucket import archive_objects
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
@@ -73,7 +74,7 @@ class BucketWorkspace:
         self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
         self._synced: dict[str, tuple[int, int]] = {}    # local file → (size, mtime_ns) as in the bucket
         self._pulled: dict[str, dict] = {}   # the stage's workspace in the bucket when pulled
-        self.root_local: str | None = None   # the local copy of the root it is under, when known (for_runner)
+        self.root_local: str | None = None   # the local copy of the root it is under, when known (``runnerstage.for_runner``)
 
     def local_of(self, url: str) -> str:
         """Where a gs:// URL is copied locally."""
@@ -344,28 +345,6 @@ def blocking_manifests(text: bytes, url: str = "manifest") -> list[str]:
     return [os.path.dirname(i["path"]) + "/" + MANIFEST for i in data.get("inputs") or []
             if isinstance(i, dict) and i.get("state") not in SOUND_INPUTS
             and is_bucket_url(str(i.get("path")))]
-
-
-def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
-    """The remote stage of a runner whose stage directory is a gs:// URL
-    (None for a local one), and the paths of the step's inputs and outputs
-    it works with: their local copies (the command has them already:
-    Snakemake formatted it with these paths)."""
-    if not is_bucket_url(step.stage_dir):
-        return None, step.inputs, step.outputs
-    if not step.mirror:
-        raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
-    local = [local_of(step.mirror, u) for u in step.outputs]
-    if step.own_layout:   # (its outputs elsewhere in the bucket)
-        from waypost.stores.ownbucket import OwnBucketWorkspace
-        stage = OwnBucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir), local,
-                                   [local_of(step.mirror, d) for d in step.own_dirs],
-                                   [local_of(step.mirror, d) for d in step.input_dirs])
-    else:
-        stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
-    from waypost.model.layout import stage_root
-    stage.root_local = stage_root(stage.local, step.instance)
-    return stage, [local_of(step.mirror, u) for u in step.inputs], local
 
 
 def snakemake_options(root: str) -> list[str]:

@@ -95,7 +95,7 @@ def bucket_of_source(kind: str, source: str) -> str | None:
 
 def mount_of(path: str) -> Mount | None:
     """The mount ``path`` is on, when it is a FUSE or declared mount."""
-    from waypost.stores import SCHEME
+    from waypost.model.locations import SCHEME
     real = os.path.realpath(path)
     declared = locations.declared_mounts()
     for point in sorted(declared, key=len, reverse=True):
