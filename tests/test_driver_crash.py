@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import LOCAL_PROFILE, read_manifest, step_input
 from test_cron import cron
 
@@ -26,7 +27,7 @@ from waypost.model import manifest
 ANNEALER = r'''
 import glob, os, sys, time
 result, sweeps = sys.argv[1], int(sys.argv[2])
-saves = os.path.join(os.environ["WAYPOST_STAGE_DIR"], "saves")
+saves = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.environ["WAYPOST_STAGE_DIR"], "saves")
 os.makedirs(saves, exist_ok=True)
 found = sorted(int(p.rsplit("-", 1)[1]) for p in glob.glob(os.path.join(saves, "sweep-*")))
 first = found[-1] if found else 0
@@ -208,3 +209,77 @@ def test_a_step_whose_runner_keeps_vanishing_ends_its_series_after_three(tmp_pat
     done = run_step(stage, {"max_series": 1, "restart": "false"})
     assert done.returncode == 0, done.stderr
     assert [a["action"] for a in read_manifest(stage)["attempts"]] == ["cmd", "cmd"]
+
+
+OWN_SNAKEFILE = '''
+from waypost.snakemake import Pipeline
+wp = Pipeline(config, workflow)
+
+rule anneal:
+    output: "energy.txt"
+    shell: "{python} {annealer} {{output}} 60 saves"
+
+wp.finish()
+'''
+
+
+def own_layout_study(work: Path) -> Path:
+    """The same step in a rule of its own layout: its output in the working
+    directory, its checkpoints beside it; the record's directory is returned."""
+    (work / "annealer.py").write_text(ANNEALER)
+    (work / "flow").mkdir()
+    (work / "flow" / "Snakefile").write_text(OWN_SNAKEFILE.format(python=sys.executable,
+                                                                 annealer=work / "annealer.py"))
+    (work / "config.yaml").write_text("{}\n")   # (no waypost key: the records under .waypost/)
+    return work / ".waypost" / "records" / "_all" / "default" / "anneal"
+
+
+def orphaned_success(work: Path, own_layout: bool) -> tuple[Path, Path]:
+    """The driver alone killed (the OOM killer's shape) mid-step: its runner
+    lives on and records SUCCESS, and Snakemake's incomplete marker for the
+    job stays. The job's record directory and its output."""
+    record = own_layout_study(work) if own_layout else study(work, {"max_series": 1})
+    driver = drive_until_saved(work, work if own_layout else record, sweeps=2)
+    os.kill(driver.pid, signal.SIGKILL)   # the driver alone: the runner goes on
+    driver.wait(timeout=30)
+    deadline = time.time() + 120
+    while not (record / "_manifest.json").exists() or read_manifest(record)["state"] != "SUCCESS":
+        assert time.time() < deadline, "the orphaned runner never finished"
+        time.sleep(0.1)
+    assert list((work / ".snakemake" / "incomplete").iterdir()), "Snakemake's marker is there"
+    return record, work / "energy.txt" if own_layout else record / "energy.txt"
+
+
+@pytest.mark.parametrize("own_layout", [False, True], ids=["stage", "own-layout"])
+def test_a_success_its_orphaned_runner_recorded_is_taken_not_redone(tmp_path, own_layout):
+    """Issue 56: the next run (``rerun-incomplete``) would force the job
+    Snakemake marked incomplete; its SUCCESS, recorded after the mark, is
+    true and is taken as it is: not archived, not redone, its record and
+    outputs untouched."""
+    record, made = orphaned_success(tmp_path, own_layout)
+    done, output = read_manifest(record), made.stat()
+
+    next_run(tmp_path)
+    assert read_manifest(record) == done
+    assert not (record / ".attempts").exists()
+    assert made.read_text() == "annealed in 60 sweeps\n" and made.stat().st_mtime_ns == output.st_mtime_ns
+
+
+def test_a_job_marked_incomplete_after_its_record_is_redone(tmp_path):
+    """The other side: a SUCCESS whose series began before Snakemake marked
+    the job incomplete (a later run started the job again and died with it,
+    before its step began) is not the end of that job: the next run redoes
+    it, as plain Snakemake does. (The mark's time, as Snakemake reads it,
+    moved past the record's.)"""
+    record, made = orphaned_success(tmp_path, own_layout=False)
+    later = time.time() + 5
+    for mark in (tmp_path / ".snakemake" / "incomplete").rglob("*"):
+        if mark.is_file():
+            os.utime(mark, (later, later))
+    done = read_manifest(record)
+
+    next_run(tmp_path)
+    again = read_manifest(record)
+    assert again["state"] == "SUCCESS" and again["created"] != done["created"]
+    assert [a["series"] for a in again["attempts"]][-1] == 2
+    assert made.read_text() == "annealed in 60 sweeps\n"

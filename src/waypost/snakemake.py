@@ -57,6 +57,7 @@ from waypost.planning.wiring import (
     own_layout_refusal,
     quiet_triggers,
     run_identity,
+    take_finished_orphans,
     wire,
     wire_inputs,
     wire_own_layout,
@@ -144,6 +145,7 @@ class Pipeline:
         # Stage jobs' completion is the files'; rules in their own layout keep
         # Snakemake's rerun triggers (the run's own --rerun-triggers).
         quiet_triggers(self.snake)
+        take_finished_orphans(self.snake, STEP_PARAM)   # (a SUCCESS a runner recorded after its driver died)
         self._own_layout: list[str] = []   # the rules in their own layout given a record (finish)
         self._unchecked: dict[str, list] = {}  # see Resolver.override_instances
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}

@@ -1394,6 +1394,56 @@ def _quiet_other_triggers(persistence, files_decide) -> None:
     persistence._waypost_quiet = True
 
 
+def take_finished_orphans(snake: Snake, step_param: str) -> None:
+    """A job Snakemake still marks incomplete (``.snakemake/incomplete/``)
+    whose step outlived its driver (the driver alone killed, as the OOM
+    killer does, its runner not) and recorded SUCCESS after the mark is
+    complete: the runner writes that record last, once the outputs are in
+    place. Snakemake's ``persistence.incomplete`` says nothing of its
+    outputs, so ``rerun-incomplete`` does not redo it. A record older than
+    the mark (the runner killed too, or not started) leaves the job
+    incomplete, as in plain Snakemake. Installed on each DAG's persistence
+    as Snakemake builds it."""
+    workflow = snake.workflow
+    build = workflow._build_dag
+
+    def built(*args, **kwargs):
+        persistence = getattr(workflow, "_persistence", None)
+        if persistence is not None and not getattr(persistence, "_waypost_orphans", False):
+            _take_orphans(persistence, step_param)
+        return build(*args, **kwargs)
+    workflow._build_dag = built
+
+
+def _take_orphans(persistence, step_param: str) -> None:
+    from waypost.state import lifecycle
+    incomplete = persistence.incomplete
+
+    async def taken(job):
+        found = await incomplete(job)
+        directory = _record_dir(job, step_param) if found else None
+        if directory is None:
+            return found
+        marked = [persistence._get_recorded_starttime(persistence._get_key(f)) for f in found]
+        if None not in marked and lifecycle.succeeded_since(directory, max(marked)):
+            return []
+        return found
+    persistence.incomplete = taken
+    persistence._waypost_orphans = True
+
+
+def _record_dir(job, step_param: str) -> str | None:
+    """The directory of a waypost job's record (its step spec's stage
+    directory); None for a job waypost doesn't run."""
+    line = getattr(job.params, step_param, None)
+    if not isinstance(line, str):
+        return None
+    try:
+        return wspec.decode(line).stage_dir
+    except wspec.SpecError:
+        return None
+
+
 def _quiet_script_dates() -> None:
     """Snakemake's code trigger also reruns a ``script:``/``notebook:`` job
     whose script is newer than its outputs (``Job.outputs_older_than_script_or_notebook``,

@@ -305,6 +305,25 @@ def at(stage_dir: str, me: int | None = None) -> Life:
     return read(stores.over(where), where, me=me)
 
 
+def succeeded_since(stage_dir: str, when: float) -> bool:
+    """Does ``stage_dir`` record a SUCCESS whose series began at or after
+    ``when`` (epoch seconds)? Its runner recorded it last, after the outputs
+    were in place: a job started at ``when`` and left unfinished in its
+    driver's eyes (the driver killed, its runner not) is complete."""
+    try:
+        found = at(stage_dir).manifest
+    except OSError:
+        return False
+    if not found or found.get("state") != states.SUCCESS or not found.get("attempts"):
+        return False
+    series = found["attempts"][-1].get("series")
+    began = [a.get("start") for a in found["attempts"] if a.get("series") == series]
+    try:
+        return bool(began) and all(began) and manifest.iso_to_epoch(began[0]) >= when
+    except ValueError:
+        return False
+
+
 def live_attempt(stage_dir: str, me: int | None = None) -> LiveAttempt | None:
     """The attempt at work in ``stage_dir`` (not this process's, ``me``),
     or None when there is none or it is gone."""
