@@ -51,6 +51,9 @@ pyproject.toml). Everything else is public:
   ``expand_container_img`` / ``env_modules`` and the persistence's
   ``_serialize_param``: what a job's record keeps of its triggers
   (``job_triggers``, ``Snake.current_spec``);
+- the persistence's ``incomplete(job)`` (async; what ``rerun-incomplete``
+  forces), ``_get_key(file)`` and ``_get_recorded_starttime(key)`` (when
+  the file's incomplete marker was made): ``take_finished_orphans``;
 - ``workflow.dag.forcefiles`` and ``workflow.dag_settings`` (``force``,
   ``forced_rules``), ``workflow.resource_settings._parsed_overwrite_resources``
   (``--set-resources`` keeps the last word); ``workflow.executor_plugin``
