@@ -203,3 +203,23 @@ def test_the_record_keeps_what_the_triggers_compare(ran):
     assert score["triggers"]["code"]["script"] == "scripts/score.py"
     train = json.loads((ran["wp"] / "records" / "_all" / "trial" / "train" / "a" / "_manifest.json").read_text())
     assert {i["path"]: bool(i.get("fingerprint")) for i in train["inputs"]} == {"train.sh": True, "data/a.txt": True}
+
+
+def test_rerun_drifted_redoes_in_presence_mode_what_plain_snakemake_would(ran, tmp_path):
+    """Issue 56: in presence mode an edit reruns nothing; ``waypost rerun
+    --drifted`` archives the jobs ``plan`` names (their records and
+    outputs), and the next run makes them again with the edit, as plain
+    Snakemake's run after the edit does, and leaves no drift."""
+    dirs = _copies(ran, tmp_path)
+    workdir = dirs["presence"]
+    _edit_params(workdir)
+    rerun = subprocess.run([sys.executable, "-m", "waypost.cli", "rerun", "--drifted", "--downstream", "--config",
+                            "config.yaml", "--profile", str(LOCAL_PROFILE)], cwd=workdir, capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr[-3000:]
+    assert "drifted: params: 0.05 → 0.1" in rerun.stdout, rerun.stdout
+    assert _planned(workdir, plain=False) == {"fit": 2, "score": 2, "report": 1}
+    done = _snakemake(workdir, plain=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (workdir / "out" / "a" / "fit.txt").read_text() == "a\nfdr=0.1\n"
+    assert _drift(workdir) == {}

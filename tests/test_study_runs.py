@@ -35,7 +35,7 @@ def study_config() -> dict:
 def cli(work: Path, *args: str, config: str = "config.yaml", check: bool = True) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "waypost.cli", args[0], "--config", str(work / config),
                "--workflow", str(EXAMPLE / "workflow"), *args[1:]]
-    if args[0] == "plan":
+    if args[0] == "plan" or "--drifted" in args:
         command[6:6] = ["--profile", str(LOCAL_PROFILE)]
     proc = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=120)
     if check and proc.returncode != 0:
@@ -112,6 +112,32 @@ def test_a_per_point_edit_is_drift_until_rerun_redoes_those_points(study_copy):
         archived = json.loads((stage_dir(work, "simulate", point) / ".attempts/1/_manifest.json").read_text())
         assert archived["settings"]["t_end"] == 0.02   # the run before the edit, kept
     assert json.loads(cli(work, "plan", "--json").stdout)["drift"] == []
+
+
+def test_rerun_drifted_redoes_what_plan_reports_and_only_that(study_copy):
+    """Issue 56: ``waypost rerun --drifted`` archives the done stages that
+    ``plan`` reports drifted (``-n``: lists them, with why, and changes
+    nothing); the next run redoes them, and then nothing has drifted."""
+    work = study_copy
+    config = study_config()
+    config["experiments"]["sweep"]["per_instance"]["alpha1.0-cells[23]0"] = {"simulate": {"t_end": 0.01}}
+    write_config(work, config)
+
+    listed = cli(work, "rerun", "--drifted", "-n").stdout
+    for point in POINTS[:2]:
+        assert f"results/_all/sweep/simulate/{point}: would be archived (drifted: settings: t_end: 0.02 → 0.01)" \
+            in listed, listed
+    assert "2 stage(s) would be redone" in listed and "cells40" not in listed
+    assert not any(stage_dir(work, "simulate", p).joinpath(".attempts").exists() for p in POINTS)
+    assert "nothing drifted" in cli(work, "rerun", "data_extract", "--drifted").stdout   # (of that stage)
+
+    out = cli(work, "rerun", "--drifted", "--downstream").stdout
+    assert "5 stage(s) will be redone" in out, out   # two simulations, their extracts, the summary
+    snakemake(work, snakefile=SNAKEFILE, check=False)
+    for point in POINTS[:2]:
+        assert read_manifest(stage_dir(work, "simulate", point))["settings"]["t_end"] == 0.01
+    assert json.loads(cli(work, "plan", "--json").stdout)["drift"] == []
+    assert "nothing drifted" in cli(work, "rerun", "--drifted").stdout
 
 
 def test_every_command_takes_several_instances_and_patterns(study):

@@ -146,7 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reuse)
 
     p = with_config(sub.add_parser("rerun", help="archive stages so the next run computes them again"))
-    p.add_argument("stage")
+    p.add_argument("stage", nargs="?", help="the stage (with --drifted: only its drifted jobs)")
+    p.add_argument("--drifted", action="store_true", help="the done stages `waypost plan` finds drifted (edited "
+                   "settings, code, inputs outside the root): a dry run with --profile decides, as plan's does")
+    p.add_argument("--profile", default="local", help="with --drifted: the Snakemake profile of the dry run "
+                   "(default: %(default)s)")
     p.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
     p.add_argument(*one, dest="pair", action="append", help=f"only this {word} (repeatable)")
     p.add_argument("--instance", action="append", help=INSTANCE_HELP.format(" of the stage", ""))
@@ -155,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--downstream", action="store_true", help="and every stage made from their outputs (also in "
                    "experiments that reuse them)")
     p.add_argument("-n", "--dry-run", action="store_true", help="say what would be archived")
-    p.set_defaults(func=cmd_rerun)
+    p.set_defaults(func=cmd_rerun, snakemake_args=[])
 
     retry_help = ("give stages that were given up (max_series, a give_up cue) or are waiting out a "
                   "series_backoff a new count of series: the next run tries them again, beginning as the "

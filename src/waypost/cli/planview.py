@@ -13,7 +13,7 @@ NAMED_INSTANCES = 10
 
 #: The drift tables, in order: a drifted group's kind → the table's title.
 DRIFT_TITLES = {"done": "done, but made with other settings, code or inputs than now "
-                        "(kept in presence mode; `waypost rerun STAGE` redoes one)",
+                        "(kept in presence mode; `waypost rerun --drifted` redoes them, `waypost rerun STAGE` one)",
                 "unfinished": "not done, and the next series goes on with work made under other settings",
                 "given_up": "given up, and its settings changed since (no run tries it again until `waypost retry`)"}
 

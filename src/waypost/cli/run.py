@@ -28,9 +28,27 @@ def cmd_plan(args) -> int:
     """What the next run would do and why, and the done stages that drifted:
     computed here, printed as JSON or by ``planview``."""
     from waypost.cli import planview  # (rich, loaded only for the commands that print tables)
-    from waypost.ops import owndrift, plan
 
     cfg = load_config(args)
+    code, report = plan_report(args, cfg)
+    if report is None:
+        return code
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        planview.render(termwidth.console(args.width), report, wconfig.derived(cfg).axis_words(), args.all_instances)
+    return 1 if args.check and report["drift"] else 0   # --check: drift is a problem found
+
+
+def plan_report(args, cfg: dict) -> tuple[int, dict | None]:
+    """``waypost plan``'s report (the next run's jobs, what waits, the done
+    stages that drifted), from a dry run with the command's profile and
+    Snakemake arguments, narrowed to its ``--experiment`` and
+    ``--instance``; (the dry run's exit code, None) when it failed, having
+    printed why."""
+    from waypost.ops import owndrift, plan
+
     extra = extra_args(args)
     wconfig.check_names(cfg, experiments=args.experiment, stages=stage_args(extra))
     reach(cfg["root"])
@@ -39,7 +57,7 @@ def cmd_plan(args) -> int:
     if code != 0:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)
-        return code
+        return code, None
     axis = wconfig.derived(cfg).axis
     rows = plan.next_run(plan.parse_jobs(found, axis.word if axis else "pair"), cfg)
     waiting = plan.reuse_held(found)   # (reused stages not in this run: their source is on its way elsewhere)
@@ -50,15 +68,9 @@ def cmd_plan(args) -> int:
     if args.experiment:   # (the dry run plans them all: what it shows is narrowed)
         rows = [r for r in rows if r["experiment"] in args.experiment]
         drifted = [r for r in drifted if r["experiment"] in args.experiment]
-    report = {"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": plan.collapse(drifted, cfg),
-              "code_unknown": code_unknown,
-              "input_edits": inputdrift.advice(drifted, cfg)}   # (inputs outside the root edited since: what to run)
-    if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        planview.render(termwidth.console(args.width), report, wconfig.derived(cfg).axis_words(), args.all_instances)
-    return 1 if args.check and drifted else 0   # --check: drift is a problem found
+    return 0, {"next_run": rows, "waiting": waiting, "drift": drifted, "drift_groups": plan.collapse(drifted, cfg),
+               "code_unknown": code_unknown,
+               "input_edits": inputdrift.advice(drifted, cfg)}   # (inputs outside the root edited since: what to run)
 
 
 def _only_instances(args, cfg: dict, rows: list[dict]) -> list[dict]:

@@ -21,30 +21,70 @@ def cmd_rerun(args) -> int:
     from waypost.ops import steer
 
     cfg = load_config(args)
+    if args.drifted:
+        code, done, why = _drifted(args, cfg)
+        if done is None:
+            return code
+    else:
+        if not args.stage:
+            raise wconfig.ConfigError("rerun: name the STAGE to rerun, or give --drifted (what `waypost plan` "
+                                      "finds drifted)")
+        wconfig.check_names(cfg, args.experiment, args.pair, args.stage)
+        if not (args.experiment or args.pair or args.instance or args.all) and len(cfg["experiments"]) > 1:
+            raise wconfig.ConfigError(f"rerun {args.stage}: the config has {len(cfg['experiments'])} experiments "
+                                      f"({', '.join(cfg['experiments'])}); say which with --experiment, --pair or "
+                                      f"--instance, or rerun it in all of them with --all")
+        reach(cfg["root"])
+        done, why = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream,
+                                args.dry_run), {}
+    _say_rerun(cfg, done, why, args.dry_run)
+    return 0
+
+
+def _drifted(args, cfg: dict) -> tuple[int, list | None, dict[str, str]]:
+    """``rerun --drifted``: the done stages ``plan`` finds drifted (of
+    ``STAGE``, ``--experiment``, ``--pair``, ``--instance`` when given),
+    archived; (the plan's dry run's exit code, None, {}) when it failed."""
+    from waypost.cli.run import plan_report
+    from waypost.ops import steer
+
     wconfig.check_names(cfg, args.experiment, args.pair, args.stage)
-    if not (args.experiment or args.pair or args.instance or args.all) and len(cfg["experiments"]) > 1:
-        raise wconfig.ConfigError(f"rerun {args.stage}: the config has {len(cfg['experiments'])} experiments "
-                                  f"({', '.join(cfg['experiments'])}); say which with --experiment, --pair or "
-                                  f"--instance, or rerun it in all of them with --all")
-    reach(cfg["root"])
-    done = steer.rerun(cfg, args.stage, args.experiment, args.pair, args.instance, args.downstream, args.dry_run)
+    code, report = plan_report(args, cfg)
+    if report is None:
+        return code, None, {}
+    rows = [r for r in report["drift"] if (not args.stage or r["stage"] == args.stage)
+            and (not args.pair or r["pair"] in args.pair)]
+    tree = stores.store_for(cfg["root"], quiet=True)
+    why = {tree.key(row["stage_dir"]): "; ".join(row.get("what") or []) for row in rows}
+    if not rows:
+        print("nothing drifted: every done stage" + (f" of {args.stage}" if args.stage else "")
+              + " was made with the current settings, code and inputs")
+        return 0, [], {}
+    return 0, steer.rerun_dirs(cfg, list(why), args.downstream, args.dry_run), why
+
+
+def _say_rerun(cfg: dict, done: list, why: dict[str, str], dry_run: bool) -> None:
+    from waypost.ops import steer
+
+    if not done:
+        return
     reused = steer.reuse_sources(cfg, [directory for directory, _, _ in done])
     for directory, archived, _ in done:
         note = (f" (reused: the next run copies it again from {_shown(reused[directory])}, "
                 "it does not recompute it)") if directory in reused else ""
-        print(f"{_shown(directory)}: {'would be archived' if args.dry_run else 'archived in ' + archived}{note}")
+        drifted = f" (drifted: {why[directory]})" if why.get(directory) else ""
+        print(f"{_shown(directory)}: {'would be archived' if dry_run else 'archived in ' + archived}{drifted}{note}")
     own = [directory for directory, _, own_layout in done if own_layout]
-    verb = "would be redone" if args.dry_run else "will be redone by the next run"
+    verb = "would be redone" if dry_run else "will be redone by the next run"
     if own:   # (their outputs are where their rule puts them: Snakemake remakes a deleted file only where needed)
-        verb = "would be archived" if args.dry_run else "archived"
+        verb = "would be archived" if dry_run else "archived"
     print(f"{len(done)} stage(s) {verb}" + (f", {len(reused)} of them taken again from their reuse source"
                                            if reused else ""))
     if own:
         print(f"{len(own)} of them are jobs of rules in their own layout: their outputs "
-              f"{'would go' if args.dry_run else 'went'} into the archive too, and the next run remakes "
+              f"{'would go' if dry_run else 'went'} into the archive too, and the next run remakes "
               "them where a target or a job that runs needs them, as plain Snakemake remakes deleted files "
               "(--downstream: what used them too; `snakemake FILE`: one alone)")
-    return 0
 
 
 def cmd_retry(args) -> int:

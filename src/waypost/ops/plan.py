@@ -202,7 +202,7 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
             continue
         current = None if own else settings_of(experiment, pair, stage, instance)
         row = {"experiment": experiment, "pair": pair, "stage": stage, "instance": instance,
-               "created": data.get("created"), "reused_from": None}
+               "created": data.get("created"), "reused_from": None, "stage_dir": directory}
         if data.get("given_up") or data["state"] != "SUCCESS":
             what = _unfinished(config, data, instance, current)
             if what:

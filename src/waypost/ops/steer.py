@@ -204,6 +204,23 @@ def rerun(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     if not selected:
         raise SteerError(f"nothing to rerun: no stage {_what(stage, instances)} with files "
                          f"for experiment(s) {', '.join(experiments)}" + (f", pair(s) {', '.join(pairs)}" if pairs else ""))
+    return _archive_for_rerun(config, tree, selected, downstream, dry_run)
+
+
+def rerun_dirs(config: dict, directories: list[str], downstream: bool = False,
+               dry_run: bool = False) -> list[tuple[str, str, bool]]:
+    """``rerun`` of these stage directories (``waypost rerun --drifted``:
+    those ``plan`` found drifted), as ``rerun`` returns them; the ones with
+    no files left are passed over."""
+    tree = stores.store_for(config["root"])
+    selected = list(dict.fromkeys(tree.key(d) for d in directories if tree.entries(d)))
+    return _archive_for_rerun(config, tree, selected, downstream, dry_run) if selected else []
+
+
+def _archive_for_rerun(config: dict, tree, selected: list[str], downstream: bool,
+                       dry_run: bool) -> list[tuple[str, str, bool]]:
+    """Archive ``selected`` (and, with ``downstream``, what consumed them),
+    none while an attempt runs in any of them."""
     if downstream:
         consumers = _consumers(tree, list(config["experiments"]))
         todo = list(selected)
