@@ -66,6 +66,11 @@ UNKNOWN = {
     ("rerun", "train_techer", "--all"): f"unknown stage 'train_techer' (expected one of: {STAGES})",
     ("rerun", "train_student", "--pair", "en-xc"): "unknown pair 'en-xc': not a pair of any experiment",
     ("rerun", "train_student", "--experiment", "smaple"): f"unknown experiment 'smaple' {EXPERIMENTS}",
+    ("rerun", "--drifted", "--profile", str(LOCAL_PROFILE), "--experiment", "smaple"):
+        f"unknown experiment 'smaple' {EXPERIMENTS}",
+    ("rerun", "train_techer", "--drifted", "--profile", str(LOCAL_PROFILE)):
+        f"unknown stage 'train_techer' (expected one of: {STAGES})",
+    ("rerun", "--all"): "rerun: name the STAGE to rerun, or give --drifted (what `waypost plan` finds drifted)",
     ("adopt", "train_techer", "--experiment", "exp1", "--pair", "en-xa"):
         f"unknown stage 'train_techer' (expected one of: {STAGES})",
     ("adopt", "train_vocab", "--experiment", "smaple", "--pair", "en-xa"): f"unknown experiment 'smaple' {EXPERIMENTS}",
