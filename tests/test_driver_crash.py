@@ -116,12 +116,38 @@ def test_a_killed_driver_leaves_its_series_to_go_on_in_place_from_the_checkpoint
     assert (stage / "energy.txt").read_text() == "annealed in 60 sweeps\n"
 
 
-def test_a_real_cancel_still_ends_the_series_as_the_policy_says(tmp_path):
-    stage = study(tmp_path, {"max_series": 2})
+def test_a_cancel_keeps_the_work_and_the_next_run_goes_on_in_place(tmp_path):
+    """Issue 56: Ctrl-C (SIGINT to the driver's process group, which the
+    runner passes to the step and records) is not the step's failure. The
+    stage is recorded CANCELLED, never given up for it, even with
+    ``max_series: 1``; the next run goes on with the same series in place,
+    from the step's checkpoints, that attempt not counted."""
+    stage = study(tmp_path, {"max_series": 1})
     driver = drive_until_saved(tmp_path, stage)
     os.killpg(driver.pid, signal.SIGINT)   # Ctrl-C in the driver's terminal
     assert driver.wait(timeout=60) != 0
     record = read_manifest(stage)   # the runner recorded the cancel itself
+    saved = len(list((stage / "saves").glob("sweep-*")))
+    assert record["state"] == "CANCELLED" and not record.get("given_up"), record
+    assert record["attempts"][0]["interrupted_by"] == "cancelled"
+    assert record["goes_on"]["series"] == 1 and "not the step's failure" in record["goes_on"]["reason"]
+
+    next_run(tmp_path)
+    record = read_manifest(stage)
+    assert record["state"] == "SUCCESS" and "goes_on" not in record
+    assert [(a["series"], a["action"], a["state"]) for a in record["attempts"]] == [
+        (1, "cmd", "CANCELLED"), (1, "restart", "SUCCESS")]
+    log = (stage / record["attempts"][1]["log"]).read_text()
+    assert int(log.split("begins at sweep ")[1].split(";")[0]) >= saved - 1 and "series attempt 1" in log
+    assert not (stage / ".attempts").exists()
+
+
+def test_a_cancel_ends_the_series_when_the_policy_says_so(tmp_path):
+    stage = study(tmp_path, {"max_series": 2, "cancelled": "end"})
+    driver = drive_until_saved(tmp_path, stage)
+    os.killpg(driver.pid, signal.SIGINT)
+    assert driver.wait(timeout=60) != 0
+    record = read_manifest(stage)
     assert record["state"] == "CANCELLED" and "interrupted_by" not in record["attempts"][0]
 
     next_run(tmp_path)

@@ -186,8 +186,18 @@ def test_the_runner_keeps_its_heartbeat_while_it_waits_and_a_signal_ends_the_wai
     stderr = proc.stderr.read().decode()
     data = read_manifest(stage)
     assert [a["action"] for a in data["attempts"]] == ["cmd"], stderr
-    assert data["attempts"][0]["decision"]["reason"] == "cancelled from outside during the 30 s wait before the next attempt"
+    # Cancelled from outside (cancelled: resume): the series is not over;
+    # the next run goes on with the restart the wait was for.
+    assert data["state"] == "CANCELLED" and not data.get("given_up")
+    assert data["goes_on"]["action"] == "restart" and data["goes_on"]["reason"].startswith(
+        "cancelled from outside during the 30 s wait before the next attempt")
     assert not marker.exists()
+    again = subprocess.run(RUNNER, input=step_input(stage, "exit 0", policy=policy), capture_output=True,
+                           env={**os.environ, manifest.RUN_ID_ENV: "a-later-run"})
+    assert again.returncode == 0, again.stderr
+    data = read_manifest(stage)
+    assert [(a["series"], a["action"], a["state"]) for a in data["attempts"]] == [
+        (1, "cmd", "FAILED"), (1, "restart", "SUCCESS")]
 
 
 @pytest.mark.parametrize("policy, message", [

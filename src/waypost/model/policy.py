@@ -36,6 +36,13 @@ and pair) holds:
   ``resume`` (the same series goes on in place, that attempt not counted:
   ``series.Series._resume_in_place``) or ``cancel`` (it ends the series as
   CANCELLED, as a cancel does; the next run begins a series by the cues);
+- ``cancelled``: what an attempt cancelled from outside does to its series
+  (Ctrl-C in the driver's terminal, a SIGTERM to the runner or its step,
+  not the scheduler's end of the job): ``resume`` (recorded ``CANCELLED``;
+  the next run goes on with the same series in place, from the step's
+  checkpoints, that attempt not counted, and no stage is given up for it)
+  or ``end`` (it ends the series as ``CANCELLED``, counted toward
+  ``max_series``);
 - ``workdir``: where the step runs: ``workflow`` (Snakemake's working
   directory, as every Snakemake job) or ``stage`` (its stage directory, a
   workspace of its own per point as in Maestro and Merlin; the job's files
@@ -52,6 +59,7 @@ from waypost.model.errors import WaypostError
 ACTIONS = ("restart", "rerun", "fail", "give_up")
 RERUN_MODES = ("dirty", "clean", "new")
 RUNNER_GONE_MODES = ("resume", "cancel")
+CANCELLED_MODES = ("resume", "end")
 WORKDIRS = ("workflow", "stage")
 DEPENDS_PRESETS = {
     "all_success": "parent.SUCCESS",
@@ -74,6 +82,7 @@ DEFAULTS = {
     "kill_grace": 10,
     "check_timeout": 60,
     "runner_gone": "resume",
+    "cancelled": "resume",
     "workdir": "workflow",
 }
 
@@ -91,7 +100,7 @@ Cue = namedtuple("Cue", "action when node rerun delay", defaults=(None, None))
 class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff", "series_backoff_growth",
                                    "restart", "rerun", "checks", "cues", "depends", "depends_node",
                                    "runtime", "runtime_growth", "memory_growth", "kill_grace", "check_timeout",
-                                   "runner_gone", "workdir", "attempt_delay"])):
+                                   "runner_gone", "workdir", "attempt_delay", "cancelled"])):
     """A validated policy (build it with ``from_config``); ``DEFAULTS`` has
     each key's default."""
     __slots__ = ()
@@ -123,6 +132,8 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
             raise PolicyError(f"rerun: {data['rerun']!r} is not one of: {', '.join(RERUN_MODES)}")
         if data["runner_gone"] not in RUNNER_GONE_MODES:
             raise PolicyError(f"runner_gone: {data['runner_gone']!r} is not one of: {', '.join(RUNNER_GONE_MODES)}")
+        if data["cancelled"] not in CANCELLED_MODES:
+            raise PolicyError(f"cancelled: {data['cancelled']!r} is not one of: {', '.join(CANCELLED_MODES)}")
         if data["workdir"] not in WORKDIRS:
             raise PolicyError(f"workdir: {data['workdir']!r} is not one of: {', '.join(WORKDIRS)}")
         attempt_delay = _seconds("attempt_delay", data["attempt_delay"])
@@ -140,7 +151,8 @@ class Policy(namedtuple("Policy", ["max_attempts", "max_series", "series_backoff
                    runtime_growth=float(data["runtime_growth"]),
                    memory_growth=float(data["memory_growth"]),
                    kill_grace=float(data["kill_grace"]), check_timeout=float(data["check_timeout"]),
-                   runner_gone=data["runner_gone"], workdir=data["workdir"], attempt_delay=attempt_delay)
+                   runner_gone=data["runner_gone"], workdir=data["workdir"], attempt_delay=attempt_delay,
+                   cancelled=data["cancelled"])
 
     def goes_on_in_workspace(self, action: str, rerun: str | None = None) -> bool:
         """Does an attempt that begins with ``action`` go on with the work
@@ -206,9 +218,9 @@ def _cue(i: int, cue: dict, subjects: set[str]) -> Cue:
 
 def counters(series: list[dict]) -> dict[str, int]:
     """The counters cues see: attempts of this series (all, restarts,
-    reruns) and the series' number. An attempt whose runner vanished and
-    after which the series went on in place (``interrupted_by``) is not
-    counted: it was not the step's."""
+    reruns) and the series' number. An attempt whose runner vanished, or
+    that was cancelled from outside, and after which the series went on in
+    place (``interrupted_by``) is not counted: it was not the step's."""
     counted = [a for a in series if not a.get("interrupted_by")]
     return {
         "attempt": len(counted),

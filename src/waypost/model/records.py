@@ -118,6 +118,7 @@ class Manifest(TypedDict, total=False):
     series_base: int
     reason: str | None
     triggers: dict | None   # a rule in its own layout: what Snakemake's rerun triggers compare
+    goes_on: dict | None    # cancelled from outside: the series the next run goes on with in place
 
 
 #: the key under which attempts and running markers name the scheduler's job

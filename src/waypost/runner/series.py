@@ -26,6 +26,10 @@ a manifest this very run wrote, not SUCCESS    DECIDED     the policy's decision
 a manifest this run wrote whose outputs are    DONE        nothing: exit 0
 there (Slurm ended the job after the step)
 
+a manifest of a series cancelled from         RUN         the same series goes on in place (restart
+outside (``goes_on``; ``cancelled: resume``)               when there is work, else cmd; or the
+                                                           restart or rerun a cancelled wait was for)
+
 an unfinished series (a manifest not          GIVEN_UP    nothing runs; exit 1 (0 and placeholders
 SUCCESS, no marker) marked ``given_up``                    when a funnel tolerates it)
 (``waypost retry`` clears it), or with its
@@ -137,11 +141,32 @@ class Series:
             return self._retried_by_snakemake(previous) if self.rule_retries else Next.DECIDED
         elif previous and retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
             return Next.DONE  # the step had finished when Slurm ended the job
+        elif previous and previous.get("goes_on") and policy.cancelled == "resume":
+            return self._after_a_cancel(directory, life, previous)
         elif previous:
             self.history = list(previous["attempts"])
             if not self.history and directory.own_layout:   # (a stage's archive takes its manifest too)
                 keep_record_without_attempts(directory, previous)
         return self._begin(directory, policy, running, previous, retried)
+
+    def _after_a_cancel(self, directory: StageDirectory, life, previous: records.Manifest) -> Next:
+        """The last series was cancelled from outside (``goes_on``): it goes
+        on in place, as its record says (a restart, the step's command when
+        nothing of it is left), that cancel not counted."""
+        self.history = list(previous["attempts"])
+        goes_on = previous["goes_on"]
+        self._go_on_with(goes_on["series"])
+        action = goes_on["action"]
+        if action == "restart" and not life.has_files():
+            action = "cmd"
+        self.first = wpolicy.Start(action, goes_on["reason"], goes_on.get("rerun"))
+        if self.attempts and self.attempts[-1].get("interrupted_by") == CANCELLED:
+            self.attempts[-1]["decision"] = {"action": action, "reason": goes_on["reason"]}
+        if directory.remote:
+            directory.remote.pull_workspace()   # the series goes on in it: checkpoints and all
+        print(f"waypost: {directory.name}: series {self.number} goes on with {action}: {goes_on['reason']}",
+              file=sys.stderr)
+        return Next.RUN
 
     def _retried_by_snakemake(self, previous: records.Manifest) -> Next:
         """The rule's own ``retries:`` made Snakemake run the job again after
@@ -269,6 +294,9 @@ class Series:
 # cancel does: a step that kills its own runner can't loop forever.
 RUNNER_GONE_LIMIT = 3
 RUNNER_GONE = "runner gone"
+# An attempt cancelled from outside (Ctrl-C, a SIGTERM) whose series the next
+# run goes on with in place (``cancelled: resume``); not counted either.
+CANCELLED = "cancelled"
 
 
 def runner_gone(attempt: dict) -> bool:

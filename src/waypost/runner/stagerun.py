@@ -14,7 +14,7 @@ from waypost.model import fingerprints, manifest, records, states
 from waypost.model import policy as wpolicy
 from waypost.model import spec as wspec
 from waypost.model.layout import LOGS, PROVISIONAL, RUNNING, UNFINISHED, stage_root
-from waypost.runner.series import Next, Series
+from waypost.runner.series import CANCELLED, Next, Series
 from waypost.runner.stageattempt import StageAttempt
 from waypost.runner.stagedir import StageDirectory
 from waypost.state import leftovers, lifecycle
@@ -198,7 +198,7 @@ class StageRun:
                 return self.finish("SKIPPED", reason="parents not accepted by depends "
                                    f"({self.policy.depends}): " + "; ".join(blocked))
             made = {"action": self.series.first.action, "rerun": self.series.first.rerun}
-        elif series[-1].get("interrupted_by"):   # its runner vanished: the series goes on in place
+        elif series[-1].get("interrupted_by"):   # its runner vanished, or a cancel: the series goes on in place
             made = series[-1]["decision"]
         elif self.series.retried_by_snakemake:
             made = {"action": "cmd", "reason": self.series.retried_by_snakemake}
@@ -279,9 +279,8 @@ class StageRun:
             if self.received_signal is not None and ending:
                 return self._ended_by_scheduler(record, ending)
             if self.received_signal is not None:
-                made = {"action": "fail", "reason": "cancelled from outside"}
-            else:
-                made = wpolicy.decision(self.policy, series)
+                return self._cancelled(record)
+            made = wpolicy.decision(self.policy, series)
             record["decision"] = made
             action, reason = made["action"], made["reason"]
             print(f"waypost: {self.name}: next: {action} ({reason})", file=sys.stderr)
@@ -296,6 +295,22 @@ class StageRun:
         last = series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
         return self.finish(final, give_up=reason if action == "give_up" else None)
+
+    def _cancelled(self, record: records.Attempt) -> int:
+        """The attempt was cancelled from outside (Ctrl-C in the driver's
+        terminal, a SIGTERM): not the step's failure. Recorded CANCELLED;
+        with ``cancelled: resume`` (the default) the attempt is not counted
+        and the next run goes on with the series in place, from what the
+        step left (``goes_on``); with ``end`` the series ends."""
+        if self.policy.cancelled == "end":
+            record["decision"] = {"action": "fail", "reason": "cancelled from outside"}
+            print(f"waypost: {self.name}: next: fail (cancelled from outside)", file=sys.stderr)
+            return self.finish("FAILED" if record["state"] == "SUCCESS" else record["state"])
+        why = "cancelled from outside: not the step's failure; the next run goes on with this series in place"
+        record["interrupted_by"] = CANCELLED
+        record["decision"] = {"action": "restart", "reason": why}
+        print(f"waypost: {self.name}: {why}", file=sys.stderr)
+        return self.finish("CANCELLED", goes_on={"series": self.series.number, "action": "restart", "reason": why})
 
     def _ended_by_scheduler(self, record: records.Attempt, ending) -> int:
         """A scheduler (Slurm) signals a job it ends for any reason (time
@@ -328,15 +343,24 @@ class StageRun:
                   file=sys.stderr)
             return 128 + signum
         last = self.series.attempts[-1]
-        last["decision"] = {"action": "fail",
-                            "reason": f"cancelled from outside during the {delay:g} s wait before the next attempt"}
+        during = f"cancelled from outside during the {delay:g} s wait before the next attempt"
+        if self.policy.cancelled == "resume" and last["decision"]["action"] in ("restart", "rerun"):
+            pending = last["decision"]
+            why = f"{during}; the next run goes on with this series: {pending['action']} ({pending['reason']})"
+            print(f"waypost: {self.name}: {why}", file=sys.stderr)
+            return self.finish("CANCELLED", goes_on={"series": self.series.number, "action": pending["action"],
+                                                     "rerun": pending.get("rerun"), "reason": why})
+        last["decision"] = {"action": "fail", "reason": during}
         print(f"waypost: {self.name}: next: fail ({last['decision']['reason']})", file=sys.stderr)
         return self.finish("FAILED" if last["state"] == "SUCCESS" else last["state"])
 
-    def finish(self, state: str, reason: str | None = None, give_up: str | None = None) -> int:
+    def finish(self, state: str, reason: str | None = None, give_up: str | None = None,
+               goes_on: dict | None = None) -> int:
         """Write the manifest (last): the series ended ``state``. ``give_up``:
         the policy gave the stage up for good (a ``give_up`` cue: why), so no
-        run starts another series until ``waypost retry``."""
+        run starts another series until ``waypost retry``. ``goes_on``: it
+        was cancelled from outside, and the next run goes on with it in place
+        (neither given up nor held for it)."""
         directory, series = self.directory, self.series
         outputs = self._described_outputs() if state == "SUCCESS" else []
         inputs = self._described_inputs()
@@ -352,6 +376,8 @@ class StageRun:
         )
         if series.base:
             record["series_base"] = series.base
+        if goes_on:
+            record["goes_on"] = goes_on
         # A stage that ran over parents that did not succeed (a funnel), or
         # over provisional ones, is provisional: the next run looks at those
         # parents again and redoes it when one of them is redone.
@@ -359,7 +385,7 @@ class StageRun:
         record["provisional"] = state == "SUCCESS" and bool(unsound)
         now = time.time()
         redo_from, hold = now, None
-        if state != "SUCCESS" and series.attempts:
+        if state != "SUCCESS" and series.attempts and not goes_on:
             reason, redo_from, hold = self._given_up_or_held(record, reason, give_up, now)
         if reason:
             record["reason"] = reason
