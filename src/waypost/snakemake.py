@@ -57,6 +57,7 @@ from waypost.planning.wiring import (
     own_layout_refusal,
     quiet_triggers,
     run_identity,
+    stop_on_request,
     take_finished_orphans,
     wire,
     wire_inputs,
@@ -146,6 +147,7 @@ class Pipeline:
         # Snakemake's rerun triggers (the run's own --rerun-triggers).
         quiet_triggers(self.snake)
         take_finished_orphans(self.snake, STEP_PARAM)   # (a SUCCESS a runner recorded after its driver died)
+        stop_on_request(STEP_PARAM)   # (a stop cue ends the run)
         self._own_layout: list[str] = []   # the rules in their own layout given a record (finish)
         self._unchecked: dict[str, list] = {}  # see Resolver.override_instances
         constraints = {"experiment": layout.NAME_PATTERN, "instance": layout.NAME_PATTERN}

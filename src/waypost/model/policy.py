@@ -20,12 +20,14 @@ and pair) holds:
   its heartbeat going on; no wait follows the last attempt;
 - ``checks``: name → shell command, run after every attempt; exit 0 makes the
   check SUCCESS, anything else FAILED (TIMEOUT past ``check_timeout``);
-- ``cues``: ordered ``{action: restart|rerun|fail|give_up, when: CONDITION}``
+- ``cues``: ordered ``{action: restart|rerun|fail|give_up|stop, when: CONDITION}``
   (and, for restart and rerun, ``delay``; for rerun, ``rerun``);
   the first whose condition holds decides. ``fail`` ends the series (the next
   run starts another, up to ``max_series``); ``give_up`` ends it for good: the
   stage is given up at once, and no run starts another series until
-  ``waypost retry`` (a check that knows a point is hopeless). With none
+  ``waypost retry`` (a check that knows a point is hopeless); ``stop`` ends
+  it as ``fail`` does and stops the whole run: no new job starts in it, the
+  running ones finish (Merlin's ``STOP_WORKERS``, ``HARD_FAIL``). With none
   matching, a SUCCESS attempt is done and anything else fails the stage;
 - ``depends``: which parent states this stage accepts (``all_success``,
   ``all_done`` or a condition over ``parent.STATE``), checked per parent;
@@ -56,7 +58,7 @@ from collections import namedtuple
 from waypost.model import conditions
 from waypost.model.errors import WaypostError
 
-ACTIONS = ("restart", "rerun", "fail", "give_up")
+ACTIONS = ("restart", "rerun", "fail", "give_up", "stop")
 RERUN_MODES = ("dirty", "clean", "new")
 RUNNER_GONE_MODES = ("resume", "cancel")
 CANCELLED_MODES = ("resume", "end")
@@ -305,8 +307,8 @@ def killed_from_outside(attempt: dict) -> bool:
 
 def decision(policy: Policy, series: list[dict]) -> dict:
     """The decision after the last attempt of ``series``, as its record
-    holds it: ``action`` (``done``, ``restart``, ``rerun``, ``fail`` or
-    ``give_up``), ``reason``, and for a next attempt, ``rerun`` (a rerun's
+    holds it: ``action`` (``done``, ``restart``, ``rerun``, ``fail``,
+    ``give_up`` or ``stop``), ``reason``, and for a next attempt, ``rerun`` (a rerun's
     workspace mode) and ``delay_s`` (the wait before it, when there is one)."""
     last = series[-1]
     found = _matching(policy, series)
@@ -331,7 +333,7 @@ def decision(policy: Policy, series: list[dict]) -> dict:
 
 def decide(policy: Policy, series: list[dict]) -> tuple[str, str]:
     """The next action after the last attempt of ``series``: ``done``,
-    ``restart``, ``rerun``, ``fail`` or ``give_up``, and why (``decision``
+    ``restart``, ``rerun``, ``fail``, ``give_up`` or ``stop``, and why (``decision``
     says more)."""
     made = decision(policy, series)
     return made["action"], made["reason"]

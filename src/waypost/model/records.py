@@ -119,6 +119,7 @@ class Manifest(TypedDict, total=False):
     reason: str | None
     triggers: dict | None   # a rule in its own layout: what Snakemake's rerun triggers compare
     goes_on: dict | None    # cancelled from outside: the series the next run goes on with in place
+    stopped_run: str | None  # a stop cue ended the series and its run: why
 
 
 #: the key under which attempts and running markers name the scheduler's job

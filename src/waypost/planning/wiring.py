@@ -51,6 +51,9 @@ pyproject.toml). Everything else is public:
   ``expand_container_img`` / ``env_modules`` and the persistence's
   ``_serialize_param``: what a job's record keeps of its triggers
   (``job_triggers``, ``Snake.current_spec``);
+- ``JobScheduler._handle_error`` (a failed job, under the scheduler's lock)
+  and its ``_user_kill`` (``"graceful"``: what ``exit_gracefully`` sets):
+  ``stop_on_request``;
 - the persistence's ``incomplete(job)`` (async; what ``rerun-incomplete``
   forces), ``_get_key(file)`` and ``_get_recorded_starttime(key)`` (when
   the file's incomplete marker was made): ``take_finished_orphans``;
@@ -80,6 +83,7 @@ import contextvars
 import inspect
 import os
 import re
+import sys
 import threading
 
 from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
@@ -1433,6 +1437,45 @@ def _take_orphans(persistence, step_param: str) -> None:
         return found
     persistence.incomplete = taken
     persistence._waypost_orphans = True
+
+
+def stop_on_request(step_param: str) -> None:
+    """A job whose series a ``stop`` cue ended recorded ``stopped_run`` in
+    this run: the run then starts no new job and lets the running ones
+    finish, as Snakemake's own graceful stop does (a SIGTERM to it:
+    ``JobScheduler.exit_gracefully``). Asked as the scheduler handles each
+    failed job (``JobScheduler._handle_error``, in the main process, for
+    every executor); installed once."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+    handle = JobScheduler._handle_error
+    if getattr(handle, "waypost", False):
+        return
+
+    def handled(self, job, postprocess_job: bool = True):
+        handle(self, job, postprocess_job)
+        why = next(filter(None, (_stopped_run(one, step_param) for one in getattr(job, "jobs", [job]))), None)
+        if why and self._user_kill is None:
+            print(f"waypost: {why}: no new job starts in this run; the running ones finish", file=sys.stderr)
+            self._user_kill = "graceful"   # (exit_gracefully, without its lock: this runs under it)
+    handled.waypost = True
+    JobScheduler._handle_error = handled
+
+
+def _stopped_run(job, step_param: str) -> str | None:
+    """Why a waypost job's record says a stop cue ended this run (its
+    stage's name and the cue); None when it doesn't."""
+    from waypost.state import lifecycle
+    directory = _record_dir(job, step_param)
+    if directory is None:
+        return None
+    try:
+        found = lifecycle.at(directory).manifest
+    except OSError:
+        return None
+    if not found or not found.get("stopped_run") or found.get("run") != os.environ.get(manifest.RUN_ID_ENV):
+        return None
+    return f"{layout.stage_name(found['pair'], found['experiment'], found['stage'], found.get('instance'))} " \
+           f"stopped the run ({found['stopped_run']})"
 
 
 def _record_dir(job, step_param: str) -> str | None:

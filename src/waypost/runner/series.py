@@ -57,6 +57,8 @@ cmd/restart/rerun   the next attempt of the series (after ``delay_s``; under
 done                the manifest: SUCCESS
 fail                the manifest: the last attempt's state (the series ends)
 give_up             as fail, and the stage is given up (``given_up``)
+stop                as fail, and the run starts no new job (``stopped_run``;
+                    the driver stops: ``wiring.stop_on_request``)
 ==================  ===========================================================
 """
 

@@ -175,7 +175,7 @@ class StageRun:
             return 0
         last = series[-1]["state"]
         return self.finish("FAILED" if last == "SUCCESS" else last, reason=why,
-                           give_up=reason if action == "give_up" else None)
+                           give_up=reason if action == "give_up" else None, stop=reason if action == "stop" else None)
 
     def run(self) -> int:
         self.received_signal = None
@@ -294,7 +294,8 @@ class StageRun:
                 return self._out_of_memory(ending)
         last = series[-1]["state"]
         final = "SUCCESS" if action == "done" else ("FAILED" if last == "SUCCESS" else last)
-        return self.finish(final, give_up=reason if action == "give_up" else None)
+        return self.finish(final, give_up=reason if action == "give_up" else None,
+                           stop=reason if action == "stop" else None)
 
     def _cancelled(self, record: records.Attempt) -> int:
         """The attempt was cancelled from outside (Ctrl-C in the driver's
@@ -355,12 +356,13 @@ class StageRun:
         return self.finish("FAILED" if last["state"] == "SUCCESS" else last["state"])
 
     def finish(self, state: str, reason: str | None = None, give_up: str | None = None,
-               goes_on: dict | None = None) -> int:
+               goes_on: dict | None = None, stop: str | None = None) -> int:
         """Write the manifest (last): the series ended ``state``. ``give_up``:
         the policy gave the stage up for good (a ``give_up`` cue: why), so no
         run starts another series until ``waypost retry``. ``goes_on``: it
         was cancelled from outside, and the next run goes on with it in place
-        (neither given up nor held for it)."""
+        (neither given up nor held for it). ``stop``: a stop cue (why) ended
+        it and this run: recorded (``stopped_run``), for the driver to stop."""
         directory, series = self.directory, self.series
         outputs = self._described_outputs() if state == "SUCCESS" else []
         inputs = self._described_inputs()
@@ -378,6 +380,9 @@ class StageRun:
             record["series_base"] = series.base
         if goes_on:
             record["goes_on"] = goes_on
+        if stop:
+            record["stopped_run"] = stop
+            reason = (f"{reason}; " if reason else "") + "stopped the run: no new job started in it"
         # A stage that ran over parents that did not succeed (a funnel), or
         # over provisional ones, is provisional: the next run looks at those
         # parents again and redoes it when one of them is redone.
@@ -390,7 +395,7 @@ class StageRun:
         if reason:
             record["reason"] = reason
             print(f"waypost: {self.name} {state}: {reason}", file=sys.stderr)
-        tolerated = state != "SUCCESS" and self.spec.tolerated and self.received_signal is None
+        tolerated = state != "SUCCESS" and self.spec.tolerated and self.received_signal is None and not stop
         if tolerated:
             directory.placeholders()
         path = manifest.manifest_path(directory.dir)
