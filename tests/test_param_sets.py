@@ -223,6 +223,36 @@ def test_a_sample_is_drawn_again_the_same_from_its_seed(tmp_path: Path):
 
 # --- runs over the other sets -----------------------------------------------------
 
+def test_labels_name_the_points_and_a_name_ending_in_a_digit_stays_unambiguous(tmp_path: Path):
+    """Issue 56: Maestro's ``label: SIZE.%%`` per parameter names the points
+    (an experiment's ``labels``, for any parameter set); without one, a
+    parameter whose name ends in a digit is joined to its value by ``.``:
+    ``V10.25`` could be V1 = 0.25 or V10 = .25, ``V1.0.25`` only the first."""
+    labelled = points(tmp_path, {"zip": {"SIZE": [10, 20], "ITERATIONS": [10, 20]},
+                                 "labels": {"SIZE": "SIZE.%%", "ITERATIONS": "ITER.%%"}})
+    assert list(labelled) == ["SIZE.10-ITER.10", "SIZE.20-ITER.20"]
+    assert list(points(tmp_path, {"grid": {"V1": [0.25], "V10": [0.5]}})) == ["V1.0.25-V10.0.5"]
+    assert list(points(tmp_path, {"sample": {"n": 1, "seed": 3, "parameters": {"x2": {"choice": [7]}}}})) == \
+        ["x2.7"]
+    assert list(points(tmp_path, {"grid": {"nu": [0.01], "amp": [0.5]}})) == ["nu0.01-amp0.5"]   # (as before)
+    where = f"{tmp_path / 'study.yaml'}: experiments.bench"
+    assert f"{where}.labels: mu: not a parameter of its grid" in \
+        error_of(tmp_path, {"grid": {"nu": [0.01]}, "labels": {"mu": "mu.%%"}})
+    assert f"{where}.labels.nu: 'nu' is not a label with %% where the value goes (SIZE.%% makes SIZE.10)" in \
+        error_of(tmp_path, {"grid": {"nu": [0.01]}, "labels": {"nu": "nu"}})
+
+
+def test_labelled_points_run_and_a_funnel_per_value_is_named_by_its_label(tmp_path: Path):
+    run = tiny_pipeline(tmp_path, STUDY, study({"zip": {"mesh": [8, 8, 16], "rep": [1, 2, 1]},
+                                                "labels": {"mesh": "MESH.%%", "rep": "trial%%"}}))
+    first = run(*reported(tmp_path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    out = tmp_path / "out" / "_all" / "bench"
+    assert sorted(p.name for p in (out / "solve").iterdir()) == ["MESH.16-trial1", "MESH.8-trial1", "MESH.8-trial2"]
+    assert sorted(p.name for p in (out / "per_mesh").iterdir()) == ["MESH.16", "MESH.8"]
+    assert (out / "per_mesh" / "MESH.8" / "table.txt").read_text() == "table of mesh 8\nmesh 8 rep 1\nmesh 8 rep 2\n"
+
+
 def test_a_zipped_set_runs_a_point_per_position_and_its_funnels_gather_them(tmp_path: Path):
     run = tiny_pipeline(tmp_path, STUDY, study({"zip": {"mesh": [8, 8, 16], "rep": [1, 2, 1]}}))
     first = run(*reported(tmp_path))

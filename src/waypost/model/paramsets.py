@@ -16,7 +16,9 @@ Each gives instance name → the point's values (parameter → value), in
 order. A point is named as a grid point is, by each parameter and its value
 joined by ``-`` in the order the parameters are written (``mesh8-rep1``), so
 a point keeps its name, directory and results whichever set makes it and
-however the set grows. Whatever can't make points is one ConfigError naming
+however the set grows. A parameter whose name ends in a digit is joined to
+its value by ``.`` (``V1.0.25``); the experiment's ``labels`` write a
+parameter's part as Maestro's ``label`` does (``SIZE.%%``: ``SIZE.10``). Whatever can't make points is one ConfigError naming
 the file (the config's, or the table's, and its line) and the key.
 
 A sample is reproducible: its draws use ``random.Random(seed).random()``
@@ -43,6 +45,7 @@ from waypost.model.layout import NAME_RULE, is_valid_name
 SETS = ("grid", "zip", "table", "sample")
 PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 INSTANCE_COLUMN = "instance"   # a table's column that names its points
+LABEL_VALUE = "%%"   # where a label (``labels``) puts the parameter's value
 
 #: A stage's settings that steer the engine, not the step: not passed to it,
 #: not hashed, and no parameter's name (a point's values join its settings).
@@ -92,7 +95,7 @@ def _value_text(value) -> str:
     return str(value)
 
 
-def grid_points(grid: dict, where: str) -> dict[str, dict]:
+def grid_points(grid: dict, where: str, labels: dict | None = None) -> dict[str, dict]:
     """A grid's points, in order (the first axis slowest): instance name
     (``nu0.01-amp0.5``: each axis and its value, joined by ``-``) → the
     point's values. ConfigError naming ``where`` and the key when values
@@ -104,7 +107,7 @@ def grid_points(grid: dict, where: str) -> dict[str, dict]:
                               f"({', '.join(ENGINE_KEYS)}): name the axis otherwise")
         values = axis_values(spec, f"{where}.{name}")
         for value in values:
-            part = f"{name}{_value_text(value)}"
+            part = name_part(name, value, labels)
             if not NAME_PART.fullmatch(part):
                 raise ConfigError(f"{where}.{name}: the value {value!r} makes the instance name part {part!r}, "
                                   f"which is not a valid name ({NAME_RULE})")
@@ -113,7 +116,7 @@ def grid_points(grid: dict, where: str) -> dict[str, dict]:
     if size > MAX_POINTS:
         raise ConfigError(f"{where}: {size:,} points; a grid has at most {MAX_POINTS:,}")
     names = list(axes)
-    return {"-".join(f"{n}{_value_text(v)}" for n, v in zip(names, combo)): dict(zip(names, combo))
+    return {"-".join(name_part(n, v, labels) for n, v in zip(names, combo)): dict(zip(names, combo))
             for combo in itertools.product(*axes.values())}
 
 
@@ -129,13 +132,43 @@ def points_of(experiment: dict, where: str, base: str) -> dict[str, dict] | None
         return None
     kind = given[0]
     spec, at = experiment[kind], f"{where}.{kind}"
+    labels = _labels(experiment.get("labels"), f"{where}.labels")
     if kind == "grid":
-        return grid_points(spec, at)
-    if kind == "zip":
-        return zip_points(spec, at)
-    if kind == "table":
-        return table_points(spec, at, base)
-    return sample_points(spec, at)
+        found = grid_points(spec, at, labels)
+    elif kind == "zip":
+        found = zip_points(spec, at, labels)
+    elif kind == "table":
+        found = table_points(spec, at, base, labels)
+    else:
+        found = sample_points(spec, at, labels)
+    unknown = sorted(set(labels) - {name for values in found.values() for name in values})
+    if unknown:
+        raise ConfigError(f"{where}.labels: {', '.join(unknown)}: not a parameter of its {kind}")
+    return found
+
+
+def _labels(labels, where: str) -> dict[str, str]:
+    """An experiment's ``labels``: parameter → how its part of a point's
+    name is written, ``%%`` standing for the value (Maestro's ``label``)."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) and LABEL_VALUE in v for v in labels.values()):
+        raise ConfigError(f"{where}: expected parameter → a label with {LABEL_VALUE} where the value goes "
+                          f"(SIZE.{LABEL_VALUE})")
+    return {_parameter(name, f"{where}.{name}"): label for name, label in labels.items()}
+
+
+def name_part(name: str, value, labels: dict | None = None) -> str:
+    """A parameter's part of a point's name: its label with the value for
+    ``%%`` when it has one; else the name and the value, joined by ``.``
+    when the name ends in a digit (``V1.0.25``, never ``V10.25``, which
+    could be ``V1`` = ``0.25`` or ``V10`` = ``.25``), else written together
+    (``nu0.01``)."""
+    text = _value_text(value)
+    label = (labels or {}).get(name)
+    if label:
+        return label.replace(LABEL_VALUE, text)
+    return f"{name}.{text}" if name[-1:].isdigit() else f"{name}{text}"
 
 
 def _parameter(name, where: str) -> str:
@@ -148,18 +181,18 @@ def _parameter(name, where: str) -> str:
     return name
 
 
-def name_of(values: dict) -> str:
-    """A point's instance name: each parameter and its value, joined by ``-``."""
-    return "-".join(f"{key}{value}" for key, value in values.items())
+def name_of(values: dict, labels: dict | None = None) -> str:
+    """A point's instance name: each parameter's part (``name_part``), joined by ``-``."""
+    return "-".join(name_part(key, value, labels) for key, value in values.items())
 
 
-def named(rows, what) -> dict[str, dict]:
+def named(rows, what, labels: dict | None = None) -> dict[str, dict]:
     """Instance name → values of each (name, values) of ``rows`` (a None
     name: made from the values); ``what(i)``: where the i-th row is written.
     ConfigError on a name that is not valid, or a point named twice."""
     found: dict[str, tuple[int, dict]] = {}
     for i, (name, values) in enumerate(rows):
-        name = name_of(values) if name is None else name
+        name = name_of(values, labels) if name is None else name
         if not is_valid_name(name):
             raise ConfigError(f"{what(i)}: the point {values} makes the instance name {name!r}, which is "
                                       f"not a valid name ({NAME_RULE}, no '..')")
@@ -174,7 +207,7 @@ def named(rows, what) -> dict[str, dict]:
 
 # --- zip ---------------------------------------------------------------------
 
-def zip_points(spec: dict, where: str) -> dict[str, dict]:
+def zip_points(spec: dict, where: str, labels: dict | None = None) -> dict[str, dict]:
     """A point per position of lists of one length."""
     lists = {_parameter(name, f"{where}.{name}"): values for name, values in spec.items()}
     lengths = {name: len(values) if isinstance(values, list) else None for name, values in lists.items()}
@@ -183,7 +216,7 @@ def zip_points(spec: dict, where: str) -> dict[str, dict]:
         raise ConfigError(f"{where}: lists of one length are zipped, a point per position; these are: "
                                   f"{shown or 'none'}")
     rows = [(None, dict(zip(lists, combo))) for combo in zip(*lists.values())]
-    return named(rows, lambda i: f"{where} (position {i + 1})")
+    return named(rows, lambda i: f"{where} (position {i + 1})", labels)
 
 
 # --- table -------------------------------------------------------------------
@@ -205,7 +238,7 @@ def _cell(text: str):
     return text
 
 
-def table_points(spec, where: str, base: str) -> dict[str, dict]:
+def table_points(spec, where: str, base: str, labels: dict | None = None) -> dict[str, dict]:
     """A point per row of a CSV file: ``spec`` its path, or ``{file,
     columns}`` (``columns``: the parameters, for a file without a header
     line)."""
@@ -248,7 +281,7 @@ def table_points(spec, where: str, base: str) -> dict[str, dict]:
             raise ConfigError(f"{path}: line {number}: no value in the column {empty!r}")
         name = cells.pop(INSTANCE_COLUMN, None)
         rows.append((name, {key: _cell(text) for key, text in cells.items()}))
-    return named(rows, lambda i: f"{path}: line {lines[i][0]}")
+    return named(rows, lambda i: f"{path}: line {lines[i][0]}", labels)
 
 
 # --- sample ------------------------------------------------------------------
@@ -289,7 +322,7 @@ def _drawer(spec, where: str):
         else round6(math.exp(a + u * (b - a)))
 
 
-def sample_points(spec: dict, where: str) -> dict[str, dict]:
+def sample_points(spec: dict, where: str, labels: dict | None = None) -> dict[str, dict]:
     """``n`` distinct points drawn with ``seed`` (see the module's docstring)."""
     n, seed, parameters = spec.get("n"), spec.get("seed"), spec.get("parameters")
     for key, value in (("n", n), ("seed", seed)):
@@ -307,7 +340,7 @@ def sample_points(spec: dict, where: str) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for _ in range(n * DRAWS_PER_POINT):
         values = {name: draw(rng.random()) for name, draw in drawers.items()}
-        name = name_of(values)
+        name = name_of(values, labels)
         if not is_valid_name(name):
             raise ConfigError(f"{where}: the point {values} makes the instance name {name!r}, which is "
                                       f"not a valid name ({NAME_RULE}, no '..')")

@@ -10,7 +10,7 @@ placeholder in the rule's ``wp.stage`` paths and a param (``wp.dim``), and
 
 ``wp.grid.per("mesh")`` is one instance per value of some parameters (of
 the values the points have, in their order): named as a point is by those
-parameters (``mesh8``), a stage with them gathers, along the other
+parameters (``mesh8``; with the experiment's ``labels``), a stage with them gathers, along the other
 parameters, the points with its values. A dimension's value is the value's
 text, as in the instance name (``8``; ``wp.setting("mesh")`` is the
 number).
@@ -22,13 +22,13 @@ then not known (``known``): nothing is checked against them.
 
 from __future__ import annotations
 
-from waypost.model import layout
+from waypost.model import layout, paramsets
 from waypost.planning.fanout import FanoutError, Named
 from waypost.planning.stagegraph import StageError
 
 
 def _text(value) -> str:
-    """A value as its instance names write it (``waypost.model.paramsets.grid_points``)."""
+    """A value as its instance names write it (``waypost.model.paramsets.name_part``)."""
     return str(value)
 
 
@@ -54,6 +54,10 @@ class Points(Named):
     @property
     def known(self) -> bool:
         return any(self.pipeline.resolver.points.values())
+
+    def labels(self, experiment: str) -> dict[str, str]:
+        """How the experiment's point names write its parameters (its ``labels``)."""
+        return (self.pipeline.resolver.config["experiments"].get(experiment) or {}).get("labels") or {}
 
     def dims_in(self, experiment: str) -> tuple[str, ...]:
         points = self._points(experiment)
@@ -106,7 +110,7 @@ class Per(Named):
                 mine = {p: values[p] for p in self.dims if p in values}
                 if len(mine) < len(self.dims):
                     return {}   # (said before any job: Resolver.check_points)
-                name = "-".join(f"{p}{v}" for p, v in mine.items())
+                name = paramsets.name_of(mine, self.points.labels(experiment))
                 if not layout.is_valid_name(name):
                     raise FanoutError(f"rule {self.rule}: {self!r}: the values {mine} make the "
                                       f"instance name {name!r}, which is not a valid name ({layout.NAME_RULE})")
