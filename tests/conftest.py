@@ -402,16 +402,25 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
     return proc.returncode, out
 
 
+# The modules of plain Snakemake's floor, side by side with it: `make test`
+# runs them beside the others, with Snakemake's own workflows (tests/run.sh).
+FLOOR_MODULES = {"test_own_triggers.py", "test_own_snakefile.py", "test_plain_floor.py", "test_driver_crash.py"}
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests on the Slurm cluster carry the ``slurm`` marker, and those
     on a bucket mount the ``mount`` marker: `make test` runs them beside the
-    others (tests/run.sh), as they mostly wait on Slurm and on the mounts."""
+    others (tests/run.sh), as they mostly wait on Slurm and on the mounts.
+    Those of ``FLOOR_MODULES`` carry ``floor``: they run beside the others
+    too, with Snakemake's own workflows, whose run ends well before theirs."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "slurm_cluster" in fixtures:
             item.add_marker(pytest.mark.slurm)
         if "mounted_bucket" in fixtures:
             item.add_marker(pytest.mark.mount)
+        if item.path.name in FLOOR_MODULES:
+            item.add_marker(pytest.mark.floor)
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,9 @@
 # a temp dir of its own: the tests on the local Slurm cluster (marker
 # `slurm`: they mostly wait on Slurm's scheduling and polling), on a bucket
 # mount (`mount`) and the soaks (`soak`); Snakemake's own test workflows
-# (`conformance`: one Snakemake process forking each run); and all the
-# others. On 2 cores the first two took the tests from 47 minutes to 27.
+# (`conformance`: one Snakemake process forking each run) with the tests of
+# plain Snakemake's floor beside it (`floor`); and all the others. On 2
+# cores the first two took the tests from 47 minutes to 27.
 # Their output follows the others' (and stays in test-artifacts/). With
 # arguments, one plain pytest run of them.
 #
@@ -25,11 +26,12 @@ conformance_log=test-artifacts/conformance-tests.log
 "$PY" -m pytest -q -m "(slurm or mount or soak) and not conformance" -p no:cacheprovider --durations=10 \
     --basetemp="$tmp/slurm" >"$log" 2>&1 &
 slurm=$!
-"$PY" -m pytest -q -m conformance -p no:cacheprovider --durations=5 -rxXs \
+"$PY" -m pytest -q -m "conformance or (floor and not slurm and not mount and not soak)" -p no:cacheprovider \
+    --durations=5 -rxXs \
     --basetemp="$tmp/conformance" >"$conformance_log" 2>&1 &
 conformance=$!
 trap 'kill $slurm $conformance 2>/dev/null' EXIT
-"$PY" -m pytest -q -m "not slurm and not mount and not soak and not conformance" --durations=15 \
+"$PY" -m pytest -q -m "not slurm and not mount and not soak and not conformance and not floor" --durations=15 \
     --basetemp="$tmp/rest"
 rest=$?
 wait "$slurm"
@@ -42,7 +44,7 @@ echo "(this run's temp dirs: $tmp)"
 echo "----- the tests on the Slurm cluster, on bucket mounts and the soaks (run beside the ones above; $log) -----"
 cat "$log"
 echo
-echo "----- Snakemake's own test workflows with waypost's lines (run beside them; $conformance_log) -----"
+echo "----- Snakemake's own test workflows with waypost's lines, and the floor's tests (run beside them; $conformance_log) -----"
 tail -n 60 "$conformance_log"
 # 5: no test selected (a checkout without Slurm tests) is not a failure.
 ((slurm_rc == 5)) && slurm_rc=0
