@@ -364,30 +364,12 @@ class StageRun:
         (neither given up nor held for it). ``stop``: a stop cue (why) ended
         it and this run: recorded (``stopped_run``), for the driver to stop."""
         directory, series = self.directory, self.series
-        outputs = self._described_outputs() if state == "SUCCESS" else []
-        inputs = self._described_inputs()
-        record = records.manifest(
-            experiment=self.spec.experiment, pair=self.spec.pair, stage=self.spec.stage,
-            instance=self.spec.instance, state=state, created=manifest.now_iso(), attempts=series.history,
-            outputs=outputs, inputs=inputs, settings=self.spec.settings,
-            config_hash=self.spec.config_hash, code_version=self.spec.code_version, run=series.run_id,
-            outputs_dir=directory.outputs_dir(), wildcards=self.spec.wildcards if directory.own_layout else None,
-            declared=[os.path.relpath(os.path.abspath(o), directory.base) for o in directory.outputs]
-            if directory.own_layout else None,
-            triggers=self.spec.triggers or None,
-        )
-        if series.base:
-            record["series_base"] = series.base
+        record = self._manifest(state)
         if goes_on:
             record["goes_on"] = goes_on
         if stop:
             record["stopped_run"] = stop
             reason = (f"{reason}; " if reason else "") + "stopped the run: no new job started in it"
-        # A stage that ran over parents that did not succeed (a funnel), or
-        # over provisional ones, is provisional: the next run looks at those
-        # parents again and redoes it when one of them is redone.
-        unsound = [i["path"] for i in inputs if i["state"] not in states.SOUND_INPUTS or i["provisional"]]
-        record["provisional"] = state == "SUCCESS" and bool(unsound)
         now = time.time()
         redo_from, hold = now, None
         if state != "SUCCESS" and series.attempts and not goes_on:
@@ -402,18 +384,50 @@ class StageRun:
         manifest.write_json_atomic(path, records.checked("manifest", record, path))
         if directory.remote:  # outputs only where they count; the manifest last
             directory.remote.push(directory.outputs, final=state == "SUCCESS" or tolerated)
-        # A skipped stage is looked at again when one of its parents is redone
-        # (a parent given up is not: nor is its consumer), a failed one is redone.
-        marked = series.attempts[-1]["state"] if series.attempts else "SKIPPED"
-        directory.set_marker(UNFINISHED, redo_from if tolerated and state != "SKIPPED"
-                             and not record.get("given_up") else None, marked)
-        directory.set_marker(PROVISIONAL, now if record["provisional"] or (tolerated and state == "SKIPPED")
-                             else None, marked)
+        self._set_markers(state, record, tolerated, redo_from, now)
         directory.register_hold(hold)
         directory.remove_running()
         if directory.remote:
             directory.remote.close()
         return self._exit_status(state, record, tolerated)
+
+    def _manifest(self, state: str) -> records.Manifest:
+        """The manifest of the series that ended ``state``, as the step left
+        the stage: its attempts, outputs (a success's), inputs and settings."""
+        directory, series = self.directory, self.series
+        outputs = self._described_outputs() if state == "SUCCESS" else []
+        inputs = self._described_inputs()
+        record = records.manifest(
+            experiment=self.spec.experiment, pair=self.spec.pair, stage=self.spec.stage,
+            instance=self.spec.instance, state=state, created=manifest.now_iso(), attempts=series.history,
+            outputs=outputs, inputs=inputs,
+            settings=self.spec.settings, config_hash=self.spec.config_hash, code_version=self.spec.code_version,
+            run=series.run_id, outputs_dir=directory.outputs_dir(),
+            wildcards=self.spec.wildcards if directory.own_layout else None,
+            declared=[os.path.relpath(os.path.abspath(o), directory.base) for o in directory.outputs]
+            if directory.own_layout else None,
+            triggers=self.spec.triggers or None,
+        )
+        if series.base:
+            record["series_base"] = series.base
+        # A stage that ran over parents that did not succeed (a funnel), or
+        # over provisional ones, is provisional: the next run looks at those
+        # parents again and redoes it when one of them is redone.
+        unsound = [i["path"] for i in inputs if i["state"] not in states.SOUND_INPUTS or i["provisional"]]
+        record["provisional"] = state == "SUCCESS" and bool(unsound)
+        return record
+
+    def _set_markers(self, state: str, record: records.Manifest, tolerated: bool, redo_from: float,
+                     now: float) -> None:
+        """A skipped stage is looked at again when one of its parents is
+        redone (a parent given up is not: nor is its consumer), a failed one
+        is redone; a provisional one, when a parent is."""
+        series, directory = self.series, self.directory
+        marked = series.attempts[-1]["state"] if series.attempts else "SKIPPED"
+        directory.set_marker(UNFINISHED, redo_from if tolerated and state != "SKIPPED"
+                             and not record.get("given_up") else None, marked)
+        directory.set_marker(PROVISIONAL, now if record["provisional"] or (tolerated and state == "SKIPPED")
+                             else None, marked)
 
     def _described_outputs(self) -> list[dict]:
         """The manifest's outputs: the declared ones, and (a rule in its own
