@@ -82,16 +82,15 @@ def test_a_stop_cue_ends_the_run_and_the_next_run_goes_on(tmp_path):
     assert "e/relax/stop stopped the run (cue 1 (stop when cmd.exit == 105)): no new job starts in this run" \
         in done.stderr, done.stderr[-3000:]
     # No job started after the stop: every point that ran began before the
-    # stop point's attempt ended, and the funnel (it accepts failed parents:
-    # keep-going alone would have run it) never ran.
+    # stop point's attempt ended (Snakemake picks the order: the stop point
+    # may run last), and the funnel (it accepts failed parents: keep-going
+    # alone would have run it) never ran.
     ended = manifest.iso_to_epoch(stopped["attempts"][-1]["end"])
     for point in set(points) - {"stop"}:
         if (stage(tmp_path, "relax", point) / "_manifest.json").exists():
             began = read_manifest(stage(tmp_path, "relax", point))["attempts"][0]["start"]
             assert manifest.iso_to_epoch(began) <= ended, point
     assert not (stage(tmp_path, "summary") / "_manifest.json").exists()
-    ran = sum((stage(tmp_path, "relax", p) / "_manifest.json").exists() for p in points)
-    assert ran < len(points), "every point ran: the stop stopped nothing"
 
     status = subprocess.run([sys.executable, "-m", "waypost.cli", "status", "--json", "--config",
                              "config/config.yaml", "--workflow", "workflow"], cwd=tmp_path, capture_output=True,
