@@ -1466,16 +1466,7 @@ def _stopped_run(job, step_param: str) -> str | None:
     stage's name and the cue); None when it doesn't."""
     from waypost.state import lifecycle
     directory = _record_dir(job, step_param)
-    if directory is None:
-        return None
-    try:
-        found = lifecycle.at(directory).manifest
-    except OSError:
-        return None
-    if not found or not found.get("stopped_run") or found.get("run") != os.environ.get(manifest.RUN_ID_ENV):
-        return None
-    return f"{layout.stage_name(found['pair'], found['experiment'], found['stage'], found.get('instance'))} " \
-           f"stopped the run ({found['stopped_run']})"
+    return None if directory is None else lifecycle.stopped_run(directory, os.environ.get(manifest.RUN_ID_ENV))
 
 
 def _record_dir(job, step_param: str) -> str | None:

@@ -28,7 +28,7 @@ from functools import cached_property
 
 from waypost import scheduler
 from waypost.model import manifest, states
-from waypost.model.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join
+from waypost.model.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join, stage_name
 from waypost.model.records import Manifest
 from waypost.scheduler import stepgroup
 
@@ -305,15 +305,20 @@ def at(stage_dir: str, me: int | None = None) -> Life:
     return read(stores.over(where), where, me=me)
 
 
+def _manifest_at(stage_dir: str) -> Manifest | None:
+    """The manifest of one stage directory, None when it has none or can't be read."""
+    try:
+        return at(stage_dir).manifest
+    except OSError:
+        return None
+
+
 def succeeded_since(stage_dir: str, when: float) -> bool:
     """Does ``stage_dir`` record a SUCCESS whose series began at or after
     ``when`` (epoch seconds)? Its runner recorded it last, after the outputs
     were in place: a job started at ``when`` and left unfinished in its
     driver's eyes (the driver killed, its runner not) is complete."""
-    try:
-        found = at(stage_dir).manifest
-    except OSError:
-        return False
+    found = _manifest_at(stage_dir)
     if not found or found.get("state") != states.SUCCESS or not found.get("attempts"):
         return False
     series = found["attempts"][-1].get("series")
@@ -322,6 +327,16 @@ def succeeded_since(stage_dir: str, when: float) -> bool:
         return bool(began) and all(began) and manifest.iso_to_epoch(began[0]) >= when
     except ValueError:
         return False
+
+
+def stopped_run(stage_dir: str, run: str | None) -> str | None:
+    """How ``stage_dir``'s record names itself and the stop cue that ended
+    the run ``run`` (``stopped_run``); None when it ended no run, or another."""
+    found = _manifest_at(stage_dir)
+    if not found or not found.get("stopped_run") or found.get("run") != run:
+        return None
+    name = stage_name(found["pair"], found["experiment"], found["stage"], found.get("instance"))
+    return f"{name} stopped the run ({found['stopped_run']})"
 
 
 def live_attempt(stage_dir: str, me: int | None = None) -> LiveAttempt | None:
