@@ -14,6 +14,7 @@ import sys
 
 from waypost import __version__
 from waypost.cli.find import cmd_find, cmd_reuse
+from waypost.cli.importspec import cmd_import
 from waypost.cli.run import cmd_cron, cmd_plan, cmd_run
 from waypost.cli.setup import cmd_init, cmd_profiles_install, cmd_workers
 from waypost.cli.status import cmd_status
@@ -219,6 +220,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-profiles", action="store_true", help="don't install waypost's profiles for bare names")
     p.add_argument("--profiles-target", default="~/.config/snakemake", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_init)
+
+    imports = sub.add_parser("import", help="write a pipeline that runs a Maestro or Merlin study spec as written")
+    kinds = imports.add_subparsers(dest="kind", required=True)
+    p = kinds.add_parser("maestro", help="a Maestro spec (maestro run SPEC [--pgen FILE])")
+    p.add_argument("spec", help="the study's YAML spec")
+    p.add_argument("--pgen", metavar="FILE", help="a parameter generator (get_custom_generator(env, **kwargs)): "
+                   "its points replace global.parameters, as in Maestro")
+    p.add_argument("--pargs", action="append", metavar="KEY:VALUE", help="an argument of the generator (repeatable)")
+    p.add_argument("--to", default=".", metavar="DIR", help="where to write workflow/Snakefile and config/ "
+                   "(default: here; nothing there is overwritten)")
+    p.set_defaults(func=cmd_import)
+    p = kinds.add_parser("merlin", help="a Merlin spec (merlin run SPEC)")
+    p.add_argument("spec", help="the study's YAML spec")
+    p.add_argument("--samples", metavar="FILE", help="the samples (.csv, .npy, whitespace-separated), instead "
+                   "of merlin.samples.file (Merlin's --samplesfile)")
+    p.add_argument("--to", default=".", metavar="DIR", help="where to write workflow/Snakefile and config/ "
+                   "(default: here; nothing there is overwritten)")
+    p.set_defaults(func=cmd_import)
 
     profiles = sub.add_parser("profiles", help="Snakemake profiles").add_subparsers(dest="action", required=True)
     p = profiles.add_parser("install", help="make waypost's profiles usable by bare name (--profile local): "

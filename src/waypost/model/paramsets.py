@@ -227,7 +227,7 @@ _WHOLE = re.compile(r"[+-]?\d+")
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
-def _cell(text: str):
+def cell_value(text: str):
     """A CSV cell's value: a whole number, a number, or the text."""
     bare = text.strip()
     if _WHOLE.fullmatch(bare):
@@ -280,7 +280,7 @@ def table_points(spec, where: str, base: str, labels: dict | None = None) -> dic
         if empty:
             raise ConfigError(f"{path}: line {number}: no value in the column {empty!r}")
         name = cells.pop(INSTANCE_COLUMN, None)
-        rows.append((name, {key: _cell(text) for key, text in cells.items()}))
+        rows.append((name, {key: cell_value(text) for key, text in cells.items()}))
     return named(rows, lambda i: f"{path}: line {lines[i][0]}", labels)
 
 
