@@ -70,7 +70,8 @@ def names_of(study: Study, specroot: str) -> list[tuple[str, str, str]]:
         names.append((variable_name(name), _expression(str(value), known), ""))
         known.add(variable_name(name))
     for name, dependency in study.git.items():
-        path = _expression(dependency["path"], known)
+        # (a clone Maestro puts in its study's output path goes beside the root, not among its stage directories)
+        path = _expression(dependency["path"].replace("$(OUTPUT_PATH)", "dependencies"), known)
         names.append((variable_name(name), f"os.path.abspath({path})", f"env.dependencies.git: {dependency['url']}"))
     return names
 
@@ -185,15 +186,19 @@ def points_csv(study: Study) -> str:
 
 
 def workers_text(classes: dict[str, dict]) -> str:
-    """``config/workers.yaml``: waypost's own pools, with a class for each
+    """``config/workers.yaml``: waypost's own local pool and an ``onprem``
+    Slurm pool (the cluster's default partition), each with a class per
     placement the study's steps ask for (nodes, tasks, a node of their own)."""
     pools = wworkers.load(wworkers.PACKAGE_FILE, check=False)
+    pools["pools"].setdefault("onprem", {"executor": "slurm",
+                                         "classes": {"cpu": {"cpus": 1, "mem_mb": 1000, "runtime": 60}}})
     for pool in pools["pools"].values():
         local = pool.get("executor") == "local"
         for name, place in classes.items():
             pool["classes"][name] = _worker_class(place, local)
-    header = ("# Worker pools (docs/workers.md): waypost's own, and a class per placement the imported study's\n"
-              "# steps ask for (nodes, procs, exclusive); a profile picks the pool.\n")
+    header = ("# Worker pools (docs/workers.md): waypost's own local pool, a Slurm pool (--profile onprem: add\n"
+              "# partition, account or qos to its classes), and a class per placement the imported study's steps\n"
+              "# ask for (nodes, procs, exclusive).\n")
     return header + yaml.dump(pools, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=120)
 
 
@@ -204,7 +209,7 @@ def _worker_class(place: dict, local: bool) -> dict:
     flags = [f"--nodes={int(place.get('nodes') or 1)}", f"--ntasks={procs}"]
     if place.get("exclusive"):
         flags.append("--exclusive")
-    return {"partition": "cpu", "cpus": 1, "mem_mb": 1000, "runtime": 60, "extra": " ".join(flags)}
+    return {"cpus": 1, "mem_mb": 1000, "runtime": 60, "extra": " ".join(flags)}
 
 
 class _Dumper(yaml.SafeDumper):

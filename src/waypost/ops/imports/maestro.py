@@ -63,7 +63,7 @@ def study_of(spec: dict, path: str, kind: str, pgen: str | None = None, pargs: l
     variables = {str(k): v for k, v in (env.get("variables") or {}).items()}
     output_path = variables.pop("OUTPUT_PATH", None)
     if output_path is not None:
-        study.root = str(output_path)
+        study.root = os.path.normpath(str(output_path)) if "$(" not in str(output_path) else study.root
         study.fixed["OUTPUT_PATH"] = "{OUTPUT_PATH}"
     study.variables = {k: str(v) for k, v in variables.items()}
     study.labels = {str(k): str(v) for k, v in (env.get("labels") or {}).items()}

@@ -52,7 +52,18 @@ def read(path: str, target: str, samples_file: str | None = None) -> Study:
         _samples(study, samples or {}, info, samples_file)
     for i, raw in enumerate(spec["study"]):
         _protocol(study, study.steps[i], raw["run"])
+        _sample_paths(study, study.steps[i])
     return study
+
+
+def _sample_paths(study: Study, step) -> None:
+    """Merlin puts a step's samples in a hierarchy below its parameters'
+    labels; here each sample is an instance directory of the step."""
+    used = {m.group(1) for text in (step.cmd, step.restart or "") for m in TOKEN.finditer(text)}
+    if used & {"MERLIN_GLOB_PATH", "MERLIN_SAMPLE_PATH", "MERLIN_PATHS_ALL"}:
+        step.notes.append(f"{study.spec}: {step.where}: $(MERLIN_GLOB_PATH) is * and $(MERLIN_SAMPLE_PATH) empty: "
+                          "each sample's directory is an instance directory of its step ($(step.workspace)/*, "
+                          "named by its values), not Merlin's hierarchy; check the paths its command builds")
 
 
 def _protocol(study: Study, step, run: dict) -> None:

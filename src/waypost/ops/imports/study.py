@@ -240,7 +240,7 @@ def _converted(study: Study, rule: Rule, rules: dict[str, Rule], text: str, wher
         if name in names and attribute in (None, "label", "name"):
             if attribute == "name":
                 return name
-            rule.rule_params.setdefault(name, f'wp.setting("{name}")')
+            rule.rule_params.setdefault(name, _value_of(rule, name))
             if attribute == "label":
                 label = study.param_labels.get(name) or f"{name}.{paramsets.LABEL_VALUE}"
                 return label.replace(paramsets.LABEL_VALUE, f"{{params.{name}}}")
@@ -249,7 +249,7 @@ def _converted(study: Study, rule: Rule, rules: dict[str, Rule], text: str, wher
             return _workspace(rule, rules[name], where, study)
         if attribute is None and name in study.fixed and "{params." in study.fixed[name]:
             for param in re.findall(r"\{params\.(\w+)\}", study.fixed[name]):
-                rule.rule_params.setdefault(param, f'wp.setting("{param}")')
+                rule.rule_params.setdefault(param, _value_of(rule, param))
         if attribute is None and name in study.git:
             rule.inputs.setdefault(name, variable_name(name))
             return f"{{input.{name}}}"
@@ -260,6 +260,12 @@ def _converted(study: Study, rule: Rule, rules: dict[str, Rule], text: str, wher
         return match.group(0)
     escaped = _expanded(study, text).replace("{", "{{").replace("}", "}}")
     return TOKEN.sub(token, escaped)
+
+
+def _value_of(rule: Rule, name: str) -> str:
+    """A parameter's value as a param of the rule: the point's setting, or,
+    in a job per some parameters, its value's text (``wp.dim``)."""
+    return f'wp.setting("{name}")' if rule.every_parameter else f'wp.dim("{name}")'
 
 
 def _workspace(rule: Rule, parent: Rule, where: str, study: Study) -> str:
