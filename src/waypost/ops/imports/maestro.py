@@ -24,10 +24,11 @@ from waypost.ops.imports.study import SpecError, Step, Study, rule_name
 #: Maestro's $(LAUNCHER), with its optional [nodes, procs] breakdown.
 LAUNCHER = re.compile(r"\$\(LAUNCHER\)(\[[^\]]*\])?")
 #: Keys of a step's ``run`` kept as they are or mapped; others are noted.
-RUN_KEYS = {"cmd", "depends", "restart", "walltime", "nodes", "procs", "exclusive", "shell"}
+RUN_KEYS = frozenset({"cmd", "depends", "restart", "walltime", "nodes", "procs", "exclusive", "shell",
+                      "restart_limit"})
 #: Keys of a step's ``run`` that only tune a scheduler waypost's worker class covers.
 SCHEDULER_KEYS = {"cores per task", "gpus", "tasks per rs", "rs per node", "bind", "bind gpus", "reservation",
-                  "qos", "priority", "cpus per task", "use_mpi"}
+                  "qos", "priority", "cpus per task", "use_mpi", "batch"}
 
 
 def read_yaml(path: str, kind: str) -> dict:
@@ -51,15 +52,30 @@ def read(path: str, pgen: str | None = None, pargs: list[str] | None = None) -> 
     return study_of(spec, path, "Maestro", pgen, pargs)
 
 
-def study_of(spec: dict, path: str, kind: str, pgen: str | None = None, pargs: list[str] | None = None) -> Study:
-    """The parts Maestro and Merlin share: description, env, steps, parameters."""
+def study_of(spec: dict, path: str, kind: str, pgen: str | None = None, pargs: list[str] | None = None,
+             run_keys: frozenset = frozenset()) -> Study:
+    """The parts Maestro and Merlin share: description, env, steps,
+    parameters. ``run_keys``: the keys of a step's ``run`` the caller reads too."""
     description = spec.get("description") or {}
     if not isinstance(description, dict) or not description.get("name"):
         raise SpecError(f"{path}: description.name: required (the study's name)")
-    env = spec.get("env") or {}
     study = Study(kind=kind, spec=path, name=rule_name(str(description["name"])),
                   description=str(description.get("description") or ""),
-                  steps=[_step(path, i, s) for i, s in enumerate(spec["study"])])
+                  steps=[_step(path, i, s, RUN_KEYS | run_keys) for i, s in enumerate(spec["study"])])
+    _environment(study, spec.get("env") or {})
+    if "batch" in spec:
+        study.notes.append(f"{path}: batch: the scheduler is waypost's profile's (--profile onprem: Slurm); its "
+                           "partition, account and qos are config/workers.yaml's onprem pool (docs/workers.md)")
+    _parameters(study, spec.get("global.parameters"), path)
+    if pgen:
+        _generated(study, pgen, pargs or [])
+    for step in study.steps:
+        _launcher(study, step)
+    return study
+
+
+def _environment(study: Study, env: dict) -> None:
+    """``env``: its variables (``OUTPUT_PATH`` is the root), labels and dependencies."""
     variables = {str(k): v for k, v in (env.get("variables") or {}).items()}
     output_path = variables.pop("OUTPUT_PATH", None)
     if output_path is not None:
@@ -72,19 +88,10 @@ def study_of(spec: dict, path: str, kind: str, pgen: str | None = None, pargs: l
     _dependencies(study, env.get("dependencies") or {})
     for key in env:
         if key not in ("variables", "labels", "dependencies", "sources"):
-            study.notes.append(f"{path}: env.{key}: not read by waypost import; write what it sets up by hand")
-    if "batch" in spec:
-        study.notes.append(f"{path}: batch: the scheduler is waypost's profile's (--profile onprem: Slurm); its "
-                           "partition, account and qos are config/workers.yaml's onprem pool (docs/workers.md)")
-    _parameters(study, spec.get("global.parameters"), path)
-    if pgen:
-        _generated(study, pgen, pargs or [])
-    for step in study.steps:
-        _launcher(study, step)
-    return study
+            study.notes.append(f"{study.spec}: env.{key}: not read by waypost import; write what it sets up by hand")
 
 
-def _step(path: str, index: int, raw) -> Step:
+def _step(path: str, index: int, raw, known: frozenset) -> Step:
     where = f"study[{index}]"
     if not isinstance(raw, dict) or not raw.get("name") or not isinstance(raw.get("run"), dict):
         raise SpecError(f"{path}: {where}: expected a step with a name and a run: mapping")
@@ -99,17 +106,19 @@ def _step(path: str, index: int, raw) -> Step:
                 restart=run.get("restart"), depends=[str(d) for d in depends], shell=run.get("shell"))
     if run.get("walltime"):
         step.runtime = _minutes(path, where, run["walltime"])
+        step.policy["runtime"] = step.runtime
     step.placement = {k: run[k] for k in ("nodes", "procs", "exclusive") if run.get(k)}
-    if step.restart:
+    if step.restart:   # (Maestro restarts a step after a timeout, up to its --rlimit: 1)
         step.policy["cues"] = [{"action": "restart", "when": "cmd.TIMEOUT"}]
         step.policy["max_attempts"] = 1 + int(run.get("restart_limit", 1) or 1)
-    if step.runtime:
-        step.policy["runtime"] = step.runtime
-    step.notes = [f"{path}: {where}: run.{k}: not mapped; set it in config/workers.yaml's class for the step"
-                  for k in run if k not in RUN_KEYS and k in SCHEDULER_KEYS]
-    step.notes += [f"{path}: {where}: run.{k}: not read by waypost import; write its effect by hand"
-                   for k in run if k not in RUN_KEYS and k not in SCHEDULER_KEYS and k != "restart_limit"]
+    step.notes = [_unread(path, where, key) for key in run if key not in known]
     return step
+
+
+def _unread(path: str, where: str, key: str) -> str:
+    if key in SCHEDULER_KEYS:
+        return f"{path}: {where}: run.{key}: not mapped; set it in config/workers.yaml's class for the step"
+    return f"{path}: {where}: run.{key}: not read by waypost import; write its effect by hand"
 
 
 def _minutes(path: str, where: str, walltime) -> float:

@@ -31,6 +31,8 @@ CUES = [("MERLIN_RESTART", {"action": "restart"}),
         ("MERLIN_HARD_FAIL", {"action": "stop"}),
         ("MERLIN_STOP_WORKERS", {"action": "stop"})]
 DEFAULT_RETRIES = 30
+#: A step's ``run`` keys Merlin adds (its queue is Celery's: nothing to map).
+RUN_KEYS = frozenset({"max_retries", "retry_delay", "task_queue"})
 #: The parameter that numbers the samples ($(MERLIN_SAMPLE_ID)).
 SAMPLE = "sample"
 
@@ -40,7 +42,7 @@ def read(path: str, target: str, samples_file: str | None = None) -> Study:
     written to (its ``config/`` is ``$(MERLIN_INFO)``: a ``generate``
     command writes the samples there)."""
     spec = maestro.read_yaml(path, "Merlin")
-    study = maestro.study_of(spec, path, "Merlin")
+    study = maestro.study_of(spec, path, "Merlin", run_keys=RUN_KEYS)
     info = os.path.join(target, "config")
     study.fixed.update({name: str(code) for name, code in CODES.items()})
     study.fixed.update({"MERLIN_INFO": "{MERLIN_INFO}", "MERLIN_WORKSPACE": "{OUTPUT_PATH}",
@@ -83,8 +85,6 @@ def _protocol(study: Study, step, run: dict) -> None:
     if run.get("walltime"):
         policy["runtime"] = step.runtime
     step.policy = policy   # (Maestro's restart-on-timeout is not Merlin's: its restart is the exit code's)
-    for key in ("task_queue", "max_retries", "retry_delay", "batch"):
-        step.notes = [n for n in step.notes if f"run.{key}:" not in n]
 
 
 def _workers(study: Study, resources: dict) -> None:
