@@ -145,9 +145,33 @@ def test_an_override_is_checked_like_any_setting_and_must_name_an_instance():
     assert "per_instance.a b: 'a b' is neither an instance name" in text
     assert "per_instance.alpha1.0-cells50.simulatee: unknown stage 'simulatee'" in text
     assert "policy of stage simulate (experiment sweep, instance alpha1.0-cells150)" in text
-    # the workflow's schema says which keys a stage takes, under per_instance too
+    # the stage's settings (its top-level entry, no schema) say which keys a point may set
     raw["experiments"]["sweep"]["per_instance"] = {"alpha1.0-cells50": {"simulate": {"t_ned": 1}}}
-    assert "per_instance.alpha1.0-cells50.simulate.t_ned: unknown key 't_ned'" in error_of(raw)
+    assert "study.yaml: experiments.sweep.per_instance.alpha1.0-cells50.simulate.t_ned: not a setting of stage " \
+           "simulate (its settings: t_end, checkpoint_every, bad_node_after); a new one is declared with its " \
+           "default in stages.simulate" in error_of(raw)
+
+
+def test_a_stages_settings_are_typed_by_their_values_without_a_schema():
+    """No schema file: the values in the top-level `stages` declare the
+    settings and their types; overrides anywhere keep to them."""
+    raw = example_config()
+    sweep = raw["experiments"]["sweep"]
+    sweep["per_instance"] = {"alpha1.0-cells50": {"simulate": {"bad_node_after": "5x"}},
+                             "alpha1.0-cells150": {"simulate": {"checkpoint_every": 0.5}}}
+    sweep["stages"] = {"simulate": {"t_end": "long"}}
+    text = error_of(raw)
+    assert "study.yaml: experiments.sweep.per_instance.alpha1.0-cells50.simulate.bad_node_after: '5x' is text, " \
+           "and stages.simulate.bad_node_after is 0: expected a value of its type" in text
+    assert "per_instance.alpha1.0-cells150.simulate.checkpoint_every: 0.5 is a number, and " \
+           "stages.simulate.checkpoint_every is 400" in text
+    assert "experiments.sweep.stages.simulate.t_end: 'long' is text, and stages.simulate.t_end is 0.1" in text
+    # a whole number where a number is declared, a key the experiment adds, a null: fine
+    sweep["per_instance"] = {"alpha1.0-cells50": {"simulate": {"t_end": 1, "mesh": "coarse", "bad_node_after": None}}}
+    sweep["stages"] = {"simulate": {"mesh": "fine"}}
+    settings = wconfig.stage_settings(prepared(raw), "sweep", wconfig.ALL_PAIRS, "simulate",
+                                      matched=("alpha1.0-cells50",))
+    assert (settings["t_end"], settings["mesh"], settings["checkpoint_every"]) == (1, "coarse", 400)
 
 
 def test_an_override_may_not_set_a_grid_axis():

@@ -427,13 +427,17 @@ def axis_words(config: Mapping) -> tuple[str, str]:
 
 
 def check_semantics(config: dict, source: str, axis: Axis | None = None, stages: list[str] | None = None,
-                    instanced: list[str] | None = None, instances: dict | None = None) -> None:
+                    instanced: list[str] | None = None, instances: dict | None = None,
+                    declared: frozenset = frozenset()) -> None:
     """What the schema can't say: names that must be the workflow's stages
     (``stages``, when known), an experiment's axis values or its instances
     (``instances``: experiment → names, when known; else its grid's
-    points, when it has a grid), and policies that parse. ``config`` is in
-    the engine's axis names (see ``prepare``)."""
+    points, when it has a grid), policies that parse, and the settings of a
+    stage the workflow's schema doesn't declare (``declared``), typed by
+    their values in the top-level ``stages`` (``typed_settings``).
+    ``config`` is in the engine's axis names (see ``prepare``)."""
     check = _SemanticCheck(config, source, axis, stages, instanced)
+    check.declared = declared
     if stages is not None:
         for stage in config.get("stages", {}):
             check.stage(f"stages.{stage}", stage)
@@ -441,6 +445,21 @@ def check_semantics(config: dict, source: str, axis: Axis | None = None, stages:
         check.experiment(name, experiment, (instances or {}).get(name))
     if check.problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(check.problems))
+
+
+def typed_mismatch(declared, value) -> str | None:
+    """What ``value`` is when it is not of the kind ``declared`` is (a
+    number, a whole number, text, true/false, a list, a mapping; a null
+    declares nothing), else None."""
+    kinds = ((bool, "true or false"), (int, "a whole number"), (float, "a number"), (str, "text"),
+             (list, "a list"), (dict, "a mapping"))
+    if declared is None or value is None:
+        return None
+    want = next((kind for kind, _ in kinds if isinstance(declared, kind)), None)
+    have = next(((kind, name) for kind, name in kinds if isinstance(value, kind)), (None, type(value).__name__))
+    if want is None or have[0] is want or (want is float and have[0] is int):
+        return None
+    return have[1]
 
 
 class _SemanticCheck:
@@ -455,6 +474,7 @@ class _SemanticCheck:
         self.known = stages if stages is not None else list(config["stages"])
         self.problems: list[str] = []
         self.policies: dict[str, str | None] = {}   # a policy's JSON → its error (None: it parses)
+        self.declared: frozenset = frozenset()     # stages the workflow's schema declares
 
     def problem(self, text: str) -> None:
         self.problems.append(f"{self.source}: {text}")
@@ -465,8 +485,9 @@ class _SemanticCheck:
                          f"(expected one of the workflow's stages: {', '.join(self.known)})")
 
     def experiment(self, name: str, experiment: dict, known_instances: list[str] | None) -> None:
-        for stage in experiment.get("stages", {}):
+        for stage, values in experiment.get("stages", {}).items():
             self.stage(f"experiments.{name}.stages.{stage}", stage)
+            self.typed(f"experiments.{name}.stages.{stage}", stage, values, None)
         self.per_pair(name, experiment)
         self.reuse(name, experiment)
         if known_instances is None and name in self.derived.points:
@@ -482,8 +503,9 @@ class _SemanticCheck:
             if pair not in pairs:
                 self.problem(f"experiments.{name}.{self.per}.{pair}: unknown {self.word} {pair!r} "
                              f"(expected one of this experiment's {self.key}: {', '.join(pairs)})")
-            for stage in settings:
+            for stage, values in settings.items():
                 self.stage(f"experiments.{name}.{self.per}.{pair}.{stage}", stage)
+                self.typed(f"experiments.{name}.{self.per}.{pair}.{stage}", stage, values, None)
 
     def reuse(self, name: str, experiment: dict) -> None:
         pairs = experiment["pairs"]
@@ -509,6 +531,7 @@ class _SemanticCheck:
         grid = bool(experiment.get("grid"))
         for stage, values in (settings or {}).items():
             self.stage(f"{where}.{stage}", stage)
+            self.typed(f"{where}.{stage}", stage, values, experiment)
             if self.instanced is not None and stage in self.known and stage not in self.instanced:
                 self.problem(f"{where}.{stage}: stage {stage} has no instances (per_instance is "
                              f"for the stages with instances: {', '.join(self.instanced) or 'none'})")
@@ -517,6 +540,34 @@ class _SemanticCheck:
                              + ("an axis of the grid" if grid else "a parameter of the points")
                              + ": a point's value is in its name (change the "
                              + ("grid" if grid else "points") + " instead)")
+
+    def typed(self, where: str, stage: str, values, experiment: dict | None) -> None:
+        """A stage the workflow's schema doesn't declare has the settings its
+        top-level ``stages`` entry gives, typed by their values: an override
+        of one has a value of its type, and a point's override (``experiment``
+        given) names one of them or one its experiment gives."""
+        if stage in self.declared or not isinstance(values, dict):
+            return
+        base = {k: v for k, v in (self.config.get("stages", {}).get(stage) or {}).items()
+                if k not in paramsets.ENGINE_KEYS}
+        for key, value in values.items():
+            if key in paramsets.ENGINE_KEYS:
+                continue
+            if key in base:
+                wrong = typed_mismatch(base[key], value)
+                if wrong:
+                    self.problem(f"{where}.{key}: {value!r} is {wrong}, and stages.{stage}.{key} is "
+                                 f"{base[key]!r}: expected a value of its type")
+            elif experiment is not None and base and key not in self._experiment_keys(experiment, stage):
+                self.problem(f"{where}.{key}: not a setting of stage {stage} (its settings: "
+                             f"{', '.join(base)}); a new one is declared with its default in stages.{stage}")
+
+    @staticmethod
+    def _experiment_keys(experiment: dict, stage: str) -> set:
+        keys = set((experiment.get("stages", {}).get(stage) or {}))
+        for settings in (experiment.get("per_pair") or {}).values():
+            keys |= set((settings or {}).get(stage) or {})
+        return keys
 
     def experiment_policies(self, name: str, experiment: dict, overrides: dict) -> None:
         # Axis values without overrides share their settings: check the first.
@@ -685,7 +736,7 @@ def prepare(config: dict, workflow_dir: str, source: str, check: bool = True, ax
     _to_engine_axis(config, axis)
     config = Prepared(config, Derived(axis, expand_grids(config, source), in_section, source))
     if stages is not None:
-        check_semantics(config, source, axis, stages, instanced)
+        check_semantics(config, source, axis, stages, instanced, declared=declared_stages(schema))
     return config
 
 
@@ -699,8 +750,13 @@ def complete(config: dict, workflow_dir: str, source: str, axis: Axis | None, st
     schema = schema_for(os.path.abspath(workflow_dir), axis, derived(config).in_section)
     filled = apply_defaults({"stages": config.get("stages", {})}, {**schema, "properties": {}}, stages)
     config = with_derived({**config, "stages": filled["stages"]}, config)
-    check_semantics(config, source, axis, stages, instanced, instances)
+    check_semantics(config, source, axis, stages, instanced, instances, declared_stages(schema))
     return config
+
+
+def declared_stages(schema: dict) -> frozenset:
+    """The stages whose settings the workflow's schema declares."""
+    return frozenset(schema["$defs"]["stages"].get("properties") or {})
 
 
 def waypost_config(config: Mapping, overrides: Mapping, configfile: str | None) -> tuple[dict, str, bool]:
