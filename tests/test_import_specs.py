@@ -234,6 +234,22 @@ def test_merlin_soft_failures_go_on_and_a_hard_failure_stops_the_run(tmp_path):
     assert hard["stopped_run"]
 
 
+def test_a_step_named_as_the_snakefiles_own_names_is_renamed(tmp_path):
+    """A step called `all` or `config`, a variable called `workflow`: the
+    Snakefile keeps its own names, and the study still runs."""
+    (tmp_path / "s.yaml").write_text(textwrap.dedent("""\
+        description: {name: names}
+        env: {variables: {workflow: flows, OUTPUT_PATH: out}}
+        study:
+          - {name: all, run: {cmd: "echo $(workflow) > w.txt"}}
+          - {name: config, run: {cmd: "cat $(all.workspace)/w.txt > c.txt", depends: [all]}}
+        """))
+    out = wp_import(tmp_path, "maestro", "s.yaml").stdout
+    assert "2 rule(s) (step_all, step_config)" in out
+    run(tmp_path, "--cores", "1")
+    assert (tmp_path / "out" / "_all" / "names" / "step_config" / "c.txt").read_text() == "flows\n"
+
+
 def test_merlin_feature_demo_plans_as_merlin_expands_it(tmp_path):
     """feature_demo: per-sample steps (they name a sample's column) and the
     steps after them once (Merlin doesn't inherit samples); a step in
@@ -258,6 +274,7 @@ def test_merlin_feature_demo_plans_as_merlin_expands_it(tmp_path):
                 "P 2, Q 1"),
     ("not-a-spec", "expected a Maestro spec: a mapping with a `study:` list of steps"),
     ("exists", "workflow/Snakefile: exists; nothing was written"),
+    ("same-rule", "study[1] (a_b): the step 'a_b' and 'a-b' both as rule a_b: name steps apart"),
 ])
 def test_a_spec_that_cant_be_imported_is_one_line_and_writes_nothing(tmp_path, case, expected):
     spec = {"description": {"name": "s"},
@@ -267,6 +284,8 @@ def test_a_spec_that_cant_be_imported_is_one_line_and_writes_nothing(tmp_path, c
                                   "Q": {"values": [1] if case == "lengths" else [1, 2], "label": "Q.%%"}}}
     if case == "not-a-spec":
         spec = {"description": {"name": "s"}}
+    if case == "same-rule":
+        spec["study"] = [{"name": "a-b", "run": {"cmd": "echo"}}, {"name": "a_b", "run": {"cmd": "echo"}}]
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     if case == "exists":
         (tmp_path / "workflow").mkdir()

@@ -141,11 +141,14 @@ def _spec_path(study: Study, text: str, info: str) -> str:
 def _generate(study: Study, command: str, info: str) -> None:
     """Run the spec's ``generate`` command, as Merlin does when its samples
     file is not there (in the directory the pipeline is written to)."""
+    made = not os.path.isdir(info)
     os.makedirs(info, exist_ok=True)
     line = _spec_path(study, command, info)
-    print(f"waypost import: merlin.samples.generate.cmd: {line}")
+    print(f"waypost import: merlin.samples.generate.cmd: {line}", flush=True)
     done = subprocess.run(line, shell=True, cwd=os.path.dirname(info), capture_output=True, text=True)
     if done.returncode != 0:
+        if made and not os.listdir(info):
+            os.rmdir(info)
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
         raise SpecError(f"{study.spec}: merlin.samples.generate.cmd exited {done.returncode}: {last[0]} "
                         "(run it by hand, or give the samples with --samples FILE)")

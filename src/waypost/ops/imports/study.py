@@ -91,16 +91,23 @@ class Rule:
     worker: str | None = None             # the worker class of its placement
 
 
+#: Names the generated Snakefile has of its own (a rule or variable of the spec is renamed ``step_NAME``).
+RESERVED = frozenset({"all", "wp", "os", "config", "workflow", "rules", "shell", "checkpoints", "workspace",
+                      "Pipeline", "input", "output", "params", "wildcards", "threads", "resources", "log", "rule",
+                      "jobid", "SPECROOT", "OUTPUT_PATH", "MERLIN_INFO"})
+
+
 def rule_name(step: str) -> str:
     """A step's name as a rule's (``make-lulesh`` → ``make_lulesh``)."""
     name = re.sub(r"\W", "_", step)
-    return f"step_{name}" if not name or name[0].isdigit() else name
+    return f"step_{name}" if not name or name[0].isdigit() or name in RESERVED else name
 
 
 def plan_rules(study: Study) -> list[Rule]:
     """The study's steps as rules, parents first (the spec's order where it
     can): which parameters each runs per, what it reads, its command."""
     steps = {s.name: s for s in study.steps}
+    _distinct(study)
     order = _ordered(study, steps)
     names = study.parameter_names
     rules: dict[str, Rule] = {}
@@ -119,6 +126,17 @@ def plan_rules(study: Study) -> list[Rule]:
     for rule in rules.values():
         _commands(study, rule, rules)
     return list(rules.values())
+
+
+def _distinct(study: Study) -> None:
+    """Each step once, and each as a rule of its own name."""
+    seen: dict[str, str] = {}
+    for step in study.steps:
+        name = rule_name(step.name)
+        if name in seen:
+            same = "twice" if seen[name] == step.name else f"and {seen[name]!r} both as rule {name}"
+            raise SpecError(f"{study.spec}: {step.where}: the step {step.name!r} {same}: name steps apart")
+        seen[name] = step.name
 
 
 def _ordered(study: Study, steps: dict[str, Step]) -> list[Step]:
@@ -282,8 +300,10 @@ def _workspace(rule: Rule, parent: Rule, where: str, study: Study) -> str:
 
 
 def variable_name(name: str) -> str:
-    """A variable of the spec as a name of the Snakefile."""
-    return rule_name(name)
+    """A variable of the spec as a name of the Snakefile (its own names
+    are kept: ``SPECROOT``, ``OUTPUT_PATH``, ``MERLIN_INFO``, as the spec
+    writes them)."""
+    return name if name in ("SPECROOT", "OUTPUT_PATH", "MERLIN_INFO", "LAUNCHER") else rule_name(name)
 
 
 def check_points(study: Study) -> None:
