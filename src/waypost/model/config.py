@@ -564,7 +564,7 @@ class _SemanticCheck:
 
     @staticmethod
     def _experiment_keys(experiment: dict, stage: str) -> set:
-        keys = set((experiment.get("stages", {}).get(stage) or {}))
+        keys = set(experiment.get("stages", {}).get(stage) or {})
         for settings in (experiment.get("per_pair") or {}).values():
             keys |= set((settings or {}).get(stage) or {})
         return keys
