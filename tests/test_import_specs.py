@@ -161,7 +161,7 @@ def test_merlin_restart_example_follows_its_exit_codes(tmp_path):
     work = spec_copy(tmp_path, "merlin", "restart.yaml")
     (work / "samples.csv").write_text("0.1,0.2\n0.3,0.4\n0.5,0.6\n")
     out = wp_import(work, "merlin", "restart.yaml", "--samples", "samples.csv").stdout
-    assert "merlin.resources.workers: Celery's workers are not needed" in out
+    assert "merlin.resources.workers and the steps' task_queue: Celery's workers and queues are not needed" in out
     assert jobs_of(work) == {"build": 1, "runs": 3, "runs_rt": 3, "runs_rs": 3, "data": 1}
     run(work, "--cores", "2")
     study = work / "studies" / "_all" / "restart"

@@ -48,7 +48,7 @@ def read(path: str, target: str, samples_file: str | None = None) -> Study:
     study.fixed.update({"MERLIN_INFO": "{MERLIN_INFO}", "MERLIN_WORKSPACE": "{OUTPUT_PATH}",
                         "MERLIN_GLOB_PATH": "*", "MERLIN_SAMPLE_PATH": ""})
     merlin = spec.get("merlin") or {}
-    _workers(study, merlin.get("resources") or {})
+    _workers(study, merlin.get("resources") or {}, [raw["run"] for raw in spec["study"]])
     samples = merlin.get("samples")
     if samples or samples_file:
         _samples(study, samples or {}, info, samples_file)
@@ -87,9 +87,13 @@ def _protocol(study: Study, step, run: dict) -> None:
     step.policy = policy   # (Maestro's restart-on-timeout is not Merlin's: its restart is the exit code's)
 
 
-def _workers(study: Study, resources: dict) -> None:
-    if resources.get("workers"):
-        study.notes.append(f"{study.spec}: merlin.resources.workers: Celery's workers are not needed: the run's "
+def _workers(study: Study, resources: dict, runs: list[dict]) -> None:
+    """Celery's workers and the steps' queues have nothing to map to: said
+    once, naming what was read."""
+    keys = ["merlin.resources.workers"] if resources.get("workers") else []
+    keys += ["the steps' task_queue"] if any(run.get("task_queue") for run in runs) else []
+    if keys:
+        study.notes.append(f"{study.spec}: {' and '.join(keys)}: Celery's workers and queues are not needed: the run's "
                            "--jobs/--cores and the profile's pool (config/workers.yaml) decide what runs at once")
 
 
