@@ -111,6 +111,44 @@ def test_maestro_pgen_points_replace_the_parameters(tmp_path):
     assert jobs_of(work)["post_process_lulesh_size"] == 3
 
 
+def test_a_pgen_reads_a_mapping_variable_as_the_yaml_holds_it(tmp_path):
+    """A pgen's env.find(NAME).value is the spec's variable as its YAML
+    holds it (Maestro's multidimensional-sampling generators read a mapping
+    there), and its points run with those values."""
+    (tmp_path / "spec.yaml").write_text(textwrap.dedent("""\
+        description: {name: sampled, description: points from a dictionary}
+        env:
+          variables:
+            OUTPUT_PATH: ./output
+            SAMPLING: {parameters: {X1: [1, 2], X2: [3, 4]}, constants: {X3: 9}}
+        study:
+          - name: sample
+            description: write the point
+            run: {cmd: 'echo "$(X1) $(X2) $(X3)" > out.txt'}
+        """))
+    (tmp_path / "gen.py").write_text(textwrap.dedent("""\
+        import itertools
+        from maestrowf.datastructures.core import ParameterGenerator
+
+        def get_custom_generator(env, **kwargs):
+            sampling = env.find("SAMPLING").value
+            names = list(sampling["parameters"])
+            rows = list(itertools.product(*sampling["parameters"].values()))
+            gen = ParameterGenerator()
+            for i, name in enumerate(names):
+                gen.add_parameter(name, [row[i] for row in rows], name + ".%%")
+            for name, value in sampling["constants"].items():
+                gen.add_parameter(name, [value] * len(rows), name + ".%%")
+            return gen
+        """))
+    wp_import(tmp_path, "maestro", "spec.yaml", "--pgen", "gen.py")
+    assert (tmp_path / "config" / "points.csv").read_text().splitlines() == [
+        "X1,X2,X3", "1,3,9", "1,4,9", "2,3,9", "2,4,9"]
+    run(tmp_path, "--cores", "2")
+    written = sorted(p.read_text().strip() for p in (tmp_path / "output").rglob("out.txt"))
+    assert written == ["1 3 9", "1 4 9", "2 3 9", "2 4 9"]
+
+
 def test_maestro_restart_after_a_timeout_and_placements(tmp_path):
     """A step's walltime is its runtime; its restart: runs after a timeout
     in the same directory; $(WORKSPACE), $(SPECROOT), variables naming

@@ -67,8 +67,9 @@ def study_of(spec: dict, path: str, kind: str, pgen: str | None = None, pargs: l
         study.notes.append(f"{path}: batch: the scheduler is waypost's profile's (--profile onprem: Slurm); its "
                            "partition, account and qos are config/workers.yaml's onprem pool (docs/workers.md)")
     _parameters(study, spec.get("global.parameters"), path)
-    if pgen:
-        _generated(study, pgen, pargs or [])
+    if pgen:   # (its env.find(name).value is the variable as the YAML holds it, a mapping too)
+        env_values = {str(k): v for k, v in ((spec.get("env") or {}).get("variables") or {}).items()}
+        _generated(study, pgen, pargs or [], env_values)
     for step in study.steps:
         _launcher(study, step)
     return study
@@ -192,7 +193,7 @@ class _Environment:
         return self._values.get(name)
 
 
-def _generated(study: Study, pgen: str, pargs: list[str]) -> None:
+def _generated(study: Study, pgen: str, pargs: list[str], env_values: dict) -> None:
     """The points of a parameter generator (``--pgen``): its
     ``get_custom_generator(env, **kwargs)``, run here with ``--pargs``."""
     kwargs = {}
@@ -213,7 +214,7 @@ def _generated(study: Study, pgen: str, pargs: list[str]) -> None:
         make = namespace.get("get_custom_generator")
         if not callable(make):
             raise SpecError(f"{pgen}: no get_custom_generator(env, **kwargs) function (Maestro's pgen interface)")
-        generator = make(_Environment(study.variables), **kwargs)
+        generator = make(_Environment(env_values), **kwargs)
     except OSError as exc:
         raise SpecError(f"{pgen}: can't be read ({exc.strerror or exc})") from None
     except SpecError:
