@@ -2,7 +2,9 @@
 inside a layer; of waypost's modules only the wiring imports Snakemake;
 Snakemake's plugins (executor, logger, storage) sit on top, beside the
 Snakefile's front; reading a config (what the ``waypost`` commands do
-first) does not import Snakemake at all. Imports are read wherever they are
+first) does not import Snakemake at all; outside ``stores/``, waypost and
+its plugins import the stores' package alone, never one of its modules
+(a root's backend is the registry's to pick). Imports are read wherever they are
 in a module (a function-level one counts), and ``importlib.import_module``
 or ``__import__`` of a literal name counts as one."""
 
@@ -118,6 +120,28 @@ def plugin_imports(src: Path) -> list[str]:
     return wrong
 
 
+def store_module_imports(root: Path) -> list[str]:
+    """Every import, in waypost outside ``stores/`` or in a plugin (the
+    folders of ``root``: ``waypost`` and those named in PLUGINS), of one of
+    the stores' modules (``waypost.stores.gcs``, ``from waypost.stores
+    import gcs``, an ``import_module`` of one): the rest of waypost asks the
+    package, ``waypost.stores``, which asks the root's backend
+    (``stores/registry.py``)."""
+    folder = root / "waypost" / "stores"
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | \
+        {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] not in ("waypost", *PLUGINS) or rel.parts[:2] == ("waypost", "stores") or "template" in rel.parts:
+            continue
+        found = {(line, ".".join(module.split(".")[:3])) for line, module in imported_names(path)
+                 if module.split(".")[:2] == ["waypost", "stores"] and module.count(".") >= 2
+                 and module.split(".")[2] in modules}
+        wrong += [f"{rel}:{line}: imports {module} (import waypost.stores, the package)" for line, module in sorted(found)]
+    return wrong
+
+
 def module_name(src: Path, path: Path) -> str:
     parts = [src.name, *path.relative_to(src).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -225,6 +249,36 @@ def test_the_plugin_check_sees_a_plugin_importing_another(tmp_path):
         "snakemake_storage_plugin_waypost/__init__.py:2: imports another plugin, snakemake_executor_plugin_waypost",
         "snakemake_storage_plugin_waypost/__init__.py:2: imports another plugin, "
         "snakemake_executor_plugin_waypost.bundles"]
+
+
+def test_only_the_stores_import_their_modules():
+    assert store_module_imports(SRC.parent) == []
+
+
+def test_the_stores_check_sees_an_import_of_a_store_module(tmp_path):
+    """An import of a stores module outside ``stores/`` is caught however it
+    is spelled (``from waypost.stores import gcs``, ``from
+    waypost.stores.mirror import ...``, ``import waypost.stores.gcs``, an
+    ``importlib`` import, at function level, in a plugin); the package and
+    its names (``store_for``), and the stores' own imports, are not."""
+    _plant(tmp_path, {"waypost/stores/__init__.py": "from waypost.stores.registry import backend_of\n",
+                      "waypost/stores/registry.py": "", "waypost/stores/gcs.py": "", "waypost/stores/walk.py": "",
+                      "waypost/stores/mirror.py": "from waypost.stores import gcs\n",
+                      "waypost/stores/local.py": "from waypost.stores import walk\n",
+                      "waypost/planning/holds.py": "from waypost import stores\nfrom waypost.stores import SCHEME, gcs\n"
+                                                   "from waypost.stores import store_for\n",
+                      "waypost/cli/run.py": "def f():\n    from waypost.stores.mirror import snakemake_options\n",
+                      "waypost/runner/late.py": "import importlib\nimport waypost.stores\nimport waypost.stores.gcs\n"
+                                                "def f():\n    return importlib.import_module('waypost.stores.local')\n",
+                      "snakemake_storage_plugin_waypost/__init__.py": "from waypost.stores.gcs import mtime_of\n"
+                                                                      "from waypost.stores import listing\n"})
+    assert store_module_imports(tmp_path) == [
+        "snakemake_storage_plugin_waypost/__init__.py:1: imports waypost.stores.gcs (import waypost.stores, the package)",
+        "waypost/cli/run.py:2: imports waypost.stores.mirror (import waypost.stores, the package)",
+        "waypost/planning/holds.py:2: imports waypost.stores.gcs (import waypost.stores, the package)",
+        "waypost/runner/late.py:3: imports waypost.stores.gcs (import waypost.stores, the package)",
+        "waypost/runner/late.py:5: imports waypost.stores.local (import waypost.stores, the package)",
+    ]
 
 
 def test_the_circle_check_sees_a_circle_inside_a_layer(tmp_path):

@@ -177,3 +177,31 @@ def test_a_snapshot_knows_a_directory_is_not_there_from_its_parents_listing(tmp_
     # outside the root, or not spelled as it lists: listed as it is
     assert store.entries(str(tmp_path / "elsewhere")) == [] and len(listed) == first + 1
     assert store.entries(str(root / "p/e/s/./there")) == ["out.txt"]
+
+
+def test_the_registry_picks_a_backend_by_the_roots_scheme(tmp_path):
+    """A ``gs://`` URL is the bucket's backend, a path (and a scheme no
+    backend serves, as before) the path's; the package dispatches there."""
+    from waypost.stores import registry
+    from waypost.stores.gsroot import GsRoot
+    from waypost.stores.local import LocalStore
+    from waypost.stores.pathroot import PathRoot
+
+    assert registry.scheme_of("gs://bucket/run") == "gs"
+    assert registry.scheme_of(str(tmp_path)) == registry.scheme_of("results/gs://x") == ""
+    assert isinstance(registry.backend_of("gs://bucket/run"), GsRoot)
+    assert all(isinstance(registry.backend_of(loc), PathRoot) for loc in (str(tmp_path), "results", "s3://b/x"))
+    assert type(stores.store_for(str(tmp_path))) is LocalStore
+    assert stores.consistent(str(tmp_path)) == str(tmp_path) and not stores.on_a_bucket_mount(str(tmp_path))
+    assert stores.listed_at_once("gs://bucket/run") and not stores.listed_at_once(str(tmp_path))
+
+
+def test_the_package_names_its_backends_helpers_lazily():
+    """What callers ask of a backend's module is the package's name for it
+    (the same object); a name it doesn't have is an AttributeError."""
+    from waypost.stores import gcs, mirror
+
+    assert stores.StorageError is gcs.StorageError and stores.local_of is mirror.local_of
+    assert "listing" in dir(stores)
+    with pytest.raises(AttributeError):
+        stores.no_such_helper  # noqa: B018

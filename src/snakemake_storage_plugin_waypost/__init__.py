@@ -37,8 +37,6 @@ from snakemake_interface_storage_plugins.storage_provider import (
 )
 
 from waypost import stores
-from waypost.stores import gcs
-from waypost.stores.gcs import mtime_of
 
 
 class StorageProvider(StorageProviderBase):
@@ -72,7 +70,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         # URLs): the step runner does, so that the manifest is stored last and
         # a reuse between gs:// locations is a server-side copy.
         self.retrieve = False
-        self.fs, self.path = gcs.filesystem(self.query)
+        self.fs, self.path = stores.filesystem(self.query)
 
     def local_suffix(self) -> str:
         return self.path  # bucket/key
@@ -81,22 +79,22 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         pass
 
     def get_inventory_parent(self) -> str | None:
-        root = gcs.root_of(self.query)
-        return self.cache_key(gcs.filesystem(root)[1]) if root else None
+        root = stores.root_of(self.query)
+        return self.cache_key(stores.filesystem(root)[1]) if root else None
 
     async def inventory(self, cache: IOCacheStorageInterface):
         """Fill Snakemake's cache from the one listing of the root this file is
         under: what is listed exists, with its mtime and size; what is not
         does not (the parent key marks the root as inventoried)."""
-        root = gcs.root_of(self.query)
+        root = stores.root_of(self.query)
         if root is None:
             return
-        for name, info in gcs.listing(root).items():
+        for name, info in stores.listing(root).items():
             key = self.cache_key(name)
             cache.exists_in_storage[key] = True
-            cache.mtime[key] = Mtime(storage=mtime_of(info))
+            cache.mtime[key] = Mtime(storage=stores.mtime_of(info))
             cache.size[key] = info["size"]
-        for folder, newest in gcs.directories(root).items():   # a directory() output: a prefix of objects
+        for folder, newest in stores.directories(root).items():   # a directory() output: a prefix of objects
             key = self.cache_key(folder)
             cache.exists_in_storage[key] = True
             cache.mtime[key] = Mtime(storage=newest)
@@ -113,8 +111,8 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         """An object's; a directory()'s (a prefix): its newest object's."""
         info = self.fs.info(self.path)
         if info.get("type") == "directory":
-            return max((mtime_of(i) for i in self.fs.find(self.path, detail=True).values()), default=0.0)
-        return mtime_of(info)
+            return max((stores.mtime_of(i) for i in self.fs.find(self.path, detail=True).values()), default=0.0)
+        return stores.mtime_of(info)
 
     def size(self) -> int:
         return self.fs.info(self.path)["size"]
@@ -129,9 +127,9 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
         self.fs.rm_file(self.path)
 
     def list_candidate_matches(self) -> Iterable[str]:
-        prefix = gcs.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
+        prefix = stores.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
         bucket = prefix.split("/", 1)[0]   # names with "..", empty parts, ... never become wildcards
-        return [stores.SCHEME + name for name in gcs.plain_names(bucket, self.fs.find(prefix))]
+        return [stores.SCHEME + name for name in stores.plain_names(bucket, self.fs.find(prefix))]
 
 
 class RetrievedStorageObject(StorageObject):

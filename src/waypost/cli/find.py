@@ -203,14 +203,13 @@ def _write_find_page(args, cfg: dict, roots: list[str], rows: list[dict]) -> Non
     from datetime import datetime
 
     from waypost.cli import findpage
-    from waypost.stores import gcs
 
     # The stage graph as the last parse here recorded it (no parse of the workflow just for the page).
     parents = graph.load(workflow_facts(args)) if os.path.exists(graph.GRAPH_FILE) else None
     filters = {k: getattr(args, k) for k in ("stage", "pair", "experiment", "state", "since", "until", "config_hash")}
-    data = findpage.build(rows, root=gcs.url_of(*gcs.filesystem(cfg["root"])),
+    data = findpage.build(rows, root=stores.absolute(cfg["root"]),
                           experiments={name: list(x["pairs"]) for name, x in cfg["experiments"].items()},
-                          parents=parents, roots=[gcs.url_of(*gcs.filesystem(r)) for r in roots],
+                          parents=parents, roots=[stores.absolute(r) for r in roots],
                           filters=filters, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     with open(args.html, "w", encoding="utf-8") as f:
         f.write(findpage.render(data))

@@ -263,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "workflow", "") is None:
         args.workflow = graph.default_workflow_dir()
-    from waypost.stores import gcs
-    gcs.quiet_gcsfs_logging()
+    from waypost import stores
+    stores.quiet_gcsfs_logging()
     try:
         return args.func(args)
     except WaypostError as exc:  # a mistake or fault waypost recognised: its one line (anything else is a bug)

@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 
+from waypost import stores
 from waypost.cli import termwidth
 from waypost.cli.args import (
     extra_args,
@@ -21,7 +22,6 @@ from waypost.cli.args import (
 from waypost.model import config as wconfig
 from waypost.model import graph, layout
 from waypost.ops import inputdrift
-from waypost.stores.mirror import snakemake_options
 
 
 def cmd_plan(args) -> int:
@@ -53,7 +53,7 @@ def plan_report(args, cfg: dict) -> tuple[int, dict | None]:
     wconfig.check_names(cfg, experiments=args.experiment, stages=stage_args(extra))
     reach(cfg["root"])
     code, text, found = plan.dry_run(args.profile, args.config, args.workflow,
-                                     [*snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)])
+                                     [*stores.snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)])
     if code != 0:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)
@@ -89,8 +89,6 @@ def instances_on_disk(cfg: dict, facts: dict) -> dict[str, set[str]]:
     """The names of the instance directories of the workflow's stages with
     instances, in every experiment, stage by stage (one listing of each
     stage directory)."""
-    from waypost import stores
-
     tree = stores.store_for(cfg["root"], snapshot=True)
     found: dict[str, set[str]] = {}
     for experiment, spec in cfg["experiments"].items():
@@ -112,7 +110,7 @@ def cmd_run(args) -> int:
     extra = extra_args(args)
     wconfig.check_names(cfg, args.experiment, args.pair, [*(args.until or []), *stage_args(extra)])
     reach(cfg["root"])
-    cmd += snakemake_options(cfg["root"])
+    cmd += stores.snakemake_options(cfg["root"])
     if args.until:
         cmd += ["--until", *args.until]
     select = {k: v for k, v in (("experiments", args.experiment), ("pairs", args.pair)) if v}

@@ -32,7 +32,6 @@ from waypost.model import layout, manifest
 from waypost.model.layout import CATALOG_DB
 from waypost.model.parallel import chunks, in_workers
 from waypost.model.records import Manifest
-from waypost.stores import gcs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifests (
@@ -202,7 +201,7 @@ class Catalog:
             cold = not known and store.parallel_reads
             listed = store.listed_manifests(refused, stamps=not cold)
         except Exception as exc:  # a root that can't be listed is reported, the others still refresh
-            raise gcs.explain(exc, root_key) from None
+            raise stores.explain(exc, root_key) from None
         # In key order: SQLite inserts rows fastest that way (3× for 100,000).
         changed = sorted(loc for loc, stamp in listed.items() if cold or known.get(loc) != stamp)
         if store.parallel_reads:

@@ -36,7 +36,6 @@ from waypost.model import config as wconfig
 from waypost.model import events, graph, layout, manifest
 from waypost.model.layout import RUNNING
 from waypost.state import leftovers, lifecycle, verify
-from waypost.stores import mirror
 
 STATE_DIR = ".waypost"
 LOCK = os.path.join(STATE_DIR, "cron.lock")
@@ -147,7 +146,7 @@ def run(profile: str | None, snakemake_args: list[str], config_path: str | None,
     started_at = datetime.now(UTC)
     output = os.path.join(RUNS, f"{started_at.strftime('%Y%m%dT%H%M%SZ')}.log")
     command = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(workflow_dir)] \
-        + (["--profile", profile] if profile else []) + mirror.snakemake_options(root) + snakemake_args
+        + (["--profile", profile] if profile else []) + stores.snakemake_options(root) + snakemake_args
     if config_path:
         command += ["--configfile", config_path]
     if workflow_profile:

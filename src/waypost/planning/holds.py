@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 
+from waypost import stores
 from waypost.model import layout
-from waypost.stores import gcs
 
 
 def registry_entries(root: str, on_bucket: bool) -> dict[str, float]:
@@ -21,8 +21,8 @@ def registry_entries(root: str, on_bucket: bool) -> dict[str, float]:
             return {name: os.stat(os.path.join(registry, name)).st_mtime for name in os.listdir(registry)}
         except OSError:
             return {}
-    prefix = gcs.filesystem(registry)[1] + "/"
-    return {key[len(prefix):]: gcs.mtime_of(info) for key, info in gcs.listing(root).items()
+    prefix = stores.filesystem(registry)[1] + "/"
+    return {key[len(prefix):]: stores.mtime_of(info) for key, info in stores.listing(root).items()
             if key.startswith(prefix)}
 
 

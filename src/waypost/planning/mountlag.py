@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 import time
 
+from waypost import stores
 from waypost.model.layout import MANIFEST, join
-from waypost.stores import mounted
 
 
 class MountLag:
@@ -34,13 +34,13 @@ class MountLag:
             written = life.store.mtime(join(life.dir, MANIFEST))
         except OSError:
             return
-        if time.time() - written >= mounted.SETTLE_S:
+        if time.time() - written >= stores.SETTLE_S:
             return
         if self._until is None:
-            self._until = time.monotonic() + mounted.SETTLE_S
-        listed = mounted.settle(life.dir, [name for name in life.entries if not name.startswith(".")],
+            self._until = time.monotonic() + stores.SETTLE_S
+        listed = stores.settle(life.dir, [name for name in life.entries if not name.startswith(".")],
                                 until=self._until)
         if not listed and self._until > 0:
             self._until = 0.0
-            print(f"{mounted.lagging(life.dir)}; Snakemake may take what another node just made for missing",
+            print(f"{stores.lagging(life.dir)}; Snakemake may take what another node just made for missing",
                   file=sys.stderr)

@@ -123,9 +123,8 @@ class OwnPresence:
         """Is an output there (on a gs:// root, in the planning's one listing of it)?"""
         if not stores.is_bucket_url(path):
             return os.path.exists(path)
-        from waypost.stores import gcs
         name = path[len(stores.SCHEME):].rstrip("/")
-        return name in gcs.listing(self.root) or name in gcs.directories(self.root)
+        return name in stores.listing(self.root) or name in stores.directories(self.root)
 
 
 def _keep_aside(record: str, data: dict) -> str | None:

@@ -20,7 +20,6 @@ from waypost.planning import fanout
 from waypost.planning.mountlag import MountLag
 from waypost.planning.resolver import Resolver
 from waypost.state import lifecycle
-from waypost.stores import gcs
 
 
 class StateView:
@@ -46,7 +45,7 @@ class StateView:
             return os.path.exists(path)
         url = layout.join(self.root, path)
         # (or a directory() output: objects below it)
-        return gcs.listed(url) or gcs.filesystem(url)[1] in gcs.directories(self.root)
+        return stores.listed(url) or stores.filesystem(url)[1] in stores.directories(self.root)
 
     def own_files(self, stage: str) -> tuple[str, list[tuple[str, bool]]]:
         """``str.format`` patterns of a stage's directory and of its outputs,
@@ -94,7 +93,7 @@ class StateView:
             return None
         try:
             return self.life(stage_dir).manifest
-        except (OSError, gcs.StorageError):
+        except (OSError, stores.StorageError):
             return None
 
     # --- what is to be redone ------------------------------------------------
@@ -193,7 +192,7 @@ class StateView:
         says none."""
         if self.mirror is None:
             return None
-        info = gcs.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
+        info = stores.listed_info(layout.join(self.root, stage_dir, layout.MANIFEST))
         return ((info or {}).get("metadata") or {}).get(manifest.INPUT_SET_KEY)
 
     # --- the jobs ----------------------------------------------------------------

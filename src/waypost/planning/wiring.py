@@ -207,18 +207,17 @@ class Snake:
         """For a run over a gs:// root: check that Snakemake stores stage
         files there through waypost's plugin, and that the bucket is there;
         returns the local copy of the bucket (a path)."""
-        from waypost.stores import gcs, mirror
         settings = self.workflow.storage_settings
         prefix = (getattr(settings, "default_storage_prefix", None) or "").rstrip("/")
-        if getattr(settings, "default_storage_provider", None) != mirror.PROVIDER or prefix != root.rstrip("/"):
+        if getattr(settings, "default_storage_provider", None) != stores.PROVIDER or prefix != root.rstrip("/"):
             raise WorkflowError(f"root {root} is a bucket: run Snakemake with "
-                                f"{' '.join(mirror.snakemake_options(root))} (or those two keys in the profile; "
+                                f"{' '.join(stores.snakemake_options(root))} (or those two keys in the profile; "
                                 "see docs/buckets.md in waypost's manual)")
         try:
-            gcs.check_bucket(root)
-        except gcs.StorageError as exc:
+            stores.check_bucket(root)
+        except stores.StorageError as exc:
             raise WorkflowError(str(exc)) from None
-        gcs.register_root(root)
+        stores.register_root(root)
         return os.path.abspath(str(self.workflow.storage_registry.default_storage_provider.local_prefix))
 
     def reach(self, root: str) -> None:
@@ -226,10 +225,9 @@ class Snake:
         mount: through the bucket's API or through the mount, said once),
         before the planning reads it; a mount the config declares whose API
         can't be reached is one line (``stores.reach``)."""
-        from waypost.stores import gcs
         try:
             stores.reach(root)
-        except gcs.StorageError as exc:
+        except stores.StorageError as exc:
             raise WorkflowError(str(exc)) from None
 
     def constrain(self, **constraints) -> None:
@@ -1646,10 +1644,8 @@ def fetch_checkpoint_folders() -> None:
         job = original(self, **wildcards)
         for path in job.output:
             if is_flagged(path, "directory") and is_flagged(path, "storage_object") and str(path) not in fetched:
-                from waypost.stores import gcs
-                from waypost.stores.mirror import fetch_folder
-                fs, name = gcs.filesystem(str(path.storage_object.query))
-                fetch_folder(fs, name, os.path.abspath(str(path)))
+                fs, name = stores.filesystem(str(path.storage_object.query))
+                stores.fetch_folder(fs, name, os.path.abspath(str(path)))
                 fetched.add(str(path))
         return job
     get.waypost = True
@@ -1695,10 +1691,9 @@ def _named(path) -> str:
 def _in_the_root(path, root: str) -> bool:
     """Is a rule's file one that Snakemake put in a gs:// root's bucket
     (its default storage, waypost's plugin; not a ``storage()`` of its own)?"""
-    from waypost.stores.mirror import PROVIDER
     found = path.storage_object
     return stores.needs_mirror(root) and str(found.query).startswith(root.rstrip("/") + "/") \
-        and type(found).__module__.split(".")[0] == f"snakemake_storage_plugin_{PROVIDER}"
+        and type(found).__module__.split(".")[0] == f"snakemake_storage_plugin_{stores.PROVIDER}"
 
 
 def _pattern(path, root: str) -> str:
@@ -1744,9 +1739,7 @@ def local_files(files, mirror: str | None):
     if not mirror:
         return files
     from snakemake.iocontainers import Namedlist
-
-    from waypost.stores.mirror import local_of
-    return Namedlist(toclone=files, custom_map=lambda f: local_of(mirror, f))
+    return Namedlist(toclone=files, custom_map=lambda f: stores.local_of(mirror, f))
 
 
 def _with_local_files(function, names: set[str], mirror: str):
@@ -1756,10 +1749,8 @@ def _with_local_files(function, names: set[str], mirror: str):
     where it doesn't yet (its job has not run), the function's
     FileNotFoundError names the input's URL, which Snakemake takes for an
     input not made yet (the param is evaluated again once it is)."""
-    from waypost.stores.mirror import local_of
-
     def mapped(*args, **kwargs):
-        urls = {local_of(mirror, url): url for url in kwargs.get("input", ())}
+        urls = {stores.local_of(mirror, url): url for url in kwargs.get("input", ())}
         for name in names:
             if name in kwargs:
                 kwargs[name] = local_files(kwargs[name], mirror)
@@ -1778,13 +1769,11 @@ def _with_local_files(function, names: set[str], mirror: str):
 
 def _fetched(url: str, local: str) -> bool:
     """Fetch an input in the bucket to its local copy; False when the bucket doesn't have it."""
-    from waypost.stores import gcs
-    from waypost.stores.mirror import download
-    fs, name = gcs.filesystem(url)
+    fs, name = stores.filesystem(url)
     fs.invalidate_cache(name)
     if not fs.exists(name):
         return False
-    download(fs, [name], [local])
+    stores.download(fs, [name], [local])
     return True
 
 

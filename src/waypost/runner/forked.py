@@ -26,8 +26,9 @@ def preload() -> None:
     import encodings.unicode_escape  # noqa: F401
     import select  # noqa: F401
 
+    from waypost import stores
     from waypost.model import manifest
-    from waypost.stores import mounted  # noqa: F401
+    stores.preload()
     manifest.crc32c_extend()
 
 

@@ -14,7 +14,6 @@ from waypost.model import locations, manifest, records, writes
 from waypost.model import spec as wspec
 from waypost.model.layout import ATTEMPTS, LOGS, RUNNING, held_entry, stage_name, stage_root
 from waypost.state import lifecycle
-from waypost.stores.local import LocalStore
 
 
 class StageDirectory:
@@ -27,8 +26,7 @@ class StageDirectory:
         self.inputs, self.outputs = step.inputs, step.outputs
         local = str
         if stores.needs_mirror(step.stage_dir):   # only then: the runner starts at every step
-            from waypost.stores import runnerstage
-            self.remote, self.inputs, self.outputs = runnerstage.for_runner(step)
+            self.remote, self.inputs, self.outputs = stores.workspace_for(step)
             local = self.remote.local_of
         self.dir = self.remote.local if self.remote else step.stage_dir
         # Where the stage dir is, as a store (disk, or a mount): archives and heartbeats, nothing read.
@@ -79,7 +77,7 @@ class StageDirectory:
         """What the last runner left here, as the lifecycle reader reads it
         (a marker is taken whether or not a manifest closed it, since a
         local copy's dates are the copy's)."""
-        return lifecycle.read(LocalStore(self.dir), self.dir)
+        return lifecycle.read(stores.LocalStore(self.dir), self.dir)
 
     def save_running(self, series, lost_job: str | None = None, push: bool = True,
                      group: records.StepGroup | None = None) -> None:
@@ -268,7 +266,7 @@ class StageDirectory:
         if self.remote:
             return self.remote.archive_outputs(self.base)
         present = [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files()
-        return LocalStore(self.dir).archive_from(self.dir, self.base, [
+        return stores.LocalStore(self.dir).archive_from(self.dir, self.base, [
             os.path.relpath(os.path.abspath(path), self.base) for path in present])
 
     def clean(self) -> None:

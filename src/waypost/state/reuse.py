@@ -34,7 +34,6 @@ from waypost import scheduler, stores
 from waypost.model import layout, manifest, records
 from waypost.model.layout import stage_root
 from waypost.state import lifecycle
-from waypost.stores import runnerstage
 
 
 def read_source(location: str) -> records.Manifest:
@@ -80,7 +79,7 @@ def unusable(data: records.Manifest, location: str) -> str | None:
 
 def take(args) -> int:
     """Run a reuse job: the runner's work when the step spec has ``reuse_from``."""
-    remote, _, declared_outputs = runnerstage.for_runner(args)  # a gs:// stage dir: its engine files, locally
+    remote, _, declared_outputs = stores.workspace_for(args)  # a gs:// stage dir: its engine files, locally
     if remote:
         remote.pull([])
     stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
@@ -150,7 +149,7 @@ def _bring_outputs(args, remote, stage_dir: str, outputs: list[dict], declared_o
     if missing:   # (a directory() output: some file below it)
         raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
     if remote:
-        return remote.copy_in(source, outputs)
+        return remote.copy_in(stores.store_for(source, quiet=True), source, outputs)
     target = stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True)
     return target.bring(stores.store_for(source, quiet=True), source, stage_dir, outputs)
 

@@ -26,8 +26,6 @@ from waypost.model import manifest, records
 from waypost.model import spec as wspec
 from waypost.state import lifecycle
 from waypost.state.reuse import read_source, unusable
-from waypost.stores.local import place_checked
-from waypost.stores.mirror import local_of, url_of
 
 
 class ReuseError(manifest.ManifestError):
@@ -44,7 +42,7 @@ def take(step: wspec.StepSpec) -> int:
         return 75
     started, started_iso = time.time(), manifest.now_iso()
     # (on a gs:// root the paths are reckoned on the bucket's local copies: the same layout)
-    local = functools.partial(local_of, step.mirror) if stores.needs_mirror(step.stage_dir) else str
+    local = functools.partial(stores.local_of, step.mirror) if stores.needs_mirror(step.stage_dir) else str
     outputs, temporary = [local(o) for o in step.outputs], [local(t) for t in step.temporary]
     base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in outputs])
     try:
@@ -95,14 +93,12 @@ def _bring(copies: list[tuple[str, dict]], base: str, temporary: list[str], mirr
     from a bucket (``bucket.copy_checked``), the source's checksums kept."""
     side = [target for target, entry in copies if entry.get("side")]
     if mirror is None:
-        place_checked([(target, entry, entry["source"]) for target, entry in copies],
+        stores.place_checked([(target, entry, entry["source"]) for target, entry in copies],
                       lambda entry, temp: shutil.copyfile(entry["source"], temp))
         return manifest.describe_outputs(base, [target for target, _ in copies], temporary, side)
-    from waypost.stores import gcs
-    from waypost.stores.bucket import copy_checked
-    names = {target: url_of(mirror, target)[len(stores.SCHEME):] for target, _ in copies}
-    fs = gcs.filesystem(stores.SCHEME + next(iter(names.values()), "any"))[0]
-    copy_checked(fs, [(entry["source"], names[target], entry) for target, entry in copies])
+    names = {target: stores.url_of(mirror, target)[len(stores.SCHEME):] for target, _ in copies}
+    fs = stores.filesystem(stores.SCHEME + next(iter(names.values()), "any"))[0]
+    stores.copy_checked(fs, [(entry["source"], names[target], entry) for target, entry in copies])
     return [{"path": os.path.relpath(target, base), "size": entry["size"], "sha256": entry["sha256"],
              **({"crc32c": entry["crc32c"]} if entry.get("crc32c") else {}),
              **({"temp": True} if target in temporary else {}), **({"side": True} if entry.get("side") else {})}

@@ -1,12 +1,18 @@
 """Where stage directories live: one ``StageStore`` interface (``base``),
 chosen from the root by ``store_for``.
 
-Backends: local disk or NFS (``local``), a ``gs://bucket/prefix`` read and
-written through its API (``bucket``, over ``gcs``), and a bucket mounted on
-the nodes (``mounted``). This module is the one place that maps a root to
-its backend: the rest of waypost asks the store's capability flags, and
-spells locations (a path or a bucket's URL) with ``waypost.model.locations``
-(re-exported here), never by looking at the scheme.
+Each kind of root has a backend (``base.Backend``), found by the root's URL
+scheme in ``registry``: a ``gs://bucket/prefix`` read and written through
+its API (``gsroot``: ``bucket`` over ``gcs``, and the step's local copy,
+``mirror``), and a path (``pathroot``: local disk or NFS, ``local``, or a
+bucket mounted on the nodes, ``mounted``). The rest of waypost imports this
+package alone, never one of its modules: it asks the functions below, which
+ask the root's backend, and the store's capability flags; it spells
+locations (a path or a bucket's URL) with ``waypost.model.locations``
+(re-exported here), never by looking at the scheme. What the callers need
+of a backend's modules (the bucket client's listing, the mirror's paths,
+the mount's wait) is named here too, imported when first asked for
+(``__getattr__``), so that importing this package imports no client.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from waypost.model.locations import (  # noqa: F401  (the stores' callers spell 
     shown,
     split_url,
 )
+from waypost.stores.registry import backend_of
 
 if TYPE_CHECKING:
     from waypost.model.records import Manifest
@@ -36,11 +43,7 @@ def manifest_at(location: str) -> Manifest | None:
     """The manifest of one stage directory anywhere (a path or a bucket's
     URL), read alone; None when there is none; ManifestError when it is
     unusable or can't be read."""
-    if is_bucket_url(location):
-        from waypost.stores.bucket import read_manifest
-        return read_manifest(location)
-    from waypost.model.manifest import read
-    return read(location)
+    return backend_of(location).manifest_at(location)
 
 
 def reach(root: str) -> None:
@@ -49,18 +52,14 @@ def reach(root: str) -> None:
     waypost serves it decided and said (``store_for``: a mount the config
     declares whose API can't be reached is a StorageError); nothing for
     another path."""
-    if is_bucket_url(root):
-        from waypost.stores.gcs import probe
-        probe(root)
-    else:
-        store_for(root)
+    backend_of(root).reach(root)
 
 
 def listed_at_once(root: str) -> bool:
     """Is the root read from one listing of its bucket (a gs:// root, or a
     mount served through its bucket's API), rather than directory by
     directory (so, fastest by worker processes)?"""
-    return is_bucket_url(root) or not store_for(root, quiet=True).parallel_reads
+    return backend_of(root).listed_at_once(root)
 
 
 def store_for(root: str, snapshot: bool = False, quiet: bool = False, reads: bool = True):
@@ -71,15 +70,7 @@ def store_for(root: str, snapshot: bool = False, quiet: bool = False, reads: boo
     listing each directory once: for commands that only look). Without
     ``reads`` (a step runner's own stage directory: it only writes there) a
     mount is taken as it is, nothing checked."""
-    if is_bucket_url(root):
-        from waypost.stores.bucket import BucketStore
-        return BucketStore(root)
-    from waypost.stores.mounted import mount_of, open_mounted
-    mount = mount_of(root)
-    if mount is not None:
-        return open_mounted(root, mount, quiet=quiet, reads=reads)
-    from waypost.stores.local import LocalSnapshot, LocalStore
-    return LocalSnapshot(root) if snapshot else LocalStore(root)
+    return backend_of(root).store(root, snapshot=snapshot, quiet=quiet, reads=reads)
 
 
 def on_a_bucket_mount(stage_dir: str) -> bool:
@@ -87,11 +78,7 @@ def on_a_bucket_mount(stage_dir: str) -> bool:
     table or the config names one)? A step runner there reads its stage
     directory's state through the bucket's API (``consistent``), so it
     needs site-packages."""
-    if is_bucket_url(stage_dir):
-        return False
-    from waypost.stores.mounted import mount_of
-    mount = mount_of(stage_dir)
-    return mount is not None and mount.url is not None
+    return backend_of(stage_dir).on_a_bucket_mount(stage_dir)
 
 
 def consistent(stage_dir: str) -> str:
@@ -100,18 +87,7 @@ def consistent(stage_dir: str) -> str:
     (``mounted.way_of``), the bucket's URL of it (a node's mount lists
     late, as long as its caches keep a listing: rclone's
     ``--dir-cache-time``, gcsfuse's TTLs); else ``stage_dir`` itself."""
-    if is_bucket_url(stage_dir):
-        return stage_dir
-    import os
-
-    from waypost.stores.mounted import mount_of, way_of
-    mount = mount_of(stage_dir)
-    if mount is None or mount.url is None:
-        return stage_dir
-    way = way_of(mount)
-    if way.url is None:
-        return stage_dir
-    return way.url + os.path.realpath(stage_dir)[len(mount.point.rstrip("/")):]
+    return backend_of(stage_dir).consistent(stage_dir)
 
 
 def catch_up(stage_dir: str) -> None:
@@ -119,15 +95,7 @@ def catch_up(stage_dir: str) -> None:
     every file its bucket lists in ``stage_dir`` (nothing to wait for off
     a bucket mount): what another node's attempt left there, read next
     through the mount."""
-    url = consistent(stage_dir)
-    if url == stage_dir:
-        return
-    from waypost.stores.bucket import BucketStore
-    from waypost.stores.mounted import settle
-    settle(stage_dir, [name for name in BucketStore(url).entries(url) if not name.startswith(".")])
-
-
-_planning: dict[str, tuple] = {}   # root → (the planning's listing, a store over it)
+    backend_of(stage_dir).catch_up(stage_dir)
 
 
 def over(stage_dir: str):
@@ -136,15 +104,70 @@ def over(stage_dir: str):
     listing of the directory; on disk or a mount, the directory as it is
     (through the mount: a step runner, started without ``site``, reads its
     own stage directory with no bucket client)."""
-    if not is_bucket_url(stage_dir):
-        from waypost.stores.local import LocalStore
-        return LocalStore(stage_dir)
+    return backend_of(stage_dir).over(stage_dir)
+
+
+def workspace_for(step):
+    """(the workspace a step runner keeps in step with its stage directory,
+    None when the step works in the directory itself: a path; the step's
+    inputs and outputs as it works with them: on a gs:// root their local
+    copies, ``runnerstage``)."""
+    return backend_of(step.stage_dir).workspace(step)
+
+
+def preload() -> None:
+    """Import now, once, what a step runner on a path imports as it goes
+    (the mount check), so that no runner forked from this process pays for it."""
+    backend_of("").preload()
+
+
+# --- what callers need of the backends' modules, imported when first asked for
+
+def _gcs():
     from waypost.stores import gcs
-    from waypost.stores.bucket import BucketStore
-    root = gcs.root_of(stage_dir)
-    if root is None:
-        return BucketStore(stage_dir)
-    found = gcs.listing(root)
-    if root not in _planning or _planning[root][0] is not found:
-        _planning[root] = (found, BucketStore(root, found=found))
-    return _planning[root][1]
+    return gcs
+
+
+def _mirror():
+    from waypost.stores import mirror
+    return mirror
+
+
+def _mounted():
+    from waypost.stores import mounted
+    return mounted
+
+
+def _local():
+    from waypost.stores import local
+    return local
+
+
+def _bucket():
+    from waypost.stores import bucket
+    return bucket
+
+
+_LAZY = {name: module for module, names in (
+    # the bucket client: its errors, its filesystem, the planning's one listing of a root
+    (_gcs, ("StorageError", "explain", "check_bucket", "filesystem", "quiet_gcsfs_logging", "register_root",
+            "root_of", "listing", "listed", "listed_info", "directories", "plain_names", "mtime_of")),
+    # a gs:// root's local copy (the mirror): its paths, Snakemake's options for it, downloads
+    (_mirror, ("PROVIDER", "snakemake_options", "local_of", "url_of", "download", "fetch_folder")),
+    # a bucket mount that lists late
+    (_mounted, ("SETTLE_S", "settle", "lagging")),
+    # a stage directory on disk, as a step runner keeps it; checked copies onto disk and within a bucket
+    (_local, ("LocalStore", "place_checked")),
+    (_bucket, ("copy_checked",)),
+) for name in names}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module(), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -234,3 +234,53 @@ class StageStore(abc.ABC):
         return described
 
 
+
+
+class Backend:
+    """What waypost does with one kind of root, found by its URL's scheme
+    (``stores.registry``): its stores, the manifest of one stage directory,
+    whether it answers, where a step works on it. A kind of root is one
+    module with a subclass of this (importing its store and client only
+    when asked, so that choosing a backend costs no import) and one line in
+    the registry. The defaults here are those of a root whose stage
+    directories a step reads and writes itself, as no other node sees them."""
+
+    def store(self, root: str, snapshot: bool = False, quiet: bool = False, reads: bool = True) -> StageStore:
+        """The store of ``root`` (see ``stores.store_for``)."""
+        raise NotImplementedError
+
+    def manifest_at(self, location: str) -> Manifest | None:
+        """The manifest of one stage directory, read alone (see ``stores.manifest_at``)."""
+        raise NotImplementedError
+
+    def over(self, stage_dir: str) -> StageStore:
+        """A store to look at one stage directory (see ``stores.over``)."""
+        return self.store(stage_dir)
+
+    def reach(self, root: str) -> None:
+        """StorageError (within seconds) when the root can't be reached."""
+
+    def listed_at_once(self, root: str) -> bool:
+        """Is the root read from one listing, rather than directory by
+        directory (so, fastest by worker processes)?"""
+        return not self.store(root, quiet=True).parallel_reads
+
+    def on_a_bucket_mount(self, stage_dir: str) -> bool:
+        """Is ``stage_dir`` a path on a mount that may serve a bucket?"""
+        return False
+
+    def consistent(self, stage_dir: str) -> str:
+        """Where to read ``stage_dir``'s state to see what other nodes wrote."""
+        return stage_dir
+
+    def catch_up(self, stage_dir: str) -> None:
+        """Wait until what this node sees of ``stage_dir`` is what the service holds."""
+
+    def workspace(self, step) -> tuple[object | None, list[str], list[str]]:
+        """(the workspace a step runner keeps in step with the stage directory,
+        None when the step works in it directly; the step's inputs and
+        outputs as it works with them)."""
+        return None, step.inputs, step.outputs
+
+    def preload(self) -> None:
+        """Import now what a forked step runner on such a root imports as it goes."""

@@ -41,6 +41,7 @@ from waypost.model.layout import ATTEMPTS, COPY_NOTE, MANIFEST, RUNNING
 from waypost.model.locations import SCHEME, is_bucket_url
 from waypost.model.states import SOUND_INPUTS, SUCCESS
 from waypost.stores import gcs
+from waypost.stores.base import StageStore
 from waypost.stores.bucket import archive_objects
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
@@ -295,13 +296,13 @@ class BucketWorkspace:
         self._synced = {rel: st for rel, st in self._synced.items() if rel.split("/")[0] in keep}
         return target
 
-    def copy_in(self, source: str, outputs: list[dict]) -> tuple[str, dict[str, str]]:
-        """Bring a reused stage's outputs (its manifest's ``outputs``) into the
-        bucket (``bucket.bring_objects``: server-side from a bucket, checked
-        by crc32c; uploaded from disk, checked by sha256). Says how."""
-        from waypost.stores import store_for
+    def copy_in(self, store: StageStore, source: str, outputs: list[dict]) -> tuple[str, dict[str, str]]:
+        """Bring a reused stage's outputs (its manifest's ``outputs``) from
+        ``source`` in ``store`` (its root's) into the bucket
+        (``bucket.bring_objects``: server-side from a bucket, checked by
+        crc32c; uploaded from disk, checked by sha256). Says how."""
         from waypost.stores.bucket import bring_objects
-        return bring_objects(self.fs, self.path, store_for(source, quiet=True), source, outputs)
+        return bring_objects(self.fs, self.path, store, source, outputs)
 
     def put_marker(self, name: str, mtime: float) -> None:
         """Upload a marker file dated ``mtime`` for Snakemake (see the storage plugin)."""
