@@ -25,6 +25,7 @@ category (``excluded`` says which, per test):
 from __future__ import annotations
 
 import ast
+import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -48,11 +49,21 @@ class SuiteUnavailable(Exception):
 
 def tests_dir() -> Path:
     """Snakemake's ``tests/`` from the sdist of the installed version,
-    downloaded once with pip and kept under ``CACHE``."""
+    downloaded once with pip and kept under ``CACHE``. Test processes
+    that start together (``make test`` runs three) take turns on a lock:
+    one fetches and unpacks, the others then find it whole."""
     top = CACHE / f"snakemake-{VERSION}"
     if (top / "tests" / "tests.py").is_file():
         return top / "tests"
     CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (top / "tests" / "tests.py").is_file():   # (another process may have unpacked it meanwhile)
+            _unpack(top)
+    return top / "tests"
+
+
+def _unpack(top: Path) -> None:
     sdist = CACHE / f"snakemake-{VERSION}.tar.gz"
     if not sdist.is_file():
         got = subprocess.run([sys.executable, "-m", "pip", "download", f"snakemake=={VERSION}", "--no-binary", ":all:",
@@ -68,7 +79,6 @@ def tests_dir() -> Path:
     shutil.rmtree(top, ignore_errors=True)
     (partial / f"snakemake-{VERSION}").rename(top)
     shutil.rmtree(partial, ignore_errors=True)
-    return top / "tests"
 
 
 # --- reading tests.py ------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import time
@@ -111,7 +112,7 @@ wp = Pipeline(config, workflow)
 
 rule slow:
     output: out=wp.out("x.txt", funnel=True)
-    shell: "sleep 6; echo done > {output.out}"
+    shell: "for i in $(seq 1200); do [ -e \"$RELEASE_FILE\" ] && break; sleep 0.1; done; echo done > {output.out}"
 
 
 wp.finish()
@@ -143,15 +144,17 @@ def test_a_second_node_sees_a_running_stage_as_running(mount_root, second_node, 
     write_config(tmp_path, config, name="config/config.yaml")
     other = second_node / path.name / "results"
     write_config(tmp_path, {**config, "root": str(other)}, name="config/node2.yaml")
+    release = tmp_path / "release"   # the job runs until the test has looked (however slow the machine)
     run = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
                             str(LOCAL_PROFILE)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+                           text=True, env={**os.environ, "RELEASE_FILE": str(release)})
     try:
         wait_until_listed(url, "results/_all/e1/slow/_running.json")
         time.sleep(1.5)   # the second mount's directory cache
         cell = node2_status(tmp_path)
         assert cell["state"] == "running", cell   # not gone, not done: its lease is fresh
     finally:
+        release.touch()
         out, _ = run.communicate(timeout=120)
     assert run.returncode == 0, out
     wait_until_listed(url, "results/_all/e1/slow/_manifest.json")
