@@ -125,6 +125,35 @@ def test_the_mount_table_maps_rclone_and_gcsfuse_mounts_to_buckets(tmp_path, mon
     assert way.url is None and "whose type waypost can't read" in way.said
 
 
+def test_the_mount_table_is_read_once_until_a_mount_changes_it(tmp_path):
+    """The table is read once per process and read again after a mount or
+    unmount (the kernel's poll on /proc/self/mounts), and a fork reads its own."""
+    import os
+    import subprocess
+
+    from waypost.stores import mounted
+    if os.geteuid() != 0:
+        pytest.skip("mounts a tmpfs: needs root")
+    first = mounted._table()
+    assert mounted._table() is first
+    point = tmp_path / "mnt"
+    point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(point)], capture_output=True).returncode:
+        pytest.skip("can't mount a tmpfs here")
+    try:
+        mounted_now = mounted._table()
+        assert str(point) in [p for _, p, _ in mounted_now] and mounted._table() is mounted_now
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    assert str(point) not in [p for _, p, _ in mounted._table()]
+    kept = mounted._table()
+    pid = os.fork()
+    if pid == 0:   # (a fork shares the parent's open file: it reads the table itself)
+        os._exit(0 if mounted._table() is not kept and mounted._cached[0] == os.getpid() else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert mounted._table() is kept
+
+
 def test_an_rclone_source_names_its_remote_and_path():
     from waypost.stores.mounted import bucket_of_source
     from waypost.stores.rclone import split_source
