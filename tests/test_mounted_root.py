@@ -112,7 +112,7 @@ wp = Pipeline(config, workflow)
 
 rule slow:
     output: out=wp.out("x.txt", funnel=True)
-    shell: "for i in $(seq 1200); do [ -e \"$RELEASE_FILE\" ] && break; sleep 0.1; done; echo done > {output.out}"
+    shell: "for i in $(seq 1200); do [ -e ${{RELEASE_FILE:?}} ] && break; sleep 0.1; done; echo done > {output.out}"
 
 
 wp.finish()
