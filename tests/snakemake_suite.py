@@ -53,13 +53,15 @@ def tests_dir() -> Path:
     that start together (``make test`` runs three) take turns on a lock:
     one fetches and unpacks, the others then find it whole."""
     top = CACHE / f"snakemake-{VERSION}"
-    if (top / "tests" / "tests.py").is_file():
+    whole = top / ".unpacked"   # written last: a tree cut short (or missing files) is unpacked again
+    if whole.is_file():
         return top / "tests"
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (top / "tests" / "tests.py").is_file():   # (another process may have unpacked it meanwhile)
+        if not whole.is_file():   # (another process may have unpacked it meanwhile)
             _unpack(top)
+            whole.touch()
     return top / "tests"
 
 
