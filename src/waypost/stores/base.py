@@ -234,9 +234,7 @@ class StageStore(abc.ABC):
         return described
 
 
-
-
-class Backend:
+class Backend(abc.ABC):
     """What waypost does with one kind of root, found by its URL's scheme
     (``stores.registry``): its stores, the manifest of one stage directory,
     whether it answers, where a step works on it. A kind of root is one
@@ -245,13 +243,13 @@ class Backend:
     the registry. The defaults here are those of a root whose stage
     directories a step reads and writes itself, as no other node sees them."""
 
+    @abc.abstractmethod
     def store(self, root: str, snapshot: bool = False, quiet: bool = False, reads: bool = True) -> StageStore:
         """The store of ``root`` (see ``stores.store_for``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def manifest_at(self, location: str) -> Manifest | None:
         """The manifest of one stage directory, read alone (see ``stores.manifest_at``)."""
-        raise NotImplementedError
 
     def over(self, stage_dir: str) -> StageStore:
         """A store to look at one stage directory (see ``stores.over``)."""
@@ -259,6 +257,7 @@ class Backend:
 
     def reach(self, root: str) -> None:
         """StorageError (within seconds) when the root can't be reached."""
+        return None   # (the default: nothing to do)
 
     def listed_at_once(self, root: str) -> bool:
         """Is the root read from one listing, rather than directory by
@@ -275,6 +274,7 @@ class Backend:
 
     def catch_up(self, stage_dir: str) -> None:
         """Wait until what this node sees of ``stage_dir`` is what the service holds."""
+        return None   # (the default: nothing to do)
 
     def workspace(self, step) -> tuple[object | None, list[str], list[str]]:
         """(the workspace a step runner keeps in step with the stage directory,
@@ -284,3 +284,4 @@ class Backend:
 
     def preload(self) -> None:
         """Import now what a forked step runner on such a root imports as it goes."""
+        return None   # (the default: nothing to do)

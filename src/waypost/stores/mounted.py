@@ -63,14 +63,14 @@ class Way(namedtuple("Way", "url said")):
 
 
 # The mount table as this process last read it: (pid, a poll object on a
-# descriptor of /proc/self/mounts, the rows). Read again only once the
-# kernel says a mount or unmount happened since (proc(5): the file polls
-# POLLPRI after each change, once per open file). A step runner asks
-# mount_of about its stage directory four times (the four calls took a
-# forked runner ~0.9 ms with a read each, ~0.65 ms with one read and three
-# polls), and the local step server once per step. A fork shares its parent's open file, and so its
-# change events: it opens its own (``pid``; the parent's copy, close-on-exec,
-# stays as it is).
+# descriptor of /proc/self/mounts, that descriptor, the rows). Read again
+# only once the kernel says a mount or unmount happened since (proc(5): the
+# file polls POLLPRI after each change, once per open file). A step runner
+# asks mount_of about its stage directory four times (~0.9 ms with a read
+# each in a forked runner, ~0.65 ms with one read and three polls), and the
+# local step server once per step. A fork shares its parent's open file,
+# and so its change events: it opens its own (``pid``; the parent's copy,
+# close-on-exec, stays as it is).
 _cached: tuple | None = None
 
 
