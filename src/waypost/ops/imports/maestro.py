@@ -68,16 +68,20 @@ def study_of(spec: dict, path: str, kind: str, pgen: str | None = None, pargs: l
                            "partition, account and qos are config/workers.yaml's onprem pool (docs/workers.md)")
     _parameters(study, spec.get("global.parameters"), path)
     if pgen:   # (its env.find(name).value is the variable as the YAML holds it, a mapping too)
-        env_values = {str(k): v for k, v in ((spec.get("env") or {}).get("variables") or {}).items()}
-        _generated(study, pgen, pargs or [], env_values)
+        _generated(study, pgen, pargs or [], _variables(spec.get("env") or {}))
     for step in study.steps:
         _launcher(study, step)
     return study
 
 
+def _variables(env: dict) -> dict:
+    """``env.variables`` by name, each as the YAML holds it."""
+    return {str(k): v for k, v in (env.get("variables") or {}).items()}
+
+
 def _environment(study: Study, env: dict) -> None:
     """``env``: its variables (``OUTPUT_PATH`` is the root), labels and dependencies."""
-    variables = {str(k): v for k, v in (env.get("variables") or {}).items()}
+    variables = _variables(env)
     output_path = variables.pop("OUTPUT_PATH", None)
     if output_path is not None:
         study.root = os.path.normpath(str(output_path)) if "$(" not in str(output_path) else study.root
