@@ -1,5 +1,6 @@
 """The package's shape: its layers import downward only, with no circle
-inside a layer; of waypost's modules only the wiring imports Snakemake;
+inside a layer; of waypost's modules only the wiring's (``planning/wiring/``)
+import Snakemake, and only its ``internals`` touch Snakemake's private parts;
 Snakemake's plugins (executor, logger, storage) sit on top, beside the
 Snakefile's front; reading a config (what the ``waypost`` commands do
 first) does not import Snakemake at all; outside ``stores/``, waypost and
@@ -21,9 +22,11 @@ SRC = REPO / "src" / "waypost"
 #: Snakemake's plugins for waypost: adapters over waypost's layers, which
 #: none of them imports, and which don't import one another.
 PLUGINS = ("snakemake_executor_plugin_waypost", "snakemake_logger_plugin_waypost", "snakemake_storage_plugin_waypost")
-#: The one module of waypost that touches Snakemake's objects, its plugins'
-#: included (the plugins are Snakemake's side).
-WIRING = "planning/wiring.py"
+#: The one package of waypost that touches Snakemake's objects, its plugins'
+#: included (the plugins are Snakemake's side), and its one module that
+#: touches Snakemake's private parts and globals.
+WIRING = "planning/wiring/"
+INTERNALS = "planning/wiring/internals.py"
 
 # The layers, lowest first (docs/architecture.md). A module may import its
 # own layer and those below; layers on one rank don't import each other.
@@ -95,7 +98,7 @@ def upward_imports(src: Path) -> list[str]:
                 wrong.append(f"{rel}:{line}: a relative import (spell it waypost.LAYER.module)")
             elif module == "(dynamic)":
                 wrong.append(f"{rel}:{line}: an import of a name the check can't read (import it by name)")
-            elif _top(module) in PLUGINS and str(rel) != WIRING:   # (Snakemake's side: the wiring's to touch)
+            elif _top(module) in PLUGINS and not in_wiring(rel):   # (Snakemake's side: the wiring's to touch)
                 wrong.append(f"{rel}:{line}: imports Snakemake's plugin {module}")
             elif here is None:
                 continue
@@ -140,6 +143,11 @@ def store_module_imports(root: Path) -> list[str]:
                  and module.split(".")[2] in modules}
         wrong += [f"{rel}:{line}: imports {module} (import waypost.stores, the package)" for line, module in sorted(found)]
     return wrong
+
+
+def in_wiring(rel: Path) -> bool:
+    """Is a module (its path in the package) one of the wiring's?"""
+    return str(rel).startswith(WIRING)
 
 
 def module_name(src: Path, path: Path) -> str:
@@ -300,12 +308,59 @@ def test_the_circle_check_sees_a_circle_inside_a_layer(tmp_path):
 
 
 def test_only_the_wiring_imports_snakemake():
-    """Of waypost's modules, the wiring alone imports Snakemake (by name or
+    """Of waypost's modules, the wiring's alone import Snakemake (by name or
     through ``importlib``); the plugins are Snakemake's side."""
-    assert snakemake_imports(SRC / WIRING)
+    assert snakemake_imports(SRC / INTERNALS)
     found = {str(p.relative_to(SRC)): snakemake_imports(p) for p in sorted(SRC.rglob("*.py"))
-             if "template" not in p.relative_to(SRC).parts and str(p.relative_to(SRC)) != WIRING}
+             if "template" not in p.relative_to(SRC).parts and not in_wiring(p.relative_to(SRC))}
     assert {name: names for name, names in found.items() if names} == {}
+
+
+def private_touches(path: Path) -> list[str]:
+    """Where a module reads or sets a private member (``x._name``, not a
+    dunder) of anything but ``self``, or assigns to an attribute of a name
+    it imported from Snakemake (one of its classes or modules: a global of
+    Snakemake's replaced)."""
+    tree = ast.parse(path.read_text())
+    from_snakemake = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                      if isinstance(node, (ast.Import, ast.ImportFrom))
+                      and _top((node.module if isinstance(node, ast.ImportFrom) else node.names[0].name) or "") == "snakemake"
+                      for alias in node.names}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+            found.append((node.lineno, f"{path.name}:{node.lineno}: {ast.unparse(node)}"))
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                root = target
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if target is not root and isinstance(root, ast.Name) and root.id in from_snakemake:
+                    found.append((node.lineno, f"{path.name}:{node.lineno}: {ast.unparse(target)} ="))
+    return [said for _, said in sorted(found)]
+
+
+def test_only_the_internals_touch_snakemakes_private_parts():
+    """Every private part of Snakemake that waypost touches, and every
+    global of Snakemake it replaces, is in one module, with the versions
+    tested (``planning/wiring/internals.py``)."""
+    assert private_touches(SRC / INTERNALS)
+    found = [touch for p in sorted((SRC / WIRING).glob("*.py")) if str(p.relative_to(SRC)) != INTERNALS
+             for touch in private_touches(p)]
+    assert found == []
+
+
+def test_the_private_check_sees_a_touch(tmp_path):
+    """A private member of another object read or set, and a Snakemake
+    class's or module's attribute replaced, are caught; ``self``'s own
+    private members, dunders and a public attribute of a rule are not."""
+    path = _plant(tmp_path, {"rules.py": "import snakemake.script\nfrom snakemake.jobs import Job\n"
+                                         "def f(rule, self):\n    rule._input = []\n    self._own = 1\n"
+                                         "    Job.outputs_older = None\n    snakemake.script.shell = print\n"
+                                         "    rule.expand_input = None\n    return rule.input._names, self.__dict__\n"}) / "rules.py"
+    assert private_touches(path) == ["rules.py:4: rule._input", "rules.py:6: Job.outputs_older =",
+                                     "rules.py:7: snakemake.script.shell =", "rules.py:9: rule.input._names"]
 
 
 def test_the_snakemake_check_sees_an_import_anywhere(tmp_path):

@@ -17,7 +17,7 @@ from conftest import SMALL_CONFIG, planned, read_manifest, snakemake, waypost, w
 from snakemake.exceptions import WorkflowError
 
 from waypost.model.manifest import RUN_ID_ENV
-from waypost.planning.wiring import run_identity
+from waypost.planning.wiring.snake import run_identity
 
 PAIRS = ("en-xa", "en-xb")
 MODELS = ("backward", "teacher-0", "teacher-1", "student")

@@ -2,7 +2,7 @@
 submission, with waypost's stage jobs run without a Snakemake in the job.
 
 - **The step runner straight in the job.** A stage job's step is complete
-  in Snakemake's main process (``waypost.planning.wiring.job_command``: the step
+  in Snakemake's main process (``waypost.planning.wiring.steps.job_command``: the step
   runner's line with the step spec and the rule's command), so it is written
   to a step file in the executor's temporary directory (under
   ``.snakemake``, shared with the nodes, removed when the run ends) and the
@@ -53,7 +53,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from waypost import stores
 from waypost.model import manifest
 from waypost.model import spec as wspec
-from waypost.planning.wiring import job_command, needs_own_process
+from waypost.planning.wiring.steps import job_command, needs_own_process
 from waypost.runner import main as runner
 from waypost.runner.bundle import BUNDLE_OPTION
 from waypost.scheduler import jobstep

@@ -14,7 +14,7 @@ stage directory and no other.
 (``waypost.planning.stagegraph``: what the rules declared), the resolver
 (``waypost.planning.resolver``: what the config says per job), the state view
 (``waypost.planning.stateview``: what is done, what is to be redone) and the wiring
-(``waypost.planning.wiring``, the one module that touches Snakemake's objects).
+(``waypost.planning.wiring``, the one package that touches Snakemake's objects).
 """
 
 from __future__ import annotations
@@ -42,29 +42,25 @@ from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
 from waypost.planning.stepline import StepLines
 from waypost.planning.targets import default_targets
-from waypost.planning.wiring import (
-    Snake,
-    WorkflowError,
-    after_planning,
-    after_reading,
-    as_plain_on_the_bucket,
-    fetch_checkpoint_folders,
+from waypost.planning.wiring.bucket import as_plain_on_the_bucket, fetch_checkpoint_folders, planning_mirror
+from waypost.planning.wiring.internals import after_planning, after_reading
+from waypost.planning.wiring.jobfiles import (
     flagged_positions,
     input_dirs_of,
     input_records_of,
     log_files_of,
     own_dirs_of,
+)
+from waypost.planning.wiring.rules import (
     own_layout_refusal,
-    quiet_triggers,
-    run_identity,
-    stop_on_request,
-    take_finished_orphans,
     wire,
     wire_inputs,
     wire_own_layout,
     wire_own_presence,
     wire_own_reuse,
 )
+from waypost.planning.wiring.snake import Snake, WorkflowError, run_identity
+from waypost.planning.wiring.triggers import quiet_triggers, stop_on_request, take_finished_orphans
 from waypost.runner import forked
 from waypost.runner import main as runner
 
@@ -123,7 +119,7 @@ class Pipeline:
         # jobs get gs:// URLs, and the step runner works on a local copy of
         # the bucket, ``self.mirror`` (see stores.mirror).
         on_bucket = stores.needs_mirror(self.root)
-        self.mirror = self.snake.planning_mirror(self.root) if on_bucket and not self.facts_only else None
+        self.mirror = planning_mirror(workflow, self.root) if on_bucket and not self.facts_only else None
         if not on_bucket and not self.facts_only and not self.snake.remote:
             self.snake.reach(self.root)
         run_identity(workflow)   # the runner reads the run id itself
