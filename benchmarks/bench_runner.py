@@ -48,7 +48,7 @@ HASH_SLACK = 1.10     # "as fast as": within 10%
 
 
 def runner_cmd(stage_dir: Path, output: Path, command: str) -> list[str]:
-    """As Snakemake's shell runs a local stage job (see ``waypost.planning.wiring.wire``)."""
+    """As Snakemake's shell runs a local stage job (see ``waypost.planning.wiring.rules.wire``)."""
     import shlex
 
     from waypost.model import spec

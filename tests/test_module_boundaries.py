@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 SRC = REPO / "src" / "waypost"
@@ -349,6 +350,14 @@ def test_only_the_internals_touch_snakemakes_private_parts():
     found = [touch for p in sorted((SRC / WIRING).glob("*.py")) if str(p.relative_to(SRC)) != INTERNALS
              for touch in private_touches(p)]
     assert found == []
+
+
+def test_an_untested_snakemake_is_said_in_one_line():
+    from waypost.planning.wiring import internals
+    internals.check()   # the installed Snakemake is a tested one
+    with pytest.raises(internals.UntestedSnakemake) as raised:
+        internals.check("10.1.0")
+    assert "\n" not in str(raised.value) and "snakemake 10.1.0 is installed" in str(raised.value)
 
 
 def test_the_private_check_sees_a_touch(tmp_path):

@@ -134,7 +134,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
 
 class RetrievedStorageObject(StorageObject):
     """A file of a rule that runs as plain Snakemake runs it, with no
-    waypost record (``waypost.planning.wiring.as_plain_on_the_bucket``):
+    waypost record (``waypost.planning.wiring.bucket.as_plain_on_the_bucket``):
     Snakemake fetches it before the job and stores it after, as it does
     with any storage plugin, and the job sees its local copy."""
 

@@ -48,7 +48,7 @@ and pair) holds:
 - ``workdir``: where the step runs: ``workflow`` (Snakemake's working
   directory, as every Snakemake job) or ``stage`` (its stage directory, a
   workspace of its own per point as in Maestro and Merlin; the job's files
-  are then given to its command as absolute paths: ``wiring``).
+  are then given to its command as absolute paths: ``planning.wiring.steps``).
 """
 
 from __future__ import annotations

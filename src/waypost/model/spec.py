@@ -31,7 +31,7 @@ MAGIC = "waypost_step"
 # holds this line is refused when the pipeline is read).
 DELIMITER = "WAYPOST_STEP_9c1e7f3a"
 # Set, for the Snakemake process the step runner runs a ``run:`` job's block
-# in, to its rule's name (as JSON; ``planning.wiring._run_block_func``): there
+# in, to its rule's name (as JSON; ``planning.wiring.runblocks.run_block_func``): there
 # the block runs as in plain Snakemake. That process's command is the step's.
 RUN_BLOCK_ENV = "WAYPOST_RUN_BLOCK"
 
@@ -98,7 +98,7 @@ FIELDS: dict[str, tuple[type | tuple, object]] = {
     # record directories of the jobs that could have (``parents.describe_inputs``)
     "input_records": (dict, {}),
     # what Snakemake's rerun triggers compare of the job: params, code,
-    # software environment (planning.wiring.job_triggers), for its record
+    # software environment (planning.wiring.triggers.job_triggers), for its record
     "triggers": (dict, {}),
 }
 DEFAULT_SHELL = {"executable": "/bin/bash", "prefix": "set -euo pipefail; ", "suffix": ""}

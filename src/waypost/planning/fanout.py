@@ -18,7 +18,7 @@ a function of the experiment, or of the experiment and the axis value, or
 param (``wp.dim("teacher")``), and gathers along some dimensions with
 ``wp.each(stage, file, over="part")``: no wildcard regex anywhere.
 
-Snakemake's checkpoints are asked through ``waypost.planning.wiring`` (``Snake``),
+Snakemake's checkpoints are asked through ``waypost.planning.wiring.snake`` (``Snake``),
 the one module that touches Snakemake's objects.
 """
 

@@ -1,7 +1,7 @@
 """What Snakemake's rerun triggers would compare of each recorded job of a
 rule in its own layout, now, for ``waypost plan`` (``ops.plan``) to
 compare with what its record kept when it ran: its params, code, set of
-inputs and software environment (``wiring.job_triggers``).
+inputs and software environment (``wiring.triggers.job_triggers``).
 
 Asked only in ``plan``'s dry run (``events.OWN_TRIGGERS_ENV``), once
 Snakemake has built its DAG: one ``own_triggers`` event per done job's

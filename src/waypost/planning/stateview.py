@@ -6,7 +6,7 @@ forced: an attempt left open, a set of inputs that changed, parts made
 anew? Which outputs are the default run's targets? Each stage directory's
 lifecycle is read once per planning from one snapshot store over the root
 (a bucket root: its one listing). Jobs' values are plain dicts of their
-wildcards; what it needs from Snakemake it asks ``snake`` (``waypost.planning.wiring``).
+wildcards; what it needs from Snakemake it asks ``snake`` (``waypost.planning.wiring.snake``).
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class StateView:
     def to_force(self, stage: str) -> bool:
         """Has some job of ``stage`` (a stage whose rule reads nothing) to be
         forced: an attempt left open? Such a rule needs its input function
-        only then (``wiring.wire``); so does one whose instances a checkpoint
+        only then (``wiring.rules.wire``); so does one whose instances a checkpoint
         finds, which can't be asked before it ran."""
         if fanout.checkpoint_parts(self.graph.stages[stage].instances):
             return True
@@ -263,7 +263,7 @@ class StateView:
 
     def inputs_as_written(self, stage: str) -> bool:
         """Can a stage rule that reads something keep its inputs as written,
-        with no input function (``wiring.wire``)? Yes where that function
+        with no input function (``wiring.rules.wire``)? Yes where that function
         could only ever give each job its rule's inputs: on a local root,
         nothing of any job of the stage is there (each stage directory
         absent or empty: no output that counts as done, no marker to force

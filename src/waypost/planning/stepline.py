@@ -31,10 +31,10 @@ class StepLines:
         self.mirror = mirror
         self.default_class: dict[str, str] = {}   # stage → the worker class its rule names
         # On a gs:// root, a function of a job's inputs: their directories
-        # that a rule in its own layout's job writes alone (wiring.input_dirs_of).
+        # that a rule in its own layout's job writes alone (wiring.jobfiles.input_dirs_of).
         self.input_dirs = None
         # A function of a job's inputs: those a job of a rule in its own
-        # layout may have made, with their record directories (wiring.input_records_of).
+        # layout may have made, with their record directories (wiring.jobfiles.input_records_of).
         self.input_records = None
         self._lines: dict[tuple, object] = {}
 

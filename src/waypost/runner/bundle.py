@@ -67,7 +67,7 @@ def run_bundle(list_path: str) -> int:
 def _runner_input(step: str, runner) -> bytes | None:
     """What the step file gives the runner on its standard input, when the
     file is exactly this interpreter's runner reading a here-document
-    (``waypost.planning.wiring``'s step) of a step the runner works on
+    (``waypost.planning.wiring.steps``' step) of a step the runner works on
     locally; None for any other file: bash runs it."""
     from waypost.model import spec
 

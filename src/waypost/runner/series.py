@@ -58,7 +58,7 @@ done                the manifest: SUCCESS
 fail                the manifest: the last attempt's state (the series ends)
 give_up             as fail, and the stage is given up (``given_up``)
 stop                as fail, and the run starts no new job (``stopped_run``;
-                    the driver stops: ``wiring.stop_on_request``)
+                    the driver stops: ``wiring.triggers.stop_on_request``)
 ==================  ===========================================================
 """
 

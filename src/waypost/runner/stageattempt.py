@@ -40,7 +40,7 @@ class StageAttempt:
         log_rel = os.path.join(LOGS, f"attempt-{number}.log")
         command = spec.command
         if action == "restart" and policy.restart != "same":
-            # As Snakemake formatted it with the job's placeholders (wiring.with_restart);
+            # As Snakemake formatted it with the job's placeholders (wiring.steps.with_restart);
             # as written in a step without it (a runner started by hand).
             command = spec.restart_command if spec.restart_command is not None else policy.restart
         # The command runs as plain Snakemake runs one: its shell, prefix and

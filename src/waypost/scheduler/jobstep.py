@@ -4,7 +4,7 @@
 
 The job's step is complete when it is submitted: waypost's executor formats
 it in Snakemake's main process (the step runner's line, with the step spec
-and the rule's command in a here-document: ``waypost.planning.wiring.job_command``)
+and the rule's command in a here-document: ``waypost.planning.wiring.steps.job_command``)
 and writes it to ``STEP_FILE`` in the run's spool directory, which the
 cluster's nodes share with the main process as they share ``.snakemake``.
 So the job starts no Snakemake, and no argument carries the command: this

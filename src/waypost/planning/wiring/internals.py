@@ -38,7 +38,9 @@ Private members and globals, here:
 - ``snakemake.script.shell``, the one ``shell`` call that runs a
   ``script:``, ``notebook:`` or ``wrapper:`` job's script
   (``ScriptBase._execute_cmd``) (``route_script_shell``);
-- ``_IOFile._file`` (a rule's file given another storage object: ``replace_file``).
+- ``_IOFile._file`` (a rule's file given another storage object: ``replace_file``);
+- ``Workflow.check`` and ``Workflow.rule`` (the rule decorator), replaced
+  on the workflow (``after_reading``, ``note_rule_names``).
 
 Public but undocumented parts, used where they are in the adapter's modules
 (``waypost.planning.wiring``):

@@ -99,7 +99,7 @@ def wire_own_layout(snake: Snake, name: str, runner_line: str, step_param: str, 
     ``notebook:`` or ``wrapper:`` rule with outputs, where the rule puts
     them; ``own_layout_refusal`` says None) a step as ``wire`` makes a stage
     rule one: the step runner around its command (for a script, the command
-    Snakemake runs it with: ``_script_run_func``), its job's record in a
+    Snakemake runs it with: ``script_run_func``), its job's record in a
     directory of its own. Its inputs, outputs and everything else stay as
     written."""
     rule = snake.workflow.get_rule(name)

@@ -76,8 +76,8 @@ class Snake:
         # (``waypost.runner.forked.run_here``, set by the Snakefile's front;
         # None: in a Snakemake process of the block's own, ``_this_job_again``).
         self.run_here = None
-        self.declared_places: list | None = None   # every rule's files' patterns (``_declared_places``)
-        self.keeps_inputs: set[str] = set()   # rules whose functions see their inputs (``_keep_inputs_for_functions``)
+        self.declared_places: list | None = None   # every rule's files' patterns (``jobfiles._declared_places``)
+        self.keeps_inputs: set[str] = set()   # rules whose functions see their inputs (``rules._keep_inputs_for_functions``)
         self._output_index = None   # which rules can make a file, as Snakemake finds them (``made_by_another_rule``)
 
     def attach(self, graph, root: str) -> None:
@@ -239,7 +239,7 @@ class Snake:
         """The spec line a job of a rule in its own layout (its wildcards
         ``values``) would get now, with every input its rule gives it (a job
         waypost decided is done too): what ``waypost plan`` compares with
-        its record (``_with_triggers``). A job the rule can't make now
+        its record (``triggers.with_triggers``). A job the rule can't make now
         raises the rule's error."""
         from snakemake.jobs import Job
         self.keeping = True

@@ -213,7 +213,7 @@ def needs_own_process(job) -> bool:
     its own on a cluster node: a conda env, container or environment
     modules in effect (that process deploys them), a benchmark (it measures
     it), ``protected()`` or ``ensure()`` outputs (it checks and marks them),
-    a script (it writes the script out: ``_script_run_func``)? Else the executor runs its step straight, packed or bundled as a stage
+    a script (it writes the script out: ``script_run_func``)? Else the executor runs its step straight, packed or bundled as a stage
     job's, and the step runner does the rest of what that process would
     (``StageDir.prepare_outputs``)."""
     methods = {getattr(method, "name", "") for method in
