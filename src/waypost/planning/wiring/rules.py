@@ -240,7 +240,7 @@ def _wrap_command(snake: Snake, rule, runner_line: str, step_param: str, step_fu
     # ``shellcmd`` stays the user's: what Snakemake shows of the job (a
     # failure's error block, ``--printshellcmds``, its metadata, reports).
     rule.run_func = shell_run_func(snake, rule.run_func, runner_head(runner_line), runner_line.format(), mirror,
-                                    step_param, local_path(rule.basedir))   # (the runner's braces doubled, and as formatted)
+                                   step_param, local_path(rule.basedir))   # (the runner's braces doubled, and as formatted)
     if mirror:
         map_param_functions(rule, mirror)
     _set_step_param(rule, step_param, step_function, with_triggers)

@@ -17,7 +17,7 @@ RUN_BLOCK_ENV = wspec.RUN_BLOCK_ENV
 
 
 def run_block_func(snake, original, name: str, head: str, runner: str, step_param: str,
-                    mirror: str | None):
+                   mirror: str | None):
     """A ``run:`` rule's run function. Snakemake runs a ``run:`` job's block
     in a Snakemake process of the job's own (locally, a subprocess it
     spawns; on a cluster, the job's process on its node). There this

@@ -117,7 +117,7 @@ _SCRIPT_STEP: contextvars.ContextVar[tuple[str, str, LocalSteps] | None] = conte
 
 
 def script_run_func(local_steps: LocalSteps, original, head: str, runner: str, step_param: str,
-                     mirror: str | None):
+                    mirror: str | None):
     """A ``script:``, ``notebook:`` or ``wrapper:`` rule's run function
     that runs its script as the step's command: Snakemake writes the script
     out (its preamble, the job's ``snakemake`` object) and runs it with one
@@ -295,7 +295,7 @@ def as_written(ran: str, runner: str) -> str:
 
 
 def shell_run_func(snake, original, head: str, runner: str, mirror: str | None, step_param: str,
-                    basedir: str):
+                   basedir: str):
     """A rule's run function that runs the step (``head``, the runner line
     reading its here-document: the job's spec and the rule's command as its
     function gives it then, ``command_now``; kept as its ``step_now``)
