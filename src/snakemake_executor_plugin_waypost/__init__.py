@@ -26,7 +26,7 @@ submission, with waypost's stage jobs run without a Snakemake in the job.
   or QOS) is cancelled and fails with that reason.
 - **Every end reaches the manifest.** A stage job that ended without its
   runner recording it (cancelled while pending, killed before or as it
-  started, never startable) is recorded by the runner in ``--lost-slurm-job``
+  started, never startable) is recorded by the runner in ``--lost-job``
   mode, here, and the stage's policy decides as after any attempt.
 - **No futile resubmission.** A stage whose series the policy ended in this
   run is not submitted again by Snakemake's retries: its job fails at once.
@@ -331,7 +331,8 @@ class Executor(SlurmExecutor):
         waypost_state = wslurm.waypost_state(state) or "FAILED"
         if stage_job(job.job):
             last = job.job.restart_times <= job.job.attempt - 1
-            argv = [*runner.command(sys.executable), "--lost-slurm-job", raw or str(job.external_jobid),
+            argv = [*runner.command(sys.executable), "--lost-job", raw or str(job.external_jobid),
+                    "--lost-scheduler", wslurm.SLURM.name,
                     "--lost-state", waypost_state, "--lost-reason", reason or f"sacct: {state}",
                     *(["--last-chance"] if last else [])]
             step = wspec.decode(job.job.params[STEP_PARAM])
