@@ -118,7 +118,8 @@ class Executor(SlurmExecutor):
         if members:   # the step runner's own entry runs the bundle (waypost.runner.bundle)
             return (f"{shlex.join(runner.command(sys.executable))} {BUNDLE_OPTION} "
                     f"{shlex.quote(self._bundle_list(members))}")
-        return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {shlex.quote(self._step_file(job))}"
+        return (f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} "
+                f"{jobstep.INDEX_OPTION}{wslurm.SLURM.array_index_env} {shlex.quote(self._step_file(job))}")
 
     def _status_file(self, job) -> str:
         return os.path.join(self.tmpdir, f"step-{job.rule.name}-{job.jobid}-{job.attempt}.status")

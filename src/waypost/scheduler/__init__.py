@@ -43,6 +43,19 @@ def by_name(name: str) -> Scheduler:
     return found
 
 
+def of_pool(executor: str) -> Scheduler | None:
+    """The scheduler a worker pool's ``executor`` names; None for ``local``
+    (a process group on this machine)."""
+    return None if executor == "local" else by_name(executor)
+
+
+def resource_names(executor: str) -> dict[str, str]:
+    """The resource names a pool's executor reads for workers.yaml's keys,
+    where they are its scheduler's own (``workers.resources``' ``names``)."""
+    scheduler = of_pool(executor)
+    return dict(scheduler.resource_names) if scheduler else {}
+
+
 def for_record(record: Mapping[str, Any]) -> tuple[Scheduler, str] | None:
     """The scheduler and job an attempt or running marker names (None: it
     ran outside any); an old record's ``slurm_job_id`` names a Slurm job

@@ -10,7 +10,12 @@ needs to know about a job once it is submitted is asked here:
 - ``final_state``: how a job ended, as a waypost end state
   (``waypost.model.states``), with the scheduler's own word for it;
 - ``alive``: is a job pending or running (None: the scheduler can't say);
-- ``describe``: how messages name a job (``Slurm job 66``).
+- ``describe``: how messages name a job (``Slurm job 66``);
+- ``array_index_in_env``: an array task's index (``jobstep``);
+- ``resource_names``: the resource names its executor reads for
+  workers.yaml's keys, where they are its own;
+- ``cluster_facts``/``class_mismatches``: a pool's classes checked against
+  what the cluster has (``waypost workers --check``).
 
 A process with no scheduler's job is a process group on this machine
 (``stepgroup``): ``waypost.scheduler.current()`` is None there.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 
 class Scheduler(ABC):
@@ -31,11 +37,20 @@ class Scheduler(ABC):
     accounting: str
     #: the environment variable that holds the id of the job a process runs in
     job_env: str
+    #: the one that holds an array task's index, in a job array's task
+    array_index_env: str
+    #: workers.yaml keys its executor reads under names of its own (beyond
+    #: ``waypost.model.workers.RESOURCE_NAMES``: ``partition`` → ``slurm_partition``)
+    resource_names: ClassVar[dict[str, str]] = {}
 
     def job_in_env(self, environ: dict | None = None) -> str | None:
         """The id of the job this process (or ``environ``'s) runs in; None
         outside this scheduler's jobs."""
         return (os.environ if environ is None else environ).get(self.job_env) or None
+
+    def array_index_in_env(self, environ: dict | None = None) -> str | None:
+        """This process's task index in a job array; None outside one."""
+        return (os.environ if environ is None else environ).get(self.array_index_env) or None
 
     @abstractmethod
     def final_state(self, job: str) -> tuple[str | None, str | None]:
@@ -52,3 +67,13 @@ class Scheduler(ABC):
 
     def describe(self, job: str) -> str:
         return f"{self.label} job {job}"
+
+    def cluster_facts(self) -> dict | None:
+        """What the cluster offers, for ``class_mismatches`` (``waypost
+        workers --check``); None when it does not answer."""
+        return None
+
+    def class_mismatches(self, spec: dict, facts: dict) -> list[str]:
+        """What in a worker class (workers.yaml keys) the cluster can never
+        give, one line each."""
+        return []

@@ -9,6 +9,7 @@ did this attempt's job end; is it still alive).
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 from waypost.scheduler.base import Scheduler
 
@@ -145,9 +146,18 @@ class Slurm(Scheduler):
     """Slurm as ``base.Scheduler``: its jobs' ends from sacct."""
 
     name, label, accounting, job_env = "slurm", "Slurm", "sacct", "SLURM_JOB_ID"
+    array_index_env = "SLURM_ARRAY_TASK_ID"
+    # (the Slurm executor plugin's names; the rest are Snakemake's common ones)
+    resource_names: ClassVar[dict[str, str]] = {"partition": "slurm_partition", "account": "slurm_account", "extra": "slurm_extra"}
 
     def final_state(self, job: str) -> tuple[str | None, str | None]:
         return final_state(job)
+
+    def cluster_facts(self) -> dict | None:
+        return cluster_facts()
+
+    def class_mismatches(self, spec: dict, facts: dict) -> list[str]:
+        return class_mismatches(spec, facts)
 
 
 SLURM = Slurm()
