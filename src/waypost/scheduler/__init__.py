@@ -4,8 +4,9 @@ Slurm's is ``slurm.SLURM``) or a process group on this machine
 
 Everyone else asks here which scheduler a process, or a record, is in:
 ``current()`` (None: no scheduler's job), ``current_job()`` (as records
-name it), ``for_record()`` (the one reader of the job a record names) and
-``by_name()``. A new scheduler is one module beside ``slurm.py``
+name it), ``for_record()`` (the one reader of the job a record names),
+``by_name()`` and, for a worker pool's ``executor``, ``of_pool()`` and
+``resource_names()``. A new scheduler is one module beside ``slurm.py``
 implementing ``base.Scheduler``, listed in ``SCHEDULERS``.
 """
 

@@ -1,9 +1,13 @@
 """What waypost asks of a batch scheduler (Maestro-style: one small
 interface, one implementation per scheduler; Slurm's is ``slurm.SLURM``).
 
-Submitting is the Snakemake executor plugin's part
-(``snakemake_executor_plugin_waypost``); everything else that waypost
-needs to know about a job once it is submitted is asked here:
+Submitting is still the Snakemake executor plugin's part
+(``snakemake_executor_plugin_waypost``); everything waypost needs to know
+about a job once it is submitted, or to do to it, is asked here:
+
+- ``check``: a batch of jobs' states in one question (a status round),
+  each a ``JobState``; ``never_starts``: why a pending job can never start;
+- ``cancel``: end a job;
 
 - ``job_in_env``: the job the current process runs in (None: none of this
   scheduler's);
@@ -26,6 +30,18 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from typing import ClassVar
+
+
+class JobState:
+    """A job as its scheduler says in one ``check``: its ``state`` (the
+    scheduler's word), ``reason`` ('' for none), ``raw`` id (the one its
+    runner saw in its environment; None while that is not known) and
+    ``ended``: its waypost end state, None while it has not ended."""
+
+    __slots__ = ("ended", "raw", "reason", "state")
+
+    def __init__(self, state: str, reason: str = "", raw: str | None = None, ended: str | None = None):
+        self.state, self.reason, self.raw, self.ended = state, reason, raw, ended
 
 
 class Scheduler(ABC):
@@ -57,6 +73,20 @@ class Scheduler(ABC):
         """(waypost end state, the scheduler's state) of a job that ended;
         (None, its state) while it has not; (None, None) when the scheduler
         does not know the job or did not answer: unknown, never gone."""
+
+    @abstractmethod
+    def check(self, jobs: list[str]) -> dict[str, JobState] | None:
+        """The state of each of ``jobs`` the scheduler knows, by id, in one
+        question; None when it did not answer: unknown, never gone."""
+
+    def never_starts(self, job: JobState) -> str | None:
+        """Why a job ``check`` says is pending can never start, in words
+        (the scheduler's reason is ``job.reason``); None while it may."""
+        return None
+
+    @abstractmethod
+    def cancel(self, job: str) -> None:
+        """End the job (pending or running); a job already gone is no fault."""
 
     def alive(self, job: str) -> bool | None:
         """Is the job pending or running? None when that can't be known."""
