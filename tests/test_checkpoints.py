@@ -408,7 +408,7 @@ def test_checkpoint_parts_run_packed_on_slurm(slurm_cluster, tmp_path: Path):
     assert code == 0, out[-5000:]
     assert ran(tmp_path) == {"chunk": 1, "measure": 4, "tally": 1}
     assert (tmp_path / "results/north/may/tally/total.txt").read_text() == "55\nnorth\n"
-    parts = {read_manifest(tmp_path / "results/north/may/measure" / n)["attempts"][0]["slurm_job_id"]
+    parts = {read_manifest(tmp_path / "results/north/may/measure" / n)["attempts"][0]["scheduler_job_id"]
              for n in ("000", "001", "002", "003")}
     jobs = {r["JobIDRaw"]: r for r in sacct("JobIDRaw", "JobID", "State", since=since, workdir=tmp_path, jobs=6)}
     assert {jobs[j]["State"] for j in parts} == {"COMPLETED"}

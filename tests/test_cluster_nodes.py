@@ -164,7 +164,7 @@ def test_the_login_nodes_driver_dies_with_it_and_cron_there_adopts_its_jobs(node
     assert sorted(r["JobIDRaw"] for r in rows if r["Comment"].startswith("rule_work_")) == sorted(jobs.values())
     for point, job in jobs.items():
         record = read_manifest(stage(workdir, "work", point))
-        assert [(a["state"], a["slurm_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
+        assert [(a["state"], a["scheduler_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
         assert record["attempts"][0]["host"] in nodes
     assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
 
@@ -242,7 +242,7 @@ def test_the_cloud_profile_runs_the_pipeline_from_zero_cloud_nodes(bucket_on_eve
         record = json.loads(fs.cat(path))
         for attempt in record["attempts"]:
             hosts[path] = attempt["host"]
-            job = attempt["slurm_job_id"]
+            job = attempt["scheduler_job_id"]
             partitions[path] = wait_for(lambda job=job: subprocess.run(   # (accounting lags a moment)
                 ["sacct", "-X", "-n", "-P", "-j", job, "-o", "Partition"], capture_output=True,
                 text=True).stdout.strip(), 30, f"sacct to know job {job}")
@@ -279,7 +279,7 @@ def test_a_spot_node_lost_mid_job_is_hwfailure_and_restarts_on_another_from_its_
         try:
             if not fs.exists(f"{stage_key}/ckpt"):
                 return None
-            return json.loads(fs.cat(f"{stage_key}/_running.json"))["slurm_job_id"]
+            return json.loads(fs.cat(f"{stage_key}/_running.json"))["scheduler_job_id"]
         except (OSError, ValueError, KeyError):
             return None
 

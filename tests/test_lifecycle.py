@@ -24,7 +24,7 @@ WHERE = {"experiment": "e", "pair": "p", "stage": "fit", "instance": None}
 
 def an_attempt(state: str | None = "FAILED", run: str = "run-1") -> dict:
     return records.attempt(number=1, series=1, action="cmd", start=manifest.now_iso(), run=run,
-                           host=manifest.hostname(), slurm_job_id=None, command="fit --all",
+                           host=manifest.hostname(), job=None, command="fit --all",
                            worker={"pool": "local", "class": "cpu"}, state=state,
                            end=manifest.now_iso() if state else None, exit_code=0 if state == "SUCCESS" else 1)
 
@@ -37,7 +37,7 @@ def a_manifest(state: str = "SUCCESS", outputs=(), run: str = "run-1", **more) -
 
 def a_marker(pid: int | None, host: str | None = None, job: str | None = None) -> dict:
     return records.marker(pid=pid, host=host or manifest.hostname(), run="run-2", series=1, series_base=0,
-                          outputs=["model.txt"], slurm_job_id=job, attempts=[an_attempt(None, "run-2")])
+                          outputs=["model.txt"], job=("slurm", job) if job else None, attempts=[an_attempt(None, "run-2")])
 
 
 class Local:

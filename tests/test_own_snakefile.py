@@ -143,7 +143,7 @@ def test_on_slurm_with_the_onprem_profile_the_same_files_as_plain_snakemake_loca
     record = json.loads((wp / "results/_all/baseline/clean/de/_manifest.json").read_text())
     attempt = record["attempts"][-1]
     assert record["state"] == "SUCCESS" and record["wildcards"] == {"lang": "de"}, record
-    assert attempt["slurm_job_id"] and attempt["worker"]["class"] == "cpu", attempt
+    assert attempt["scheduler_job_id"] and attempt["worker"]["class"] == "cpu", attempt
     assert _jobs(_snakemake(wp, "-n")) == {}
 
 
@@ -211,7 +211,7 @@ def test_on_slurm_on_a_gs_root_the_bucket_holds_plain_snakemakes_files(both, slu
     from conftest import gcs_manifests
     records = {name.removeprefix("_all/baseline/"): r for name, r in gcs_manifests(root).items()}
     assert len(records) >= 16 and all(r["state"] == "SUCCESS" for r in records.values()), records
-    cpu = {name: r["attempts"][-1]["slurm_job_id"] for name, r in records.items()
+    cpu = {name: r["attempts"][-1]["scheduler_job_id"] for name, r in records.items()
            if r["attempts"][-1]["worker"]["class"] == "cpu" and not name.startswith("fetch/")}
     assert len(cpu) >= 12 and all(cpu.values()), cpu
     assert len(set(cpu.values())) < len(cpu), cpu        # bundled: fewer Slurm jobs than jobs
@@ -237,10 +237,10 @@ def test_on_slurm_a_bundled_class_runs_several_of_its_jobs_in_one_slurm_job(both
     records = {str(path.parent.relative_to(wp / "results/_all/baseline")): json.loads(path.read_text())
                for path in (wp / "results/_all/baseline").rglob("_manifest.json")}
     assert all(r["state"] == "SUCCESS" for r in records.values()), records
-    cpu = {name: r["attempts"][-1]["slurm_job_id"] for name, r in records.items()
+    cpu = {name: r["attempts"][-1]["scheduler_job_id"] for name, r in records.items()
            if r["attempts"][-1]["worker"]["class"] == "cpu" and not name.startswith("fetch/")}
     assert len(cpu) >= 12 and all(cpu.values()), cpu
     assert len(set(cpu.values())) < len(cpu), cpu        # bundled: fewer Slurm jobs than jobs
-    fetched = {r["attempts"][-1]["slurm_job_id"] for name, r in records.items() if name.startswith("fetch/")}
+    fetched = {r["attempts"][-1]["scheduler_job_id"] for name, r in records.items() if name.startswith("fetch/")}
     assert len(fetched) == 2 and not fetched & set(cpu.values())   # a Snakemake process each
     assert _jobs(_snakemake(wp, "-n")) == {}

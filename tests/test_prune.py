@@ -54,7 +54,7 @@ def attempt(number: int, series: int, workspace: str = ".", state: str = "FAILED
     log = f"_logs/attempt-{number}.log"
     return records.attempt(number=number, series=series, action="cmd", state=state, start=manifest.now_iso(),
                            end=manifest.now_iso(), exit_code=0 if state == "SUCCESS" else 1, duration_s=1.0,
-                           host="node1", run="r", slurm_job_id=None, command="train",
+                           host="node1", run="r", job=None, command="train",
                            worker={"pool": "local", "class": "cpu"},
                            log=log if workspace == "." else f"{workspace}/{log}") | {"workspace": workspace}
 

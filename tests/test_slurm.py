@@ -43,7 +43,7 @@ def start_onprem(workdir: Path, *args: str) -> subprocess.Popen:
 
 
 def slurm_jobs_of(manifest_data: dict) -> list[str]:
-    return [str(a["slurm_job_id"]) for a in manifest_data["attempts"] if a.get("slurm_job_id")]
+    return [str(a["scheduler_job_id"]) for a in manifest_data["attempts"] if a.get("scheduler_job_id")]
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -62,7 +62,7 @@ def running_job(stage: Path) -> str | None:
     if not marker.exists() or not list((stage / "checkpoints").glob("epoch-*.json")):
         return None
     try:
-        return json.loads(marker.read_text())["slurm_job_id"]
+        return json.loads(marker.read_text())["scheduler_job_id"]
     except (OSError, ValueError, KeyError):
         return None
 
@@ -132,8 +132,8 @@ def test_slurm_timeout_restarts_from_the_checkpoint(cluster, tmp_path):
     record = read_manifest(stage)
     assert sacct(job)[job]["state"] == "TIMEOUT"
     first, second = record["attempts"][0], record["attempts"][1]
-    assert (first["slurm_job_id"], first["state"]) == (job, "TIMEOUT")
-    assert second["action"] == "restart" and second["state"] == "SUCCESS" and second["slurm_job_id"] != job
+    assert (first["scheduler_job_id"], first["state"]) == (job, "TIMEOUT")
+    assert second["action"] == "restart" and second["state"] == "SUCCESS" and second["scheduler_job_id"] != job
     assert "resuming from epoch" in (stage / second["log"]).read_text()
 
 

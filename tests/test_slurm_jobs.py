@@ -155,7 +155,7 @@ def stage(workdir: Path, name: str, instance: str | None = None) -> Path:
 def running_job(stage_dir: Path) -> str | None:
     """The Slurm job of the attempt at work in a stage dir, once it saved a checkpoint."""
     try:
-        return json.loads((stage_dir / "_running.json").read_text())["slurm_job_id"] \
+        return json.loads((stage_dir / "_running.json").read_text())["scheduler_job_id"] \
             if (stage_dir / "ckpt").exists() else None
     except (OSError, ValueError, KeyError):
         return None
@@ -174,7 +174,7 @@ def test_stage_jobs_run_the_step_runner_without_snakemake(slurm_cluster, tmp_pat
         if script:
             assert "jobstep.py" in script and "-m snakemake" not in script, script
     for point in ("a", "b"):
-        assert read_manifest(stage(workdir, "work", point))["attempts"][0]["slurm_job_id"]
+        assert read_manifest(stage(workdir, "work", point))["attempts"][0]["scheduler_job_id"]
     done = subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile", str(ONPREM),
                            "-n", *FAST], cwd=workdir, capture_output=True, text=True)
     assert "Nothing to be done" in done.stdout + done.stderr
@@ -228,7 +228,7 @@ def test_a_packed_class_is_one_array_and_its_timeout_and_preemption_are_retried_
         if len(steps) == 2:   # resumed in place, in a job of its own
             log = (stage(workdir, "work", point) / record["attempts"][1]["log"]).read_text()
             assert "resuming from step" in log
-            retry = record["attempts"][1]["slurm_job_id"]
+            retry = record["attempts"][1]["scheduler_job_id"]
             known = wait_for(lambda retry=retry: {r["JobIDRaw"]: r["JobID"] for r in sacct(
                 "JobIDRaw", "JobID", since=since, workdir=workdir)}.get(retry), 60, "sacct to know the retry")
             assert retry != jobs[point] and "_" not in known
@@ -249,7 +249,7 @@ def test_a_bundled_class_runs_its_stages_in_one_job_each_with_its_own_end(slurm_
     records = {p: read_manifest(stage(workdir, "work", p)) for p in points}
     assert {p: r["state"] for p, r in records.items()} == {"p1": "SUCCESS", "p2": "FAILED", "p3": "TIMEOUT",
                                                             "p4": "SUCCESS"}, out[-5000:]
-    jobs = {r["attempts"][0]["slurm_job_id"] for r in records.values()}
+    jobs = {r["attempts"][0]["scheduler_job_id"] for r in records.values()}
     assert len(jobs) == 1, records                        # one Slurm job ran all four
     assert {p for p in points if stage(workdir, "use", p).joinpath("used.txt").exists()} == {"p1", "p4"}
     assert (stage(workdir, "summary") / "summary.txt").read_text().splitlines() == ["sleep:1", "sleep:1"]
@@ -275,7 +275,7 @@ def test_a_job_slurm_can_never_start_ends_with_its_reason(slurm_cluster, tmp_pat
     assert len(jobs) == 1 and jobs[0]["State"].startswith("CANCELLED"), jobs     # one job, not resubmitted
     record = read_manifest(stage(workdir, "work", "a"))
     assert record["state"] == "CANCELLED" and "PartitionTimeLimit" in record["reason"]
-    assert record["attempts"][0]["slurm_job_id"] == jobs[0]["JobIDRaw"]
+    assert record["attempts"][0]["scheduler_job_id"] == jobs[0]["JobIDRaw"]
     shown = subprocess.run([sys.executable, "-m", "waypost.cli", "status", "--attempts", "work"], cwd=workdir,
                            capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}).stdout
     assert "PartitionTimeLimit" in shown and "cancelled" in shown
@@ -290,7 +290,7 @@ def test_a_class_too_small_is_recorded_oom_and_rerun_with_more_memory(slurm_clus
     record = read_manifest(stage(workdir, "work", "a"))
     assert [(a["action"], a["state"]) for a in record["attempts"]] == [("cmd", "OOM"), ("rerun", "SUCCESS")]
     asked = {r["JobIDRaw"]: r["ReqMem"] for r in sacct("JobIDRaw", "ReqMem", since=since, workdir=workdir, jobs=2)}
-    first, second = (a["slurm_job_id"] for a in record["attempts"])
+    first, second = (a["scheduler_job_id"] for a in record["attempts"])
     assert asked[first] == "100M" and asked[second] == "400M", asked
 
 
@@ -322,7 +322,7 @@ def test_a_funnel_over_ten_thousand_inputs_runs_on_slurm_from_its_step_file(slur
     assert code == 0, out[-5000:]
     data = check_long_funnel(tmp_path, names)
     (job,) = sacct("JobIDRaw", since=since, workdir=tmp_path, jobs=1)
-    assert data["attempts"][0]["slurm_job_id"] == job["JobIDRaw"]
+    assert data["attempts"][0]["scheduler_job_id"] == job["JobIDRaw"]
     script = subprocess.run(["scontrol", "write", "batch_script", job["JobIDRaw"], "-"],
                             capture_output=True, text=True).stdout
     assert "jobstep.py" in script and len(script) < 4096 and names[0] not in script, script[:2000]
@@ -368,7 +368,7 @@ def test_a_dead_drivers_job_is_adopted_never_doubled(slurm_cluster, tmp_path, pa
     assert _work_jobs(since, workdir) == sorted(jobs.values())      # one Slurm job per stage, ever
     for point, job in jobs.items():
         record = read_manifest(stage(workdir, "work", point))
-        assert [(a["state"], a["slurm_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
+        assert [(a["state"], a["scheduler_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
         assert not (stage(workdir, "work", point) / ".attempts").exists()   # nothing archived under it
     assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
     again = subprocess.run([sys.executable, "-m", "snakemake", "-s", "workflow/Snakefile", "--profile",
@@ -400,7 +400,7 @@ def test_a_node_failure_is_recorded_hwfailure_and_rerun_per_the_policy(slurm_clu
             proc.kill()
     assert code == 0, out[-5000:]
     record = read_manifest(stage(workdir, "work", "a"))
-    steps = [(a["action"], a["state"], a["slurm_job_id"]) for a in record["attempts"]]
+    steps = [(a["action"], a["state"], a["scheduler_job_id"]) for a in record["attempts"]]
     assert steps[0] == ("cmd", "HWFAILURE", job) and steps[-1][:2] == ("rerun", "SUCCESS"), steps
     assert "NODE_FAIL" in record["attempts"][0]["error"]        # Slurm's word is kept
     assert record["state"] == "SUCCESS"
@@ -427,7 +427,7 @@ def test_slurmctld_stopped_and_started_mid_run_is_unknown_never_gone(slurm_clust
     assert _work_jobs(since, workdir) == sorted(jobs.values())
     for point, job in jobs.items():
         record = read_manifest(stage(workdir, "work", point))
-        assert [(a["state"], a["slurm_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
+        assert [(a["state"], a["scheduler_job_id"]) for a in record["attempts"]] == [("SUCCESS", job)]
     assert read_manifest(stage(workdir, "summary"))["state"] == "SUCCESS"
 
 
@@ -451,7 +451,7 @@ def _soak_invariants(workdir: Path, since: float, figures: dict) -> None:
         directory = stage(workdir, "work", point)
         # Never an archive of a live attempt: every archived running record's job had ended.
         for archived in directory.glob(".attempts/*/_running.json"):
-            job = json.loads(archived.read_text()).get("slurm_job_id")
+            job = json.loads(archived.read_text()).get("scheduler_job_id")
             live = [j for j in jobs if j["JobIDRaw"] == str(job) and j["State"] in ("RUNNING", "PENDING")]
             assert not live, f"{archived} was archived while its job {job} was at work"
         data = read_manifest(directory) if (directory / "_manifest.json").exists() else None
@@ -471,7 +471,7 @@ def _soak_converged(workdir: Path, since: float, points) -> int:
         assert data["state"] == "SUCCESS", (point, data["attempts"])
         records = [data, *(json.loads(m.read_text()) for m in stage(workdir, "work", point).glob(
             ".attempts/*/_manifest.json"))]
-        recorded = {str(a.get("slurm_job_id")) for r in records for a in r["attempts"]}
+        recorded = {str(a.get("scheduler_job_id")) for r in records for a in r["attempts"]}
         jobs = {r["JobIDRaw"] for r in rows if r["Comment"] == f"rule_work_wildcards_e_{point}"}
         assert jobs <= recorded, f"work/{point}: Slurm jobs {sorted(jobs - recorded)} are in no attempt of its manifest"
         attempts += len(data["attempts"])

@@ -31,6 +31,22 @@ def test_an_array_task_runs_its_own_step_file_and_the_first_task_the_base_one():
     assert jobstep.step_file_of(argv, None) == files["1"]
 
 
+def test_an_array_task_finds_its_index_where_its_scheduler_puts_it():
+    step = "/spool/step-s-1-1.sh"
+    argv = [f"{jobstep.INDEX_OPTION}{slurm.SLURM.array_index_env}", step]
+    assert jobstep.array_index(argv, {"SLURM_ARRAY_TASK_ID": "2"}) == "2"
+    assert jobstep.array_index(argv, {}) is None and jobstep.step_file_of(argv, None) == step
+    assert jobstep.array_index([step], {"SLURM_ARRAY_TASK_ID": "3"}) == "3"   # a job submitted before the option
+    assert slurm.SLURM.array_index_in_env({"SLURM_ARRAY_TASK_ID": "4"}) == "4"
+
+
+def test_a_pending_job_never_starts_only_for_a_reason_no_waiting_clears():
+    assert "MaxTime" in slurm.SLURM.never_starts(slurm.Row("PENDING", "PartitionTimeLimit"))
+    assert slurm.SLURM.never_starts(slurm.Row("PENDING", "Resources")) is None
+    assert slurm.SLURM.never_starts(slurm.Row("RUNNING", "PartitionTimeLimit")) is None
+    assert slurm.Row("CANCELLED by 0").ended == "CANCELLED" and slurm.Row("PENDING").ended is None
+
+
 def test_sacct_rows_of_pending_array_tasks_name_each_task():
     assert slurm.array_tasks("812_[2-4,7]") == ["812_2", "812_3", "812_4", "812_7"]
     assert slurm.array_tasks("812_[1-3%2]") == ["812_1", "812_2", "812_3"]

@@ -229,7 +229,7 @@ def test_the_example_runs_packed_on_slurm(slurm_cluster, tmp_path):
                                             jobs=len(records))}
     by_stage = collections.defaultdict(list)
     for record in records.values():
-        job = jobs[record["attempts"][-1]["slurm_job_id"]]
+        job = jobs[record["attempts"][-1]["scheduler_job_id"]]
         assert job["State"] == "COMPLETED", job
         by_stage[record["stage"]].append(re.sub(r"_\d+$", "", job["JobID"]))
     submissions = {stage_name: len(set(arrays)) for stage_name, arrays in by_stage.items()}
@@ -299,7 +299,7 @@ def test_the_fanout_page_on_slurm(fanout_page_here, tmp_path, slurm_cluster):
             ran_any = True
     assert ran_any, "the fan-out page has no section that needs slurm"
     work = target / "examples" / "translation"
-    slurm_ids = {read_manifest(p)["attempts"][-1].get("slurm_job_id")
+    slurm_ids = {read_manifest(p)["attempts"][-1].get("scheduler_job_id")
                  for p in (stage(work, "base", "en-fr", "translate_corpus")).iterdir()}
     assert None not in slurm_ids and len(slurm_ids) == 6
-    assert read_manifest(work / "results/_all/base/report")["attempts"][-1].get("slurm_job_id")
+    assert read_manifest(work / "results/_all/base/report")["attempts"][-1].get("scheduler_job_id")

@@ -10,6 +10,7 @@ from conftest import REPO
 
 from waypost.model import config as wconfig
 from waypost.model import workers
+from waypost.scheduler.slurm import SLURM
 
 WORKERS = str(REPO / "config" / "workers.yaml")
 
@@ -20,14 +21,15 @@ def test_pools_and_classes_resolve_to_slurm_plugin_resources():
     for pool in data["pools"].values():
         assert set(pool["classes"]) >= {"cpu", "cpu-large", "gpu", "gpu-large"}
     gpu_large = workers.worker_class(data, "onprem", "gpu-large")
-    assert workers.resources(gpu_large) == {
+    assert workers.resources(gpu_large, names=SLURM.resource_names) == {
         "slurm_partition": "gpu-a100", "gpu": 4, "gpu_model": "a100", "cpus_per_task": 4,
         "mem_mb": 16000, "runtime": 2880}
 
 
 def test_overrides_and_growth_per_attempt():
     spec = {"partition": "cpu", "cpus": 2, "mem_mb": 1000, "runtime": 10, "account": "lab", "extra": "--exclusive"}
-    third = workers.resources(spec, {"runtime": 20, "qos": "high"}, attempt=3, runtime_growth=1.5, memory_growth=2)
+    third = workers.resources(spec, {"runtime": 20, "qos": "high"}, attempt=3, runtime_growth=1.5, memory_growth=2,
+                              names=SLURM.resource_names)
     assert third == {"slurm_partition": "cpu", "cpus_per_task": 2, "mem_mb": 4000, "runtime": 45,
                      "slurm_account": "lab", "slurm_extra": "--exclusive", "qos": "high"}
 

@@ -18,7 +18,8 @@ submission, with waypost's stage jobs run without a Snakemake in the job.
   of one rule with the same request in one Slurm job, one after another,
   each its own stage with its own runner (``bundles``): short stages stop
   paying a Slurm job each.
-- **One sacct query per status round**, with each job's pending reason:
+- **One check per status round** (``Executor.scheduler.check``: for
+  Slurm one sacct query, and squeue's word on pending jobs' reasons):
   ``COMPLETED`` succeeds, every other end fails (``CANCELLED by 0`` and a
   ``PREEMPTED`` job included: the plugin would wait on those for ever), and
   a job pending for a reason that cannot clear (a time limit over the
@@ -26,7 +27,7 @@ submission, with waypost's stage jobs run without a Snakemake in the job.
   or QOS) is cancelled and fails with that reason.
 - **Every end reaches the manifest.** A stage job that ended without its
   runner recording it (cancelled while pending, killed before or as it
-  started, never startable) is recorded by the runner in ``--lost-slurm-job``
+  started, never startable) is recorded by the runner in ``--lost-job``
   mode, here, and the stage's policy decides as after any attempt.
 - **No futile resubmission.** A stage whose series the policy ended in this
   run is not submitted again by Snakemake's retries: its job fails at once.
@@ -57,7 +58,8 @@ from waypost.planning.wiring.steps import job_command, needs_own_process
 from waypost.runner import main as runner
 from waypost.runner.bundle import BUNDLE_OPTION
 from waypost.scheduler import jobstep
-from waypost.scheduler import slurm as wslurm
+from waypost.scheduler.base import JobState
+from waypost.scheduler.slurm import SLURM
 from waypost.snakemake import STEP_PARAM
 from waypost.state import lifecycle
 
@@ -66,17 +68,6 @@ from . import bundles, slurm_private
 # The longest wait between two status rounds (the Slurm plugin's is 180 s).
 MAX_STATUS_INTERVAL = 30
 JOBSTEP = os.path.join(os.path.dirname(os.path.abspath(jobstep.__file__)), "jobstep.py")
-# Pending reasons (squeue/sacct ``Reason``, Slurm 22.05) that no waiting clears.
-NEVER_STARTS = {
-    "PartitionTimeLimit": "its time limit is over the partition's MaxTime",
-    "PartitionNodeLimit": "it asks for more nodes than the partition has",
-    "PartitionConfig": "it asks for more than the partition's nodes offer (CPUs, memory or GRES)",
-    "BadConstraints": "no node has the features or GRES it asks for",
-    "InvalidAccount": "its account is not valid",
-    "InvalidQOS": "its QOS is not valid",
-    "QOSMaxWallDurationPerJobLimit": "its time limit is over its QOS's",
-    "ReqNodeNotAvail, UnavailableNodes": "no node it may use is available",
-}
 
 
 def stage_job(job) -> bool:
@@ -94,6 +85,9 @@ def direct_step(job) -> bool:
 
 
 class Executor(SlurmExecutor):
+    #: the scheduler its jobs are checked, cancelled, adopted and recorded in
+    scheduler = SLURM
+
     def __post_init__(self, *args, **kwargs):
         try:
             slurm_private.check()
@@ -118,7 +112,8 @@ class Executor(SlurmExecutor):
         if members:   # the step runner's own entry runs the bundle (waypost.runner.bundle)
             return (f"{shlex.join(runner.command(sys.executable))} {BUNDLE_OPTION} "
                     f"{shlex.quote(self._bundle_list(members))}")
-        return f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} {shlex.quote(self._step_file(job))}"
+        return (f"{shlex.quote(sys.executable)} -S {shlex.quote(JOBSTEP)} "
+                f"{jobstep.INDEX_OPTION}{self.scheduler.array_index_env} {shlex.quote(self._step_file(job))}")
 
     def _status_file(self, job) -> str:
         return os.path.join(self.tmpdir, f"step-{job.rule.name}-{job.jobid}-{job.attempt}.status")
@@ -205,13 +200,13 @@ class Executor(SlurmExecutor):
         (a run whose driver died, say: a login node rebooted while its jobs
         went on)? Then that job is waited for as if this run had submitted
         it, and no second one is submitted: one live attempt per stage
-        directory. Its end is read from sacct like any job's."""
+        directory. Its end is read from its scheduler like any job's."""
         live = lifecycle.live_attempt(self._stage_dir(job))
         if live is None or live.job is None:
             return False   # none; or a process the job's runner waits for
         from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
         self.run_job_pre(job)
-        self.logger.info(f"waypost: {job.rule.name} {dict(job.wildcards.items())}: Slurm job {live.job} "
+        self.logger.info(f"waypost: {job.rule.name} {dict(job.wildcards.items())}: {self.scheduler.describe(live.job)} "
                          f"of an earlier run is still at work there ({live.where}); waiting for it instead of "
                          "submitting another")
         self.report_job_submission(SubmittedJobInfo(job, external_jobid=live.job,
@@ -236,7 +231,7 @@ class Executor(SlurmExecutor):
     def _stage_dir(job) -> str:
         return wspec.decode(job.params[STEP_PARAM]).stage_dir
 
-    # --- status: one sacct per round ---------------------------------------
+    # --- status: one scheduler check per round ------------------------------
     def _first_interval(self) -> float:
         # (at least 1 s: a round with nothing in flight asks nothing, so 0 would spin)
         return max(self.workflow.executor_settings.init_seconds_before_status_checks, 1)
@@ -245,19 +240,13 @@ class Executor(SlurmExecutor):
         if not active_jobs:   # nothing in flight yet (or any more): a submission may come at any moment
             self.next_seconds_between_status_checks = self._first_interval()
             return
-        ids = sorted({str(j.external_jobid).split("_")[0] for j in active_jobs})
+        ids = sorted({str(j.external_jobid) for j in active_jobs})
         async with self.status_rate_limiter:
-            rows = await _sacct(ids)
-        if rows is None:                      # sacct did not answer: unknown, never gone; ask again next round
+            rows = await asyncio.to_thread(self.scheduler.check, ids)
+        if rows is None:                      # the scheduler did not answer: unknown, never gone; ask again next round
             for job in active_jobs:
                 yield job
             return
-        pending = [str(j.external_jobid) for j in active_jobs
-                   if rows.get(str(j.external_jobid), wslurm.Row("PENDING")).state == "PENDING"]
-        if pending:
-            # slurmdbd hears a pending job's reason late or never: ask slurmctld
-            for job_id, reason in (await _pending_reasons(pending)).items():
-                rows[job_id] = wslurm.Row("PENDING", reason, rows[job_id].raw if job_id in rows else None)
         finished = False
         for job in active_jobs:
             row = rows.get(str(job.external_jobid))
@@ -267,8 +256,8 @@ class Executor(SlurmExecutor):
                 if not ended:
                     yield job
                 continue
-            if row is None or row.ended is None:     # not known to sacct yet, or not ended
-                never = NEVER_STARTS.get(row.reason) if row is not None and row.state == "PENDING" else None
+            if row is None or row.ended is None:     # not known to the scheduler yet, or not ended
+                never = self.scheduler.never_starts(row) if row is not None else None
                 # Slurm says `PartitionConfig` for a moment after any submission, before its
                 # scheduler has looked: a reason counts once two rounds in a row say it.
                 seen = self._never_seen.pop(job.external_jobid, None)
@@ -276,10 +265,10 @@ class Executor(SlurmExecutor):
                     self._never_seen[job.external_jobid] = row.reason
                     never = None
                 if never:
-                    await _run(["scancel", str(job.external_jobid)])
+                    await asyncio.to_thread(self.scheduler.cancel, str(job.external_jobid))
                     finished = True
-                    await self._failed(job, "CANCELLED", f"Slurm can never start it ({row.reason}: {never})",
-                                       row.raw)
+                    await self._failed(job, JobState("CANCELLED", f"{self.scheduler.label} can never start "
+                                                     f"it ({row.reason}: {never})", row.raw, "CANCELLED"))
                     continue
                 yield job
                 continue
@@ -290,7 +279,7 @@ class Executor(SlurmExecutor):
                 if log and not self.workflow.executor_settings.keep_successful_logs and log.exists():
                     log.unlink()
             else:
-                await self._failed(job, row.state, row.reason, row.raw)
+                await self._failed(job, row)
         # Ask again soon after a round where jobs ended (their dependents are
         # being submitted: a chain of short stages hops at this pace), and
         # back off geometrically, to MAX_STATUS_INTERVAL, while all run on.
@@ -311,39 +300,43 @@ class Executor(SlurmExecutor):
             self.report_job_success(job)
             return True
         if status is not None and status < 128:
-            await self._failed(job, "FAILED", f"its step exited {status}", row.raw if row else None)
+            await self._failed(job, JobState("FAILED", f"its step exited {status}", row.raw if row else None, "FAILED"))
             return True
         if row is None or row.ended is None:
             return False
         if row.ended == "SUCCESS":   # the bundle's job ended well, but this step's status never came
-            state, reason = "FAILED", "the bundle's job ended without this stage's step's exit status"
+            end = JobState("FAILED", "the bundle's job ended without this stage's step's exit status", row.raw,
+                           "FAILED")
         else:
-            state, reason = row.state, row.reason or ("" if status else "the bundle's job ended before this "
-                                                      "stage's step ran")
-        await self._failed(job, state, reason, row.raw)
+            end = JobState(row.state, row.reason or ("" if status else "the bundle's job ended before this "
+                                                     "stage's step ran"), row.raw, row.ended)
+        await self._failed(job, end)
         return True
 
-    async def _failed(self, job, state: str, reason: str, raw: str | None) -> None:
-        """Report a job's failure, and record its end in the stage's manifest
-        where no runner did. ``raw``: its JobIDRaw (what its runner saw as
-        ``SLURM_JOB_ID``; an array task's differs from ``<array>_<task>``)."""
+    async def _failed(self, job, end: JobState) -> None:
+        """Report a job's failure (``end``: how it ended, as its scheduler's
+        ``check`` says), and record its end in the stage's manifest where no
+        runner did (under ``end.raw``: the id its runner saw; an array
+        task's differs from ``<array>_<task>``)."""
         log = job.aux.get("slurm_logfile")
-        waypost_state = wslurm.waypost_state(state) or "FAILED"
+        state, reason = end.state, end.reason
         if stage_job(job.job):
             last = job.job.restart_times <= job.job.attempt - 1
-            argv = [*runner.command(sys.executable), "--lost-slurm-job", raw or str(job.external_jobid),
-                    "--lost-state", waypost_state, "--lost-reason", reason or f"sacct: {state}",
+            argv = [*runner.command(sys.executable), "--lost-job", end.raw or str(job.external_jobid),
+                    "--lost-scheduler", self.scheduler.name, "--lost-state", end.ended or "FAILED",
+                    "--lost-reason", reason or f"{self.scheduler.accounting}: {state}",
                     *(["--last-chance"] if last else [])]
             step = wspec.decode(job.job.params[STEP_PARAM])
             code, out = await _run(argv, stdin=wspec.write(step))
             if code != 0:
-                self.logger.warning(f"waypost: could not record Slurm job {job.external_jobid}'s end: {out[-500:]}")
+                self.logger.warning(f"waypost: could not record {self.scheduler.describe(job.external_jobid)}'s "
+                                    f"end: {out[-500:]}")
             # The runner's end state and decision, as a local run shows them:
             # its own lines in the job's log, or those of the end just recorded.
             said = [] if bundles.STATUS_KEY in (job.aux or {}) or not log else log_tail(str(log))
             for line in runner_lines(said + (out.splitlines() if code == 0 else [])):
                 self.logger.error(line)
-        self.report_job_error(job, msg=f"SLURM-job '{job.external_jobid}' ended {state}"
+        self.report_job_error(job, msg=f"{self.scheduler.describe(job.external_jobid)} ended {state}"
                               + (f" ({reason})" if reason else ""),
                               aux_logs=[str(log)] if log else [])
 
@@ -372,23 +365,3 @@ async def _run(argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await process.communicate(stdin)
     return process.returncode, out.decode(errors="replace")
-
-
-async def _sacct(ids: list[str]) -> dict[str, wslurm.Row] | None:
-    """``slurm.parse_sacct`` of one sacct call (asynchronous); None when
-    sacct did not answer."""
-    try:
-        code, out = await asyncio.wait_for(_run(wslurm.sacct_command(ids)), timeout=60)
-    except (TimeoutError, OSError):
-        return None
-    return wslurm.parse_sacct(out) if code == 0 else None
-
-
-async def _pending_reasons(ids: list[str]) -> dict[str, str]:
-    """Job id → why it pends, as slurmctld says (``squeue``); {} when it
-    does not answer."""
-    try:
-        code, out = await asyncio.wait_for(_run(wslurm.squeue_pending_command(ids)), timeout=60)
-    except (TimeoutError, OSError):
-        return {}
-    return wslurm.parse_squeue_pending(out, set(ids)) if code == 0 else {}

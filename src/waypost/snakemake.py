@@ -519,7 +519,7 @@ class Pipeline:
             # (a rule in its own layout: its class was found as it was wired)
             name = self.lines.default_class.get(rule) or self.snake.worker_class(rule) or self._assigned_class(rule)
             spec = wworkers.worker_class(self.resolver.workers, self.resolver.pool, name, f"rule {rule}")
-            self.snake.fill_gaps(rule, wworkers.resources(spec))
+            self.snake.fill_gaps(rule, wworkers.resources(spec, names=self.resolver.resource_names))
 
     def _record_graph(self) -> None:
         """The workflow's facts for the ``waypost`` command (see ``waypost.model.graph``)."""

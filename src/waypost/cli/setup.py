@@ -9,6 +9,7 @@ import os
 import sys
 
 from waypost import __version__
+from waypost import scheduler as wscheduler
 from waypost.cli import termwidth
 from waypost.cli.args import load_config, profile_config
 from waypost.model import config as wconfig
@@ -127,21 +128,25 @@ def cmd_workers(args) -> int:
     spec = data["pools"][pool]
     if args.check:
         return check_pool(pool, spec, path)
-    rows = {name: {**workers.resources(cls), "env": cls.get("env", {})} for name, cls in spec["classes"].items()}
+    names = wscheduler.resource_names(spec["executor"])
+    rows = {name: {**workers.resources(cls, names=names), "env": cls.get("env", {})}
+            for name, cls in spec["classes"].items()}
     if args.json:
         json.dump({"pool": pool, "executor": spec["executor"], "classes": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     table = Table(title=f"pool [bold]{pool}[/] ({spec['executor']}, from {path})", title_justify="left")
-    extras = {name: " ".join(f"{k}={r[k]}" for k in ("constraint", "slurm_account", "qos", "slurm_extra") if r.get(k))
-              for name, r in rows.items()}
+    # (the table names the class's keys as workers.yaml does; --json, as its executor reads them)
+    classes = spec["classes"]
+    extras = {name: " ".join(f"{k}={cls[k]}" for k in ("constraint", "account", "qos", "extra") if cls.get(k))
+              for name, cls in classes.items()}
     columns = ["class", "partition", "GPUs", "CPUs", "memory", "runtime"] + (["other"] if any(extras.values()) else [])
     for column in columns + ["env"]:
         table.add_column(column)
     for name, r in rows.items():
         gpus = r.get("gres") or (f"{r.get('gpu', 0)}" + (f" × {r['gpu_model']}" if r.get("gpu_model") else "")
                                  if r.get("gpu") else "–")
-        cells = [name, r.get("slurm_partition", "–"), gpus, str(r.get("cpus_per_task", "–")),
+        cells = [name, classes[name].get("partition", "–"), gpus, str(r.get("cpus_per_task", "–")),
                  f"{r['mem_mb']} MB" if r.get("mem_mb") else "–", f"{r['runtime']} min" if r.get("runtime") else "–"]
         if "other" in columns:
             cells.append(extras[name])
@@ -151,20 +156,20 @@ def cmd_workers(args) -> int:
 
 
 def check_pool(pool: str, spec: dict, path: str) -> int:
-    """Each class of a Slurm pool against what the cluster has (scontrol,
-    sacctmgr): 1 when one of them could never start."""
-    from waypost.scheduler import slurm
-    if spec["executor"] != "slurm":
-        print(f"pool {pool} ({path}) runs on this machine: nothing to check against Slurm")
+    """Each class of a scheduler's pool against what its cluster has (Slurm:
+    scontrol, sacctmgr): 1 when one of them could never start."""
+    scheduler = wscheduler.of_pool(spec["executor"])
+    if scheduler is None:
+        print(f"pool {pool} ({path}) runs on this machine: nothing to check against a scheduler")
         return 0
-    facts = slurm.cluster_facts()
+    facts = scheduler.cluster_facts()
     if facts is None:
-        print(f"waypost workers --check: scontrol did not answer; can't check pool {pool} against the cluster",
-              file=sys.stderr)
+        print(f"waypost workers --check: {scheduler.label} did not answer; can't check pool {pool} against "
+              "the cluster", file=sys.stderr)
         return 1
     bad = 0
     for name, cls in spec["classes"].items():
-        problems = slurm.class_mismatches(cls, facts)
+        problems = scheduler.class_mismatches(cls, facts)
         bad += bool(problems)
         print(f"{pool}/{name}: " + ("ok" if not problems else "; ".join(problems)))
     if bad:

@@ -9,7 +9,7 @@ import sys
 
 from waypost.cli.args import load_config, reach, workflow_facts
 from waypost.model import config as wconfig
-from waypost.model import layout
+from waypost.model import layout, records
 
 
 def cmd_status(args) -> int:
@@ -264,15 +264,15 @@ def _attempt_row(a: dict, series: bool, escape) -> list[str]:
 
 def _attempt_reasons(a: dict) -> list[str]:
     """The lines under the table that say why of an attempt: why its series
-    began, the work of other settings it went on with, a Slurm job's end its
-    runner never saw, the decision taken after it."""
+    began, the work of other settings it went on with, a scheduler's job's end
+    its runner never saw, the decision taken after it."""
     reasons = []
     if a.get("why") and a.get("series", 1) > 1:
         reasons.append(f"  #{a['number']} began series {a['series']} with {a.get('action')}: {a['why']}")
     if a.get("resumes"):
         reasons.append(f"  #{a['number']} went on with attempt {a['resumes']['attempt']}'s work, made "
                        f"under other settings: {'; '.join(a['resumes']['settings'])}")
-    if a.get("error") and a.get("slurm_job_id") and not a.get("log"):   # a Slurm job its runner never saw
+    if a.get("error") and records.job_of(a) and not a.get("log"):   # a scheduler's job its runner never saw
         reasons.append(f"  #{a['number']}: {a['error']}")
     decision = a.get("decision") or {}
     if decision:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 
 from waypost.cli import pages
+from waypost.model import records
 from waypost.state import status
 
 CSS = pages.text("status.css")
@@ -19,7 +20,7 @@ CSS = pages.text("status.css")
 SCRIPT = pages.text("status.js")
 
 HISTORY_COLUMNS = ["#", "series", "action", "state", "exit", "checks", "next", "why", "secs", "limit", "host",
-                   "slurm job", "log"]
+                   "job", "log"]
 
 
 def _e(value) -> str:
@@ -34,8 +35,14 @@ def _attempt_row(a: dict) -> str:
     limit = a.get("runtime_limit_s")
     cells = [a.get("number"), a.get("series", 1), a.get("action"), a.get("state") or "?", exit_text, checks,
              decision.get("action"), decision.get("reason"), secs, "" if limit is None else f"{limit:g}",
-             a.get("host"), a.get("slurm_job_id"), a.get("log")]
+             a.get("host"), _job(a), a.get("log")]
     return "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>"
+
+
+def _job(a: dict) -> str | None:
+    """The scheduler's job an attempt ran in (``slurm 42``)."""
+    job = records.job_of(a)
+    return f"{job[0]} {job[1]}" if job else None
 
 
 def _stage_details(cell: dict) -> str:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from waypost.model import locations, trust, writes
+from waypost.model import locations, records, trust, writes
 from waypost.model.errors import WaypostError
 from waypost.model.layout import ATTEMPTS, ENGINE_FILES, MANIFEST, is_in_progress
 from waypost.model.records import Manifest
@@ -239,7 +239,7 @@ def parse(text: bytes | str, path: str) -> Manifest:
     if fail is not None:
         where = path[:-len(MANIFEST) - 1] if path.endswith("/" + MANIFEST) else path
         raise ManifestError(f"{where}: {fail.message()}; {UNUSED}")
-    return cast(Manifest, data)   # (the schema checked the types of the keys it has)
+    return cast(Manifest, records.upgrade(data))   # (the schema checked the types of the keys it has)
 
 
 def _no_constant(name: str):

@@ -3,7 +3,7 @@
 - ``manifest(...)`` — ``_manifest.json``: a stage's last series, written last.
 - ``attempt(...)`` — one attempt in a manifest or a running marker.
 - ``marker(...)`` — ``_running.json``: an attempt at work, or the series a
-  Slurm job left open.
+  scheduler's job left open.
 
 Their layout is ``schemas/records.schema.json`` (version ``SCHEMA_VERSION``),
 strict: every field is named there. Reading is more tolerant
@@ -48,7 +48,8 @@ class Attempt(TypedDict, total=False):
     duration_s: float | None
     host: str | None
     run: str | None
-    slurm_job_id: str | None
+    scheduler: str | None
+    scheduler_job_id: str | None
     runtime_limit_s: float | None
     command: str | None
     script: str
@@ -79,7 +80,8 @@ class _MarkerBase(TypedDict):
     series: int
     series_base: int
     outputs: list[str]
-    slurm_job_id: str | None
+    scheduler: str | None
+    scheduler_job_id: str | None
     attempts: list[Attempt]
 
 
@@ -122,29 +124,56 @@ class Manifest(TypedDict, total=False):
     stopped_run: str | None  # a stop cue ended the series and its run: why
 
 
-#: the key under which attempts and running markers name the scheduler's job
-#: their runner ran in (Slurm's name: the records' JSON keeps it)
-JOB_KEY = "slurm_job_id"
+#: a scheduler's job: (the scheduler's name, as ``waypost.scheduler.by_name``
+#: knows it, the job's id)
+JobRef = tuple[str, str]
+#: the keys under which attempts and running markers name the scheduler, and
+#: its job, their runner ran in
+SCHEDULER_KEY, JOB_ID_KEY = "scheduler", "scheduler_job_id"
+#: where records written before schedulers had names kept the job: Slurm's
+LEGACY_JOB_KEY, LEGACY_SCHEDULER = "slurm_job_id", "slurm"
 
 
-def job_of(record: Mapping[str, Any]) -> str | None:
-    """The scheduler's job an attempt or a running marker names, if any."""
-    job = record.get(JOB_KEY)
-    return str(job) if job else None
+def job_fields(job: JobRef | None) -> dict[str, str | None]:
+    """A record's fields naming ``job`` (both None: it ran in no scheduler's job)."""
+    return {SCHEDULER_KEY: job[0] if job else None, JOB_ID_KEY: str(job[1]) if job else None}
+
+
+def job_of(record: Mapping[str, Any]) -> JobRef | None:
+    """The scheduler's job an attempt or a running marker names, if any; a
+    record from before schedulers had names (only ``slurm_job_id``) names
+    a Slurm job."""
+    if record.get(JOB_ID_KEY):
+        return str(record.get(SCHEDULER_KEY) or LEGACY_SCHEDULER), str(record[JOB_ID_KEY])
+    legacy = record.get(LEGACY_JOB_KEY)
+    return (LEGACY_SCHEDULER, str(legacy)) if legacy else None
+
+
+def upgrade(record: dict) -> dict:
+    """An older record read as this waypost writes it, in place: a running
+    marker or manifest and its attempts that name a Slurm job under
+    ``slurm_job_id`` name it under ``scheduler``/``scheduler_job_id``, so
+    that a series going on from one writes records of this layout."""
+    for one in (record, *(a for a in record.get("attempts") or [] if isinstance(a, dict))):
+        if LEGACY_JOB_KEY in one:
+            job = job_of(one)
+            del one[LEGACY_JOB_KEY]
+            one.update(job_fields(job))
+    return record
 
 
 def attempt(*, number: int, series: int, action: str, start: str, run: str | None, host: str | None,
-            slurm_job_id: str | None, command: str | None, worker: dict, log: str | None = None,
+            job: JobRef | None, command: str | None, worker: dict, log: str | None = None,
             script: str | None = None, runtime_limit_s: float | None = None, state: str | None = None,
             exit_code: int | None = None, end: str | None = None, duration_s: float | None = None,
             why: str | None = None, error: str | None = None, how: str | None = None,
             settings: dict | None = None, config_hash: str | None = None, resumes: dict | None = None) -> Attempt:
     """An attempt, open (``state`` None) until its end is filled in.
-    ``slurm_job_id``: the scheduler's job its runner ran in (``JOB_KEY``)."""
+    ``job``: the scheduler's job its runner ran in (``job_fields``)."""
     record: Attempt = {
         "number": number, "series": series, "action": action, "state": state, "exit_code": exit_code,
         "signal": None, "checks": {}, "decision": None, "start": start, "end": end, "duration_s": duration_s,
-        "host": host, "run": run, "slurm_job_id": str(slurm_job_id) if slurm_job_id else None,
+        "host": host, "run": run, **job_fields(job),
         "runtime_limit_s": runtime_limit_s, "command": command, "workspace": ".", "log": log, "worker": worker,
     }
     for key, value in (("script", script), ("why", why), ("error", error), ("how", how), ("settings", settings),
@@ -155,14 +184,14 @@ def attempt(*, number: int, series: int, action: str, start: str, run: str | Non
 
 
 def marker(*, pid: int | None, host: str | None, run: str | None, series: int, series_base: int,
-           outputs: list[str], slurm_job_id: str | None, attempts: list[Attempt],
+           outputs: list[str], job: JobRef | None, attempts: list[Attempt],
            step_group: StepGroup | None = None) -> Marker:
     """A running marker: ``pid``/``host`` the runner at work (None: a series
-    a Slurm job left, for the next job to go on with); ``step_group`` its
+    a scheduler's job left, for the next job to go on with); ``step_group`` its
     step's process group on that host, while a step runs (``stepgroup.record``)."""
     record: Marker = {"schema": SCHEMA_VERSION, "pid": pid, "host": host, "run": run, "series": series,
                       "series_base": series_base, "outputs": outputs,
-                      "slurm_job_id": str(slurm_job_id) if slurm_job_id else None, "attempts": attempts}
+                      **job_fields(job), "attempts": attempts}
     if step_group is not None:
         record["step_group"] = step_group
     return record

@@ -1,11 +1,13 @@
-"""Worker pools and classes → Snakemake/Slurm resources; GPUS and WORKSPACE
+"""Worker pools and classes → Snakemake resources; GPUS and WORKSPACE
 of the worker a job landed on.
 
 ``config/workers.yaml`` maps pool → class → resources; rules name a class,
-the config's ``pool`` (set by a profile) picks the pool. Resources use the
-names snakemake-executor-plugin-slurm reads (``slurm_partition``, ``gpu``,
-``gpu_model``, ``gres``, ``cpus_per_task``, ``mem_mb``, ``runtime``,
-``constraint``, ``slurm_account``, ``qos``, ``slurm_extra``).
+the config's ``pool`` (set by a profile) picks the pool. Resources use
+Snakemake's common names (``gpu``, ``gpu_model``, ``gres``,
+``cpus_per_task``, ``mem_mb``, ``runtime``, ``constraint``, ``qos``), and a
+scheduler's own for the keys that are its own (``names``: the pool's
+scheduler's, ``waypost.scheduler.resource_names``: Slurm's
+``slurm_partition``, ``slurm_account``, ``slurm_extra``).
 
 Inside a job, ``GPUS`` (space-separated device indices) comes from, in order:
 ``CUDA_VISIBLE_DEVICES``, Slurm's ``SLURM_STEP_GPUS`` / ``SLURM_JOB_GPUS``,
@@ -21,9 +23,9 @@ import os
 
 # The format of workers.yaml is the engine's, so its schema ships with it.
 SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas", "workers.schema.yaml")
-# workers.yaml key → Snakemake resource name (Slurm executor plugin)
+# workers.yaml key → Snakemake resource name, where executors share one
+# (a scheduler's own keys, such as partition, are named by its ``resource_names``)
 RESOURCE_NAMES = {
-    "partition": "slurm_partition",
     "gpus": "gpu",
     "gpu_model": "gpu_model",
     "gres": "gres",
@@ -31,9 +33,7 @@ RESOURCE_NAMES = {
     "mem_mb": "mem_mb",
     "runtime": "runtime",
     "constraint": "constraint",
-    "account": "slurm_account",
     "qos": "qos",
-    "extra": "slurm_extra",
     "pack": "waypost_pack",   # read by waypost's executor (job arrays), not by Slurm
     "bundle": "waypost_bundle",   # read by waypost's executor (stages in one job), not by Slurm
 }
@@ -121,10 +121,12 @@ def check_assignments(workers: dict, pool: str, path: str) -> None:
 
 
 def resources(spec: dict, overrides: dict | None = None, attempt: int = 1,
-              runtime_growth: float = 1.0, memory_growth: float = 1.0) -> dict:
-    """Snakemake resources for one attempt of a job of this class."""
+              runtime_growth: float = 1.0, memory_growth: float = 1.0, names: dict | None = None) -> dict:
+    """Snakemake resources for one attempt of a job of this class; ``names``:
+    the pool's scheduler's own names (``waypost.scheduler.resource_names``)."""
     merged = {**{k: v for k, v in spec.items() if k != "env"}, **(overrides or {})}
-    out = {RESOURCE_NAMES[k]: v for k, v in merged.items() if k in RESOURCE_NAMES and v is not None}
+    table = {**RESOURCE_NAMES, **(names or {})}
+    out = {table[k]: v for k, v in merged.items() if k in table and v is not None}
     if "runtime" in out:
         # a bundle's job runs up to `bundle` stages in turn: its limit is theirs together
         out["runtime"] = math.ceil(out["runtime"] * runtime_growth ** (attempt - 1) * out.get("waypost_bundle", 1))

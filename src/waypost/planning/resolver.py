@@ -11,6 +11,9 @@ know (at ``wp.finish()``); nothing changes after.
 
 from __future__ import annotations
 
+from functools import cached_property
+
+from waypost import scheduler as wscheduler
 from waypost import stores
 from waypost.model import config as wconfig
 from waypost.model import layout
@@ -246,6 +249,12 @@ class Resolver:
         name = self.stage_settings(experiment, pair, stage, instance).get("worker", default_class)
         return name, wworkers.worker_class(self.workers, self.pool, name, f"stage {stage}")
 
+    @cached_property
+    def resource_names(self) -> dict[str, str]:
+        """The resource names the pool's scheduler has for workers.yaml's keys
+        of its own (asked once a class of the pool was found: the pool is there)."""
+        return wscheduler.resource_names(self.workers["pools"][self.pool]["executor"])
+
     def job_resources(self, stage: str, default_class: str, experiment: str, pair: str, attempt: int,
                       instance: str | None = None) -> dict:
         key = (stage, experiment, self.scope(experiment, pair, instance), attempt)
@@ -262,7 +271,7 @@ class Resolver:
             if policy.runtime is not None:
                 overrides["runtime"] = policy.runtime
             self._resources[key] = wworkers.resources(spec, overrides, attempt, policy.runtime_growth,
-                                                      policy.memory_growth)
+                                                      policy.memory_growth, self.resource_names)
         return self._resources[key]
 
     def resources(self, stage: str, default_class: str, per_job: bool = False) -> dict:

@@ -76,12 +76,15 @@ def _parser():
         # A set width: argparse would import shutil to measure the terminal.
         formatter_class=lambda prog: argparse.HelpFormatter(prog, width=100))
     parser.add_argument("--spec", metavar="FILE", help="read the step from FILE instead of standard input")
-    # Snakemake's main process records a Slurm job of the stage that ended
-    # without a runner recording it (killed pending, before or as it started).
-    parser.add_argument("--lost-slurm-job", metavar="JOB", help="record how this Slurm job of the stage ended; "
-                        "run no command")
+    # Snakemake's main process records a scheduler's job of the stage that
+    # ended without a runner recording it (killed pending, before or as it started).
+    parser.add_argument("--lost-job", metavar="JOB", help="record how this job of the stage (a job of "
+                        "--lost-scheduler's) ended; run no command")
+    parser.add_argument("--lost-scheduler", metavar="NAME", help="the scheduler --lost-job's job is one of (slurm)")
+    # A driver from before schedulers had names passes this spelling.
+    parser.add_argument("--lost-slurm-job", metavar="JOB", help="--lost-job JOB --lost-scheduler slurm")
     parser.add_argument("--lost-state", default="CANCELLED", help="its end, as a waypost state")
-    parser.add_argument("--lost-reason", default="", help="why, in Slurm's words")
+    parser.add_argument("--lost-reason", default="", help="why, in the scheduler's words")
     parser.add_argument("--last-chance", action="store_true",
                         help="Snakemake will not submit the stage again this run: end its series")
     return parser
@@ -96,6 +99,21 @@ def _read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
+def _lost_job(options) -> LostJob | None:
+    """The lost-job mode's job, if asked for; a mistake in its options is one line."""
+    job, name = options.lost_job, options.lost_scheduler
+    if options.lost_slurm_job:
+        job, name = options.lost_slurm_job, "slurm"
+    if not job:
+        return None
+    if not name:
+        raise SystemExit("waypost.runner: --lost-job needs --lost-scheduler (the scheduler the job is one of)")
+    try:
+        return LostJob(job, options.lost_state, options.lost_reason, options.last_chance, scheduler=name)
+    except ValueError as exc:
+        raise SystemExit(f"waypost.runner: --lost-scheduler: {exc}") from None
+
+
 def parse_args(argv: list[str], data: bytes | None = None) -> tuple[wspec.StepSpec, LostJob | None]:
     """The step (``data``, else from standard input, or ``--spec FILE``) and
     the lost-job mode's options. A job's runner has no options: argparse (and
@@ -104,8 +122,7 @@ def parse_args(argv: list[str], data: bytes | None = None) -> tuple[wspec.StepSp
     if argv:
         options = _parser().parse_args(argv)
         source = options.spec
-        if options.lost_slurm_job:
-            lost = LostJob(options.lost_slurm_job, options.lost_state, options.lost_reason, options.last_chance)
+        lost = _lost_job(options)
     if source:
         with open(source, "rb") as f:
             data = f.read()

@@ -83,7 +83,7 @@ class StageAttempt:
         resumes = self._resumes_other_settings()
         record = records.attempt(
             number=number, series=series.number, action=action, start=manifest.now_iso(), run=series.run_id,
-            host=manifest.hostname(), slurm_job_id=scheduler.current_job(), command=command,
+            host=manifest.hostname(), job=scheduler.current_job(), command=command,
             worker={"pool": spec.pool, "class": spec.worker_class, **worker}, log=log_rel,
             script=script_rel, runtime_limit_s=runtime, settings=spec.settings,
             config_hash=spec.config_hash, resumes=resumes,

@@ -79,7 +79,7 @@ class StageDirectory:
         local copy's dates are the copy's)."""
         return lifecycle.read(stores.LocalStore(self.dir), self.dir)
 
-    def save_running(self, series, lost_job: str | None = None, push: bool = True,
+    def save_running(self, series, lost_job: records.JobRef | None = None, push: bool = True,
                      group: records.StepGroup | None = None) -> None:
         """``_running.json``: this runner at work on ``series`` (``group``:
         its step's process group, while a step runs); or, with ``lost_job``,
@@ -89,7 +89,7 @@ class StageDirectory:
             pid=None if lost_job else os.getpid(), host=None if lost_job else manifest.hostname(),
             run=series.run_id, series=series.number, series_base=series.base,
             outputs=[os.path.relpath(os.path.abspath(o) if self.own_layout else o, self.base) for o in self.outputs],
-            slurm_job_id=lost_job or scheduler.current_job(), attempts=series.history, step_group=group)
+            job=lost_job or scheduler.current_job(), attempts=series.history, step_group=group)
         if self.own_layout:
             marker["outputs_dir"] = self.outputs_dir()
             if self._before is not None:
@@ -297,12 +297,12 @@ class StageDirectory:
             return self.remote.outputs_there()
         return not manifest.verify_outputs(self.dir, data, checksums=False)
 
-    def recorded_job(self, job: str) -> str | None:
-        """Does a runner's record name this Slurm job: "open" (its attempt
-        has no end yet), "closed", or None."""
+    def recorded_job(self, job: records.JobRef) -> str | None:
+        """Does a runner's record name this scheduler's job: "open" (its
+        attempt has no end yet), "closed", or None."""
         life = self.life()
         attempts = [*((life.marker or {}).get("attempts") or []), *((life.manifest or {}).get("attempts") or [])]
-        states = [a.get("state") for a in attempts if isinstance(a, dict) and str(a.get("slurm_job_id")) == str(job)]
+        states = [a.get("state") for a in attempts if isinstance(a, dict) and records.job_of(a) == job]
         if not states:
             return None
         return "closed" if all(states) else "open"

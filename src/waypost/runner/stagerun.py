@@ -22,15 +22,17 @@ from waypost.state.parents import describe_inputs, parent_state, producer_dir
 
 
 class LostJob:
-    """The executor's ``--lost-slurm-job`` mode: a scheduler's job of the
-    stage (``scheduler``, by name: Slurm's) ended without a runner recording
-    it (killed pending, before or as it started, never startable); record its
-    end, run no command."""
+    """The executor's ``--lost-job`` mode: a scheduler's job of the stage
+    (``scheduler``, by name) ended without a runner recording it (killed
+    pending, before or as it started, never startable); record its end, run
+    no command."""
 
-    def __init__(self, job: str, state: str = "CANCELLED", reason: str = "", last_chance: bool = False,
-                 scheduler: str = "slurm"):
+    def __init__(self, job: str, state: str, reason: str, last_chance: bool, scheduler: str):
         self.job, self.state, self.reason, self.last_chance = job, state, reason, last_chance
         self.scheduler = wscheduler.by_name(scheduler)
+
+    def ref(self) -> records.JobRef:
+        return self.scheduler.name, str(self.job)
 
 
 class StageRun:
@@ -108,14 +110,14 @@ class StageRun:
         return None
 
     def record_lost_job(self) -> int:
-        """Record a Slurm job of this stage whose end no runner recorded: one
+        """Record a scheduler's job of this stage whose end no runner recorded: one
         cancelled while pending, killed before or as its runner started, or
         never startable (``--lost-reason``). Its attempt joins the series and
         the policy decides as after any attempt: the series goes on when
         Snakemake submits the stage again, or ends here (its manifest) when
         the policy fails it or Snakemake will not (``--last-chance``).
         A job a runner did record is left to that record (an open attempt is
-        closed from sacct by the next runner, or here on the last chance)."""
+        closed from the scheduler's word by the next runner, or here on the last chance)."""
         job = self.lost.job
         self.received_signal = None
         live = lifecycle.live_attempt(self.spec.stage_dir)
@@ -125,10 +127,10 @@ class StageRun:
             print(f"waypost: {self.name}: {self.lost.scheduler.describe(job)} ended; an attempt is at work in {self.directory.dir} "
                   f"({live.where}), left to it", file=sys.stderr)
             return 0
-        recorded = self.directory.recorded_job(job)
+        recorded = self.directory.recorded_job(self.lost.ref())
         if recorded:
             # A runner recorded this job. Its series is either over (its
-            # manifest) or left open for the next job (an attempt Slurm ended,
+            # manifest) or left open for the next job (an attempt its scheduler ended,
             # or one that needs a bigger allocation): on the last chance, end it.
             if not self.lost.last_chance or not os.path.exists(self.directory.path(RUNNING)):
                 return 0
@@ -147,7 +149,7 @@ class StageRun:
         reason = self.lost.reason or f"the {self.lost.scheduler.label} job ended before its step runner started"
         record = records.attempt(
             number=len(self.series.history) + 1, series=self.series.number, action=action, state=self.lost.state,
-            start=now, end=now, duration_s=0.0, host=None, run=self.series.run_id, slurm_job_id=job,
+            start=now, end=now, duration_s=0.0, host=None, run=self.series.run_id, job=self.lost.ref(),
             command=self.spec.command, worker={"pool": self.spec.pool, "class": self.spec.worker_class},
             error=f"{self.lost.scheduler.describe(job)} ended {self.lost.state} before its step ran: {reason}",
             why=self.series.first[1] if len(series) == 0 else None)
@@ -169,7 +171,7 @@ class StageRun:
               file=sys.stderr)
         if action in ("cmd", "restart", "rerun"):
             # the job Snakemake submits next goes on with the series
-            self.directory.save_running(self.series, lost_job=ran_in[1] if ran_in else None)
+            self.directory.save_running(self.series, lost_job=records.job_of(series[-1]))
             if self.directory.remote:
                 self.directory.remote.close()
             return 0

@@ -3,8 +3,10 @@ Slurm's is ``slurm.SLURM``) or a process group on this machine
 (``stepgroup``: no scheduler). Imports only ``model``.
 
 Everyone else asks here which scheduler a process, or a record, is in:
-``current()`` (None: no scheduler's job), ``current_job()``, and
-``for_record()``. A new scheduler is one module beside ``slurm.py``
+``current()`` (None: no scheduler's job), ``current_job()`` (as records
+name it), ``for_record()`` (the one reader of the job a record names),
+``by_name()`` and, for a worker pool's ``executor``, ``of_pool()`` and
+``resource_names()``. A new scheduler is one module beside ``slurm.py``
 implementing ``base.Scheduler``, listed in ``SCHEDULERS``.
 """
 
@@ -26,10 +28,12 @@ def current(environ: dict | None = None) -> Scheduler | None:
     return next((s for s in SCHEDULERS if s.job_in_env(environ)), None)
 
 
-def current_job(environ: dict | None = None) -> str | None:
-    """The id of the scheduler's job this process runs in; None outside any."""
+def current_job(environ: dict | None = None) -> records.JobRef | None:
+    """The scheduler's job this process runs in, as records name it
+    (scheduler name, job id); None outside any."""
     scheduler = current(environ)
-    return scheduler.job_in_env(environ) if scheduler else None
+    job = scheduler.job_in_env(environ) if scheduler else None
+    return (scheduler.name, job) if scheduler and job else None
 
 
 def by_name(name: str) -> Scheduler:
@@ -40,9 +44,22 @@ def by_name(name: str) -> Scheduler:
     return found
 
 
+def of_pool(executor: str) -> Scheduler | None:
+    """The scheduler a worker pool's ``executor`` names; None for ``local``
+    (a process group on this machine)."""
+    return None if executor == "local" else by_name(executor)
+
+
+def resource_names(executor: str) -> dict[str, str]:
+    """The resource names a pool's executor reads for workers.yaml's keys,
+    where they are its scheduler's own (``workers.resources``' ``names``)."""
+    scheduler = of_pool(executor)
+    return dict(scheduler.resource_names) if scheduler else {}
+
+
 def for_record(record: Mapping[str, Any]) -> tuple[Scheduler, str] | None:
     """The scheduler and job an attempt or running marker names (None: it
-    ran outside any). Records name their job under one key
-    (``records.job_of``), which has always been Slurm's."""
+    ran outside any); an old record's ``slurm_job_id`` names a Slurm job
+    (``records.job_of``)."""
     job = records.job_of(record)
-    return (SLURM, job) if job else None
+    return (by_name(job[0]), job[1]) if job else None

@@ -9,8 +9,9 @@ did this attempt's job end; is it still alive).
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
-from waypost.scheduler.base import Scheduler
+from waypost.scheduler.base import JobState, Scheduler
 
 # Slurm 22.05's job states (sacct ``State``, squeue ``%T``). A job in one of
 # these has not ended; UNKNOWN (slurmctld lost track for a moment) is not an
@@ -34,6 +35,17 @@ STATES = {
 }
 TERMINAL = set(STATES)
 SACCT_FIELDS = ("JobID", "JobIDRaw", "State", "Reason")
+# Pending reasons (squeue/sacct ``Reason``, Slurm 22.05) that no waiting clears.
+NEVER_STARTS = {
+    "PartitionTimeLimit": "its time limit is over the partition's MaxTime",
+    "PartitionNodeLimit": "it asks for more nodes than the partition has",
+    "PartitionConfig": "it asks for more than the partition's nodes offer (CPUs, memory or GRES)",
+    "BadConstraints": "no node has the features or GRES it asks for",
+    "InvalidAccount": "its account is not valid",
+    "InvalidQOS": "its QOS is not valid",
+    "QOSMaxWallDurationPerJobLimit": "its time limit is over its QOS's",
+    "ReqNodeNotAvail, UnavailableNodes": "no node it may use is available",
+}
 
 
 def normalize(raw: str) -> str:
@@ -50,20 +62,16 @@ def waypost_state(slurm_state: str) -> str | None:
     return STATES.get(state, "FAILED")
 
 
-class Row:
+class Row(JobState):
     """One job (or array task) as sacct says: its normalized ``state``,
     Slurm's ``reason`` ('' for none) and ``raw`` id (JobIDRaw: what its
     runner saw as ``SLURM_JOB_ID``; None for array tasks still pending,
     which share one row)."""
 
-    __slots__ = ("raw", "reason", "state")
+    __slots__ = ()
 
     def __init__(self, state: str, reason: str = "", raw: str | None = None):
-        self.state, self.reason, self.raw = state, "" if reason in ("None", None) else reason, raw
-
-    @property
-    def ended(self) -> str | None:
-        return waypost_state(self.state)
+        super().__init__(state, "" if reason in ("None", None) else reason, raw, waypost_state(state))
 
 
 def sacct_command(job_ids: list[str]) -> list[str]:
@@ -114,20 +122,42 @@ def parse_squeue_pending(text: str, wanted: set[str]) -> dict[str, str]:
     return reasons
 
 
+def _run(argv: list[str], timeout: float = 60) -> str | None:
+    """A Slurm command's output; None when it did not answer (not
+    installed, its daemon down, a time out, a failure)."""
+    import shutil  # not at the top: the step runner imports this module at every step
+    import subprocess
+    if not shutil.which(argv[0]):
+        return None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
 def sacct(job_ids: list[str]) -> dict[str, Row] | None:
     """``parse_sacct`` of one sacct call; None when sacct did not answer
     (not installed, slurmdbd down, a time out): unknown, never gone."""
-    import shutil  # not at the top: the step runner imports this module at every step
-    import subprocess
     if not job_ids:
         return {}
-    if not shutil.which("sacct"):
+    out = _run(sacct_command(job_ids))
+    return None if out is None else parse_sacct(out)
+
+
+def check(job_ids: list[str]) -> dict[str, Row] | None:
+    """sacct's rows of the jobs, with the reason slurmctld gives for each
+    pending one (slurmdbd hears it late or never: ``squeue``); None when
+    sacct did not answer."""
+    rows = sacct(sorted({i.split("_")[0] for i in job_ids}))   # (an array's id: every task's row)
+    if rows is None:
         return None
-    try:
-        out = subprocess.run(sacct_command(job_ids), capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_sacct(out.stdout) if out.returncode == 0 else None
+    pending = [i for i in job_ids if rows.get(i, Row("PENDING")).state == "PENDING"]
+    if pending:
+        out = _run(squeue_pending_command(pending))
+        for job_id, reason in (parse_squeue_pending(out, set(pending)) if out else {}).items():
+            rows[job_id] = Row("PENDING", reason, rows[job_id].raw if job_id in rows else None)
+    return rows
 
 
 def final_state(job_id: str) -> tuple[str | None, str | None]:
@@ -145,9 +175,28 @@ class Slurm(Scheduler):
     """Slurm as ``base.Scheduler``: its jobs' ends from sacct."""
 
     name, label, accounting, job_env = "slurm", "Slurm", "sacct", "SLURM_JOB_ID"
+    array_index_env = "SLURM_ARRAY_TASK_ID"
+    # (the Slurm executor plugin's names; the rest are Snakemake's common ones)
+    resource_names: ClassVar[dict[str, str]] = {"partition": "slurm_partition", "account": "slurm_account", "extra": "slurm_extra"}
 
     def final_state(self, job: str) -> tuple[str | None, str | None]:
         return final_state(job)
+
+    def check(self, jobs: list[str]) -> dict[str, JobState] | None:
+        rows = check(jobs)
+        return None if rows is None else dict(rows)
+
+    def never_starts(self, job: JobState) -> str | None:
+        return NEVER_STARTS.get(job.reason) if job.state == "PENDING" else None
+
+    def cancel(self, job: str) -> None:
+        _run(["scancel", str(job)])
+
+    def cluster_facts(self) -> dict | None:
+        return cluster_facts()
+
+    def class_mismatches(self, spec: dict, facts: dict) -> list[str]:
+        return class_mismatches(spec, facts)
 
 
 SLURM = Slurm()
@@ -164,17 +213,8 @@ def cluster_facts() -> dict | None:
     """Partitions and nodes as ``scontrol`` shows them, and the accounts and
     QOS sacctmgr knows (None each where it does not answer); None without
     scontrol."""
-    import shutil
-    import subprocess
-
     def run(*argv: str) -> str | None:
-        if not shutil.which(argv[0]):
-            return None
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout if out.returncode == 0 else None
+        return _run(list(argv), timeout=30)
 
     partitions, nodes = run("scontrol", "show", "partition", "-o"), run("scontrol", "show", "node", "-o")
     if partitions is None or nodes is None:

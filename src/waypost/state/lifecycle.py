@@ -27,7 +27,7 @@ import time
 from functools import cached_property
 
 from waypost import scheduler
-from waypost.model import manifest, states
+from waypost.model import manifest, records, states
 from waypost.model.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join, stage_name
 from waypost.model.records import Manifest
 from waypost.scheduler import stepgroup
@@ -175,7 +175,7 @@ class Life:
             info = json.loads(text)
         except ValueError:
             info = None
-        return (info if isinstance(info, dict) else {}), age
+        return (records.upgrade(info) if isinstance(info, dict) else {}), age
 
     @property
     def marker(self) -> dict | None:

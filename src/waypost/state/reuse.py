@@ -99,7 +99,7 @@ def take(args) -> int:
     running = os.path.join(stage_dir, layout.RUNNING)
     marker = records.marker(pid=os.getpid(), host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
                             series=1, series_base=0, outputs=[o["path"] for o in data.get("outputs", [])],
-                            slurm_job_id=scheduler.current_job(), attempts=[])
+                            job=scheduler.current_job(), attempts=[])
     manifest.write_json_atomic(running, records.checked("marker", marker, running), durable=False)
     try:
         how, crc32cs = _bring_outputs(args, remote, stage_dir, data.get("outputs", []), declared_outputs)
@@ -162,7 +162,7 @@ def _reused_manifest(args, data: records.Manifest, started: float, started_iso: 
     attempt = records.attempt(number=1, series=1, action="reuse", state="SUCCESS", exit_code=0, start=started_iso,
                               end=manifest.now_iso(), duration_s=round(time.time() - started, 3),
                               host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
-                              slurm_job_id=scheduler.current_job(), command=None,
+                              job=scheduler.current_job(), command=None,
                               worker={"pool": None, "class": None}, how=how)
     attempt["decision"] = {"action": "done", "reason": f"reused from {source}"}
     recorded = []

@@ -64,7 +64,7 @@ def take(step: wspec.StepSpec) -> int:
     attempt = records.attempt(number=1, series=1, action="reuse", state="SUCCESS", exit_code=0, start=started_iso,
                               end=manifest.now_iso(), duration_s=round(time.time() - started, 3),
                               host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
-                              slurm_job_id=scheduler.current_job(), command=None,
+                              job=scheduler.current_job(), command=None,
                               worker={"pool": None, "class": None}, how="copied")
     attempt["decision"] = {"action": "done", "reason": f"reused from {step.reuse_from}"}
     record = records.manifest(

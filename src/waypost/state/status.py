@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 
 from waypost import stores
-from waypost.model import layout, manifest
+from waypost.model import layout, manifest, records
 from waypost.model.config import check_names, derived
 from waypost.model.states import State
 from waypost.state import lifecycle
@@ -146,7 +146,8 @@ def stage_state(stage_dir: str, expected: dict, tree=None) -> dict:
         cell["attempts"] = len(attempts)
         cell["history"] = [{k: a.get(k) for k in ("number", "series", "action", "state", "exit_code", "signal",
                                                     "checks", "decision", "duration_s", "runtime_limit_s",
-                                                    "workspace", "log", "host", "slurm_job_id", "why")}
+                                                    "workspace", "log", "host", "why")}
+                           | records.job_fields(records.job_of(a))
                            | ({"resumes": a["resumes"]} if a.get("resumes") else {}) for a in attempts]
         cell["provisional"] = life.provisional
         if life.given_up:
