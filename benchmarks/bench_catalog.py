@@ -109,7 +109,7 @@ def manifest_blobs(config: dict):
         attempt = {"number": 1, "series": 1, "action": "cmd", "state": "SUCCESS", "exit_code": 0, "signal": None,
                    "checks": {}, "decision": {"action": "done", "reason": "succeeded"},
                    "start": manifest.now_iso(), "end": manifest.now_iso(), "duration_s": 0.1, "host": "bench",
-                   "slurm_job_id": None, "command": ["true"], "workspace": ".", "log": "_logs/attempt-1.log"}
+                   "scheduler": None, "scheduler_job_id": None, "command": ["true"], "workspace": ".", "log": "_logs/attempt-1.log"}
         data = records.manifest(created=manifest.now_iso(), experiment=experiment, pair=pair, stage=stage, instance=instance, state="SUCCESS",
                               attempts=[attempt], inputs=[], settings={"epochs": 3, "seed": 1},
                               outputs=[{"path": f, "size": 2, "sha256": "0" * 64} for f in files],

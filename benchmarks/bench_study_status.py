@@ -73,7 +73,7 @@ def _attempt(number: int, action: str, state: str, decision: tuple[str, str]) ->
             "signal": 15 if state == "TIMEOUT" else None, "checks": {},
             "decision": {"action": decision[0], "reason": decision[1]}, "start": manifest.now_iso(),
             "end": manifest.now_iso(), "duration_s": 0.3, "runtime_limit_s": 0.3, "host": "bench",
-            "slurm_job_id": None, "command": ["true"], "workspace": ".", "log": f"_logs/attempt-{number}.log",
+            "scheduler": None, "scheduler_job_id": None, "command": ["true"], "workspace": ".", "log": f"_logs/attempt-{number}.log",
             "why": "a first series"}
 
 

@@ -428,7 +428,7 @@ def build_done_tree(workdir: Path, config: dict, manifests: bool = True) -> int:
             attempt = {"number": 1, "series": 1, "action": "cmd", "state": "SUCCESS", "exit_code": 0,
                        "signal": None, "checks": {}, "decision": {"action": "done", "reason": "succeeded"},
                        "start": manifest.now_iso(), "end": manifest.now_iso(), "duration_s": 0.1,
-                       "host": "bench", "slurm_job_id": None, "command": ["true"], "workspace": ".",
+                       "host": "bench", "scheduler": None, "scheduler_job_id": None, "command": ["true"], "workspace": ".",
                        "log": "_logs/attempt-1.log"}
             data = records.manifest(created=manifest.now_iso(), experiment=experiment, pair=pair, stage=stage, instance=instance,
                                   state="SUCCESS", attempts=[attempt], outputs=outputs, inputs=[],
