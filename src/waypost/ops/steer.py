@@ -28,6 +28,7 @@ from waypost.model.config import check_instance_names, check_names, match_instan
 from waypost.model.config import reuse_source as config_reuse_source
 from waypost.model.config import source_of_instance as config_source_of_instance
 from waypost.model.errors import WaypostError
+from waypost.model.job import outputs_base, outputs_elsewhere
 from waypost.model.policy import Policy, begin_series, describe_start
 from waypost.state import lifecycle
 
@@ -58,10 +59,10 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
             if item.get("manifest"):
                 producer = tree.key(os.path.dirname(item["manifest"]))
                 consumers.setdefault(producer, set()).add(tree.key(directory))
-            elif records.own_layout(data) and item.get("path"):   # a rule in its own layout's input
+            elif outputs_elsewhere(data) and item.get("path"):   # a rule in its own layout's input
                 inputs_of.setdefault(os.path.abspath(item["path"]), set()).add(tree.key(directory))
-        if records.own_layout(data):
-            base = os.path.abspath(manifest.outputs_base(directory, data))
+        if outputs_elsewhere(data):
+            base = os.path.abspath(outputs_base(directory, data))
             made_by.update({os.path.join(base, out["path"]): tree.key(directory)
                             for out in data.get("outputs", []) if not out.get("side")})
         if (data or {}).get("reused_from"):
@@ -238,7 +239,7 @@ def _archive_for_rerun(config: dict, tree, selected: list[str], downstream: bool
             data = tree.manifest(directory)
         except manifest.ManifestError:
             data = None
-        own = records.own_layout(data)
+        own = outputs_elsewhere(data)
         try:   # (a rule in its own layout: its outputs, where its rule put them, go in too)
             archived = "(dry run)" if dry_run else tree.archive_job(directory, data)
         except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
@@ -362,7 +363,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
                                                    data.get("instance"))["policy"])
         start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
-        then = f"{describe_start(policy, start.action, start.rerun, in_place=records.own_layout(data))}: {start.why}"
+        then = f"{describe_start(policy, start.action, start.rerun, in_place=outputs_elsewhere(data))}: {start.why}"
         if not dry_run:
             record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
             record["series_base"] = spent

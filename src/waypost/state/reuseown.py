@@ -24,6 +24,7 @@ import time
 from waypost import scheduler, stores
 from waypost.model import manifest, records
 from waypost.model import spec as wspec
+from waypost.model.job import outputs_base
 from waypost.state import lifecycle
 from waypost.state.reuse import read_source, unusable
 
@@ -117,7 +118,7 @@ def _plan(step: wspec.StepSpec, data: records.Manifest, base: str, outputs: list
     if len(declared) != len(outputs):
         raise ReuseError(f"{source}: the source job declares {len(declared)} output(s), this one "
                          f"{len(outputs)}: they can't be matched position by position")
-    source_base = manifest.outputs_base(source, data)
+    source_base = outputs_base(source, data)
     # where each of the source's declared outputs goes, and the directory it is in
     places = {rel: os.path.relpath(os.path.abspath(out), base) for rel, out in zip(declared, outputs)}
     folders = {os.path.dirname(rel): os.path.dirname(target) for rel, target in places.items()}
