@@ -45,8 +45,6 @@ class StageDirectory:
         # (each shared directory's local copy → its name, as the patterns of what may be there have it)
         self.shared_dirs = {local(d): (d, patterns) for d, patterns in step.shared_dirs.items()}
         self.log_dirs = [local(d) for d in step.log_dirs]
-        if self.remote and step.own_layout:
-            self.remote.logs = [local(f) for f in step.log_files]
         self.temporary, self.touched = [local(p) for p in step.temporary], [local(p) for p in step.touched]
         self.updated = {local(p) for p in step.updated}
         self.began = time.time()   # (what appeared in a shared directory since: see left_in_shared)
@@ -57,8 +55,8 @@ class StageDirectory:
         self.written: set[str] = set()
         self._before: set[str] | None = None
         self._not_side = {os.path.abspath(p) for p in [*self.outputs, *self.inputs]}
-        if self.remote and step.own_layout:
-            self.remote.mine = self.written
+        if self.remote:
+            self.remote.outside.mine = self.written
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -242,7 +240,7 @@ class StageDirectory:
                     found.append(shown)
                     local.append(path)
         if self.remote:
-            self.remote.left_beside = local
+            self.remote.outside.left_beside = local
         return found
 
     def _archive_outputs(self) -> str | None:
@@ -250,7 +248,7 @@ class StageDirectory:
         (its declared ones, and its side files) into this record's
         ``.attempts/<n>/``, each at its path from ``base``."""
         if self.remote:
-            return self.remote.archive_outputs(self.base)
+            return self.remote.outside.archive(self.base)
         present = [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files()
         return stores.LocalStore(self.dir).archive_from(self.dir, self.base, [
             os.path.relpath(os.path.abspath(path), self.base) for path in present])
@@ -260,8 +258,8 @@ class StageDirectory:
         a series starts from an archived, empty workspace; a rule in its own
         layout: its declared outputs)."""
         entries = manifest.workspace_entries(self.dir) if self.job.outputs_in_record else []
-        if self.remote and not self.job.outputs_in_record:
-            self.remote.remove_outputs()
+        if self.remote:
+            self.remote.outside.remove()
         paths = [] if self.job.outputs_in_record else \
             [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files()
         for entry in entries:
@@ -281,7 +279,7 @@ class StageDirectory:
         if data is None or data["state"] != "SUCCESS":
             return False
         if self.remote and not self.job.outputs_in_record:   # (its outputs' local copies are not fetched)
-            return self.remote.outputs_there()
+            return self.remote.outside.there()
         return not manifest.verify_outputs(self.dir, data, checksums=False)
 
     def recorded_job(self, job: str) -> str | None:
