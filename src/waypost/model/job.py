@@ -38,17 +38,23 @@ class Job:
     instance: str | None = None
 
     @classmethod
+    def in_own_layout(cls, rule: str, record_dir: str, outputs: list[str], **who: Any) -> Job:
+        """A job of a rule in its own layout: its outputs' base the deepest
+        directory above them all (paths, or URLs in a bucket)."""
+        base = os.path.commonpath([os.path.dirname(_key(o)) for o in outputs])
+        if locations.is_bucket_url(record_dir):
+            base = locations.SCHEME + base[1:]
+        return cls(rule=rule, record_dir=record_dir, outputs=tuple(outputs), outputs_base=base, **who)
+
+    @classmethod
     def of_step(cls, step, local=str) -> Job:
         """A step's job (``model.spec.StepSpec``), its paths as the step
-        works with them (``local``: a bucket's URL to its local copy). The
-        outputs' base of a rule in its own layout is the deepest directory
-        above its outputs."""
-        record_dir, outputs = local(step.stage_dir), tuple(local(o) for o in step.outputs)
-        base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in outputs]) \
-            if step.own_layout else None
-        return cls(rule=step.stage, record_dir=record_dir, outputs=outputs, outputs_base=base,
-                   wildcards=dict(step.wildcards) if step.own_layout else {},
-                   experiment=step.experiment, pair=step.pair, instance=step.instance)
+        works with them (``local``: a bucket's URL to its local copy)."""
+        record_dir, outputs = local(step.stage_dir), [local(o) for o in step.outputs]
+        who = {"experiment": step.experiment, "pair": step.pair, "instance": step.instance}
+        if step.own_layout:
+            return cls.in_own_layout(step.stage, record_dir, outputs, wildcards=dict(step.wildcards), **who)
+        return cls(rule=step.stage, record_dir=record_dir, outputs=tuple(outputs), **who)
 
     @classmethod
     def of_record(cls, record_dir: str, data: Mapping[str, Any] | None) -> Job:
@@ -84,7 +90,7 @@ class Job:
 
     def relative(self, path: str) -> str:
         """An output's (or a side file's) path as its records name it: from ``base``."""
-        return os.path.relpath(os.path.abspath(path), os.path.abspath(self.base))
+        return os.path.relpath(_key(path), _key(self.base))
 
     @property
     def outputs_dir(self) -> str | None:
@@ -92,7 +98,7 @@ class Job:
         record directory (None: there)."""
         if self.outputs_base is None:
             return None
-        return os.path.relpath(self.outputs_base, os.path.abspath(self.record_dir))
+        return os.path.relpath(_key(self.outputs_base), _key(self.record_dir))
 
     @property
     def keeps_side_files(self) -> bool:
@@ -102,6 +108,11 @@ class Job:
         return not self.outputs_in_record
 
     # --- what its records say --------------------------------------------------------
+    @property
+    def described_as(self) -> str:
+        """What it is, as messages say: a stage, or a job of a rule in its own layout."""
+        return "stage with its own manifest" if self.outputs_in_record else "job with its own record"
+
     @property
     def name(self) -> str:
         """How messages name it: experiment/pair/stage[/instance], or a rule
@@ -119,6 +130,15 @@ class Job:
             return {}
         return {"outputs_dir": self.outputs_dir, "wildcards": dict(self.wildcards),
                 "declared": [self.relative(o) for o in self.outputs]}
+
+
+def _key(location: str) -> str:
+    """A location as an absolute path: a path's own; a bucket URL's key,
+    rooted (gs://B/K at /B/K, the layout of its local copies), so that paths
+    from one to another are reckoned alike."""
+    if locations.is_bucket_url(location):
+        return "/" + location[len(locations.SCHEME):]
+    return os.path.abspath(location)
 
 
 def outputs_elsewhere(data: Mapping[str, Any] | None) -> bool:

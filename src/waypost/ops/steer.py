@@ -23,12 +23,12 @@ import os
 import socket
 
 from waypost import stores
-from waypost.model import layout, manifest, records, trust
+from waypost.model import layout, locations, manifest, records, trust
 from waypost.model.config import check_instance_names, check_names, match_instances, stage_settings
 from waypost.model.config import reuse_source as config_reuse_source
 from waypost.model.config import source_of_instance as config_source_of_instance
 from waypost.model.errors import WaypostError
-from waypost.model.job import outputs_base, outputs_elsewhere
+from waypost.model.job import Job, outputs_base, outputs_elsewhere
 from waypost.model.policy import Policy, begin_series, describe_start
 from waypost.state import lifecycle
 
@@ -276,12 +276,27 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
             raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
                                                           "directory or to nothing" for rel, real in away)
                              + "; nothing adopted (copy the file in, or hard-link it, instead)")
-    previous = adoptable(tree, stage_dir, force, "stage with its own manifest")
-    outputs = tree.describe(stage_dir, files)
-    replaced = set_aside_records(tree, stage_dir, files, previous)
-    record = adopted_manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, outputs=outputs,
-                              note=note)
-    tree.write_manifest(stage_dir, record)
+    job = Job(rule=stage, record_dir=stage_dir, outputs=tuple(layout.join(stage_dir, f) for f in files),
+              experiment=experiment, pair=pair, instance=instance)
+    return adopt_job(tree, job, lambda: tree.describe(stage_dir, files), note, force)
+
+
+def adopt_job(tree, job: Job, describe, note: str | None, force: bool) -> tuple[records.Manifest, dict | None]:
+    """Write the record of ``job`` (in ``tree``, its store) saying it is
+    done, its outputs (``describe()``: the files adopted, as a manifest's
+    ``outputs``, from its outputs' base) adopted. What its record directory
+    held before (an earlier manifest, its logs) is archived first, as a
+    rerun archives a workspace; the files adopted there stay. Returns the
+    record and what was archived (``set_aside_records``)."""
+    previous = adoptable(tree, job.record_dir, force, job.described_as)
+    outputs = describe()
+    inside = [o["path"] for o in outputs if locations.below(job.record_dir, job.output_path(o["path"]))]
+    replaced = set_aside_records(tree, job.record_dir, inside, previous) if tree.isdir(job.record_dir) else None
+    if not stores.is_bucket_url(job.record_dir):
+        os.makedirs(job.record_dir, exist_ok=True)
+    record = adopted_manifest(experiment=job.experiment, pair=job.pair, stage=job.rule, instance=job.instance,
+                              outputs=outputs, note=note, **job.record_fields())
+    tree.write_manifest(job.record_dir, record)
     return record, replaced
 
 
