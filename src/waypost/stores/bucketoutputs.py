@@ -85,12 +85,10 @@ class OutputsInBucket:
         for path in [*self.outputs, *self.side_files()]:
             _remove(path)
 
-    def fetch(self) -> None:
-        """The bucket's outputs and side files, to go on with a series."""
-        from waypost.stores.mirror import download
-        wanted = {**self._remote_outputs(), **objects_beside(self.workspace, self.own_dirs, self.outputs)}
-        download(self.workspace.fs, list(wanted.values()), list(wanted))
-        self._note_sent(wanted)
+    def to_fetch(self) -> dict[str, str]:
+        """The bucket's outputs and side files, to go on with a series
+        (local copy → object name; ``note_sent`` once fetched)."""
+        return {**self._remote_outputs(), **objects_beside(self.workspace, self.own_dirs, self.outputs)}
 
     def push(self, final: bool) -> None:
         """The side files and logs (changed since they last went up), with
@@ -100,7 +98,7 @@ class OutputsInBucket:
         changed = [f for f in files if self._sent.get(f) != _stat(f)]
         if changed:
             self.workspace.fs.put(changed, [self.workspace.object_name(f) for f in changed])
-            self._note_sent(changed)
+            self.note_sent(changed)
 
     def archive(self, base: str) -> str | None:
         """Move the job's outputs and side files (what the bucket has, and
@@ -131,7 +129,8 @@ class OutputsInBucket:
         """Does the bucket have every declared output?"""
         return all(self.workspace.fs.exists(self.workspace.object_name(o)) for o in self.outputs)
 
-    def _note_sent(self, paths) -> None:
+    def note_sent(self, paths) -> None:
+        """Local copies that are as the bucket has them now."""
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 self._sent[path] = _stat(path)

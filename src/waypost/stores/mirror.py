@@ -243,7 +243,9 @@ class BucketWorkspace:
         wanted = [rel for rel in self._pulled if rel not in self._synced]
         download(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
-        self.outside.fetch()
+        outside = self.outside.to_fetch()   # (the job's outputs elsewhere in the bucket, if any)
+        download(self.fs, list(outside.values()), list(outside))
+        self.outside.note_sent(outside)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
         """Make the bucket's workspace what the local one is, and the
