@@ -9,6 +9,7 @@ plain Snakemake writes on disk, side by side."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -321,3 +322,46 @@ def test_snakemake_idioms_on_a_gs_root_make_the_files_plain_snakemake_makes_on_d
     assert made["wp again"] == made["plain again"] == {}
     records = {n.rsplit("/", 1)[0] for n in objects(root) if n.startswith("_all/") and n.endswith("/_manifest.json")}
     assert {"_all/trial/base/ab", "_all/trial/final", "_all/trial/m_shout/cd", "_all/trial/chunks/ab"} <= records
+
+
+MIXED = textwrap.dedent("""\
+    configfile: "config.yaml"
+    from waypost.snakemake import Pipeline
+    wp = Pipeline(config, workflow)
+
+    rule report:
+        input: "work/bog/area.txt"
+        output: wp.out("report.txt")
+        shell: "cat {input} $(dirname {input})/notes.txt > {output}"
+
+    rule measure:
+        output: "work/{plot,[a-z]+}/area.txt"
+        shell: "echo notes on {wildcards.plot} > $(dirname {output})/notes.txt; echo 7 > {output}"
+
+    wp.finish()
+
+    rule all:
+        default_target: True
+        input: wp.targets
+    """)
+
+
+def test_a_stage_reading_a_rule_in_its_own_layouts_output_gets_its_side_files_as_on_disk(bucket, tmp_path):
+    # On disk the notes a job leaves beside its output are there for whoever
+    # reads the output; on a gs:// root a stage's step gets them with it.
+    root = bucket + "/mixed"
+    tmp_path.joinpath("Snakefile").write_text(MIXED)
+    tmp_path.joinpath("config.yaml").write_text(yaml.safe_dump({"root": root, "experiments": {"survey": {}}}))
+    done = _snakemake(tmp_path, *flags(root))
+    assert done.returncode == 0, done.stderr[-4000:]
+    fs().invalidate_cache()
+    report = [name for name in objects(root) if name.endswith("/report.txt")]
+    assert len(report) == 1, objects(root)
+    assert fs().cat_file(f"{key(root)}/{report[0]}") == b"7\nnotes on bog\n"
+    # Again on a machine with no local copies: the stage alone runs, fetching what it reads.
+    fs().rm(f"{key(root)}/{report[0].rsplit('/', 1)[0]}", recursive=True)
+    shutil.rmtree(tmp_path / ".snakemake" / "storage")
+    done = _snakemake(tmp_path, *flags(root))
+    assert done.returncode == 0, done.stderr[-4000:]
+    fs().invalidate_cache()
+    assert fs().cat_file(f"{key(root)}/{report[0]}") == b"7\nnotes on bog\n"

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from waypost.model import locations, records, trust, writes
 from waypost.model.errors import WaypostError
+from waypost.model.job import Job
 from waypost.model.layout import ATTEMPTS, ENGINE_FILES, MANIFEST, is_in_progress
 from waypost.model.records import Manifest
 
@@ -489,18 +490,10 @@ def _validator():
     return _compiled
 
 
-def outputs_base(stage_dir: str, data: Mapping[str, Any] | None) -> str:
-    """Where the outputs a stage directory's record (manifest or marker)
-    lists are: the directory itself, or for a rule in its own layout the
-    record's ``outputs_dir``, from it."""
-    rel = (data or {}).get("outputs_dir")
-    return locations.resolve(stage_dir, rel) if rel else stage_dir
-
-
 def verify_outputs(stage_dir: str, data: Manifest, checksums: bool = True) -> list[str]:
     """Problems with the outputs a manifest lists (missing, size or checksum)."""
     problems = []
-    base = outputs_base(stage_dir, data)
+    base = Job.of_record(stage_dir, data).base
     for out in data.get("outputs", []):
         path = os.path.join(base, out["path"])
         if (out.get("temp") or out.get("side")) and not os.path.lexists(path):

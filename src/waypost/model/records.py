@@ -222,13 +222,6 @@ def made_here(data: Manifest | None) -> TypeGuard[Manifest]:
         and not data.get("adopted")
 
 
-def own_layout(data: Manifest | dict | None) -> bool:
-    """Is a record (a manifest, a running marker) a job's of a rule in its
-    own layout: its outputs where its rule puts them (``outputs_dir``), not
-    in its stage directory?"""
-    return bool((data or {}).get("outputs_dir"))
-
-
 def _validator(kind: str):
     if kind not in _validators:
         with_site()   # jsonschema is a site-package

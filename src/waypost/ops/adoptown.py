@@ -9,9 +9,9 @@ one must be there. Its record, in the job's directory under the root
 (``{root}/_all/{experiment}/{rule}/{wildcards}``), is the one a run writes
 (``outputs_dir``, ``declared``, ``wildcards``) with ``adopted`` and no
 attempt. Then the job is done (``planning.ownpresence``), shown as adopted, and can be
-the source of another experiment's reuse. What the record directory held
-before (an earlier manifest and its logs) is archived first, as a stage's
-adopt archives it.
+the source of another experiment's reuse. The record is written as a
+stage's is (``steer.adopt_job``, over the ``Job``): what the record
+directory held before (an earlier manifest and its logs) archived first.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import re
 from waypost import stores
 from waypost.model import layout, manifest, records
 from waypost.model.config import check_names
-from waypost.ops.steer import SteerError, adoptable, adopted_manifest, set_aside_records
+from waypost.model.job import Job
+from waypost.ops.steer import SteerError, adopt_job
 
 _FIELD = re.compile(r"\{(\w+)\}")
 
@@ -40,7 +41,8 @@ def adopt_own(config: dict, rule: str, experiment: str, given: dict[str, str], p
     """Write the record of the job of ``rule`` (in its own layout, outputs
     ``patterns``) whose wildcards are ``given`` (with ``experiment``'s own
     where its paths carry one) in ``experiment``, adopting the files at
-    its outputs. Returns the record, its directory, and what was archived."""
+    its outputs (``steer.adopt_job``). Returns the record, its directory,
+    and what was archived."""
     check_names(config, experiment)
     root = config["root"]
     on_bucket = stores.needs_mirror(root)   # (its patterns are then below the root, as the rule wrote them)
@@ -51,37 +53,23 @@ def adopt_own(config: dict, rule: str, experiment: str, given: dict[str, str], p
     experiment, instance = layout.own_job(values, None if several else experiment)
     record_dir = layout.stage_dir(root, layout.ALL_PAIRS, experiment, rule, instance)
     tree = tree or stores.store_for(record_dir)
-    previous = adoptable(tree, record_dir, force, "job with its own record")
-    if on_bucket:   # (relative paths reckoned on the URLs' keys: the layout a local copy has)
-        keys = {url: "/" + url[len(stores.SCHEME):] for url in [*outputs, record_dir]}
-        base = os.path.commonpath([os.path.dirname(keys[url]) for url in outputs])
-        described = _described_in(tree, base, outputs, keys)
-        outputs_dir = os.path.relpath(base, keys[record_dir])
-    else:
-        base = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path in outputs])
-        described = manifest.describe_outputs(base, [os.path.abspath(path) for path in outputs])
-        outputs_dir = os.path.relpath(base, os.path.abspath(record_dir))
-        keys = {path: os.path.abspath(path) for path in outputs}
-    replaced = set_aside_records(tree, record_dir, [], previous) if tree.isdir(record_dir) else None
-    if not on_bucket:
-        os.makedirs(record_dir, exist_ok=True)
-    record = adopted_manifest(
-        experiment=experiment, pair=layout.ALL_PAIRS, stage=rule, instance=instance, outputs=described, note=note,
-        outputs_dir=outputs_dir, wildcards=values, declared=[os.path.relpath(keys[path], base) for path in outputs])
-    tree.write_manifest(record_dir, record)
+    job = Job.in_own_layout(rule, record_dir, outputs if on_bucket else [os.path.abspath(o) for o in outputs],
+                            wildcards=values, experiment=experiment, pair=layout.ALL_PAIRS, instance=instance)
+    record, replaced = adopt_job(tree, job, lambda: _described_in(tree, job) if on_bucket
+                                 else manifest.describe_outputs(job.base, list(job.outputs)), note, force)
     return record, record_dir, replaced
 
 
-def _described_in(tree, base: str, outputs: list[str], keys: dict[str, str]) -> list[dict]:
+def _described_in(tree, job: Job) -> list[dict]:
     """The manifest's outputs of files in a bucket (``tree``), as
     ``manifest.describe_outputs`` describes local ones: a ``directory()``
-    output's every object (``keys``: each URL's key, ``base`` among them)."""
+    output's every object."""
     described = []
-    for url in outputs:
+    for url in job.outputs:
         names = [stores.join(url, rel) for rel in tree.files(url)] if tree.isdir(url) else [url]
         for name in names:
             sha256, crc32c = tree.digests(name)
-            described.append({"path": os.path.relpath(keys[url] + name[len(url):], base), "size": tree.size(name),
+            described.append({"path": job.relative(name), "size": tree.size(name),
                               "sha256": sha256, **({"crc32c": crc32c} if crc32c else {})})
     return described
 

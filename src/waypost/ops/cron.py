@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from waypost import stores
 from waypost.model import config as wconfig
 from waypost.model import events, graph, layout, manifest
+from waypost.model.job import outputs_base, outputs_elsewhere
 from waypost.model.layout import RUNNING
 from waypost.state import leftovers, lifecycle, verify
 
@@ -76,8 +77,8 @@ def _set_aside_interrupted(root: str) -> list[str]:
         if not life.interrupted:   # a manifest written after the marker closed the attempt
             continue
         outputs = (life.marker or {}).get("outputs") or []
-        if (life.marker or {}).get("outputs_dir"):   # a rule in its own layout: its outputs are elsewhere
-            archived = tree.archive_from(stage_dir, manifest.outputs_base(stage_dir, life.marker), outputs)
+        if outputs_elsewhere(life.marker):   # a rule in its own layout: its outputs are elsewhere
+            archived = tree.archive_from(stage_dir, outputs_base(stage_dir, life.marker), outputs)
             if archived:
                 notes.append(f"set aside the partial outputs of interrupted {stage_dir} in {archived}")
             continue

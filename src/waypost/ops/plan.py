@@ -21,6 +21,7 @@ from waypost import stores
 from waypost.model import config as wconfig
 from waypost.model import events, graph, layout, manifest, records
 from waypost.model.diffs import resumed_work, settings_diff
+from waypost.model.job import outputs_elsewhere
 from waypost.ops import owndrift
 from waypost.ops.inputdrift import EDITED, InputEdits
 from waypost.state import lifecycle
@@ -197,7 +198,7 @@ def drift(config: dict, code_versions: dict[str, str], funnels: list[str],
             data = tree.manifest(directory)
         except manifest.ManifestError:
             continue
-        own = records.own_layout(data)
+        own = outputs_elsewhere(data)
         if not data or (own and not records.made_here(data)):
             continue
         current = None if own else settings_of(experiment, pair, stage, instance)
@@ -302,7 +303,7 @@ def _resumes_under_other_settings(config: dict, data: dict, instance: str | None
     if found is None:
         return None
     number, differs = found
-    in_place = records.own_layout(data)
+    in_place = outputs_elsewhere(data)
     return (f"the next series will {describe_start(policy, start.action, start.rerun, in_place)}, going on with attempt "
             f"{number}'s work, made under other settings: {', '.join(differs)} (`waypost rerun` starts afresh)")
 

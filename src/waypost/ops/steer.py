@@ -23,11 +23,12 @@ import os
 import socket
 
 from waypost import stores
-from waypost.model import layout, manifest, records, trust
+from waypost.model import layout, locations, manifest, records, trust
 from waypost.model.config import check_instance_names, check_names, match_instances, stage_settings
 from waypost.model.config import reuse_source as config_reuse_source
 from waypost.model.config import source_of_instance as config_source_of_instance
 from waypost.model.errors import WaypostError
+from waypost.model.job import Job, outputs_base, outputs_elsewhere
 from waypost.model.policy import Policy, begin_series, describe_start
 from waypost.state import lifecycle
 
@@ -58,10 +59,10 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
             if item.get("manifest"):
                 producer = tree.key(os.path.dirname(item["manifest"]))
                 consumers.setdefault(producer, set()).add(tree.key(directory))
-            elif records.own_layout(data) and item.get("path"):   # a rule in its own layout's input
+            elif outputs_elsewhere(data) and item.get("path"):   # a rule in its own layout's input
                 inputs_of.setdefault(os.path.abspath(item["path"]), set()).add(tree.key(directory))
-        if records.own_layout(data):
-            base = os.path.abspath(manifest.outputs_base(directory, data))
+        if outputs_elsewhere(data):
+            base = os.path.abspath(outputs_base(directory, data))
             made_by.update({os.path.join(base, out["path"]): tree.key(directory)
                             for out in data.get("outputs", []) if not out.get("side")})
         if (data or {}).get("reused_from"):
@@ -238,7 +239,7 @@ def _archive_for_rerun(config: dict, tree, selected: list[str], downstream: bool
             data = tree.manifest(directory)
         except manifest.ManifestError:
             data = None
-        own = records.own_layout(data)
+        own = outputs_elsewhere(data)
         try:   # (a rule in its own layout: its outputs, where its rule put them, go in too)
             archived = "(dry run)" if dry_run else tree.archive_job(directory, data)
         except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
@@ -275,12 +276,27 @@ def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | 
             raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
                                                           "directory or to nothing" for rel, real in away)
                              + "; nothing adopted (copy the file in, or hard-link it, instead)")
-    previous = adoptable(tree, stage_dir, force, "stage with its own manifest")
-    outputs = tree.describe(stage_dir, files)
-    replaced = set_aside_records(tree, stage_dir, files, previous)
-    record = adopted_manifest(experiment=experiment, pair=pair, stage=stage, instance=instance, outputs=outputs,
-                              note=note)
-    tree.write_manifest(stage_dir, record)
+    job = Job(rule=stage, record_dir=stage_dir, outputs=tuple(layout.join(stage_dir, f) for f in files),
+              experiment=experiment, pair=pair, instance=instance)
+    return adopt_job(tree, job, lambda: tree.describe(stage_dir, files), note, force)
+
+
+def adopt_job(tree, job: Job, describe, note: str | None, force: bool) -> tuple[records.Manifest, dict | None]:
+    """Write the record of ``job`` (in ``tree``, its store) saying it is
+    done, its outputs (``describe()``: the files adopted, as a manifest's
+    ``outputs``, from its outputs' base) adopted. What its record directory
+    held before (an earlier manifest, its logs) is archived first, as a
+    rerun archives a workspace; the files adopted there stay. Returns the
+    record and what was archived (``set_aside_records``)."""
+    previous = adoptable(tree, job.record_dir, force, job.described_as)
+    outputs = describe()
+    inside = [o["path"] for o in outputs if locations.below(job.record_dir, job.output_path(o["path"]))]
+    replaced = set_aside_records(tree, job.record_dir, inside, previous) if tree.isdir(job.record_dir) else None
+    if not stores.is_bucket_url(job.record_dir):
+        os.makedirs(job.record_dir, exist_ok=True)
+    record = adopted_manifest(experiment=job.experiment, pair=job.pair, stage=job.rule, instance=job.instance,
+                              outputs=outputs, note=note, **job.record_fields())
+    tree.write_manifest(job.record_dir, record)
     return record, replaced
 
 
@@ -362,7 +378,7 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
                                                    data.get("instance"))["policy"])
         start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
-        then = f"{describe_start(policy, start.action, start.rerun, in_place=records.own_layout(data))}: {start.why}"
+        then = f"{describe_start(policy, start.action, start.rerun, in_place=outputs_elsewhere(data))}: {start.why}"
         if not dry_run:
             record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
             record["series_base"] = spent

@@ -24,7 +24,8 @@ import os
 import sys
 
 from waypost import stores
-from waypost.model import layout, manifest
+from waypost.model import layout
+from waypost.model.job import outputs_base
 from waypost.model.layout import MANIFEST
 
 
@@ -136,7 +137,7 @@ def _keep_aside(record: str, data: dict) -> str | None:
     if stores.is_bucket_url(record):
         return tree.archive_job(record, data)
     archived = tree.archive(record)
-    base = manifest.outputs_base(record, data)
+    base = outputs_base(record, data)
     for out in data.get("outputs", []):   # (a directory() output: each of its files)
         _link_file(os.path.join(base, out["path"]), os.path.join(record, archived, out["path"]))
     return archived

@@ -50,6 +50,9 @@ class StepLines:
                    "pair": pair, "inputs": list(input), "outputs": list(output)}
             if instance:
                 own["instance"] = instance
+            beside = self.input_dirs(input) if self.input_dirs else None
+            if beside:   # (an input a rule in its own layout made: its side files come down with it)
+                own["input_dirs"] = beside
             source = self.resolver.reuse_location(experiment, pair, stage, instance)
             if source:
                 own["reuse_from"] = source

@@ -147,7 +147,7 @@ class Series:
             return self._after_a_cancel(directory, life, previous)
         elif previous:
             self.history = list(previous["attempts"])
-            if not self.history and directory.own_layout:   # (a stage's archive takes its manifest too)
+            if not self.history and not directory.job.outputs_in_record:   # (a stage's archive takes its manifest too)
                 keep_record_without_attempts(directory, previous)
         return self._begin(directory, policy, running, previous, retried)
 
@@ -232,7 +232,7 @@ class Series:
                 return refused
         self.number = 1 + last_no
         self.first = wpolicy.begin_series(policy, last_series if unfinished else [])
-        if self.first[0] == "cmd" and not directory.own_layout:
+        if self.first[0] == "cmd" and directory.job.outputs_in_record:
             # (a rule in its own layout starts where plain Snakemake starts
             # it: its declared outputs removed, what else it wrote in place)
             directory.archive(self.history)

@@ -68,7 +68,7 @@ class StageAttempt:
     def _in_stage(self) -> bool:
         """Does the step run in its stage directory (``workdir: stage``; a
         rule in its own layout runs where Snakemake runs its jobs)?"""
-        return self.policy.workdir == "stage" and not self.directory.own_layout
+        return self.policy.workdir == "stage" and self.directory.job.outputs_in_record
 
     def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog,
              running_now: str | None) -> records.Attempt:
@@ -193,7 +193,7 @@ class StageAttempt:
         # venv's), activated or not; a rule in its own layout's sees the PATH
         # plain Snakemake gives it (a `conda:` env's, say).
         bin_dir = os.path.dirname(sys.executable)
-        if not self.directory.own_layout and env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        if self.directory.job.outputs_in_record and env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
             env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
         return env
 

@@ -12,7 +12,8 @@ import time
 from waypost import scheduler, stores
 from waypost.model import locations, manifest, records, writes
 from waypost.model import spec as wspec
-from waypost.model.layout import ATTEMPTS, LOGS, RUNNING, held_entry, stage_name, stage_root
+from waypost.model.job import Job
+from waypost.model.layout import ATTEMPTS, LOGS, RUNNING, held_entry, stage_root
 from waypost.state import lifecycle
 
 
@@ -35,19 +36,15 @@ class StageDirectory:
         # Can a file here be appended to (disk, NFS, the local copy of a gs://
         # root's stage), or only written whole (a bucket mount)?
         self.appends = self.store is None or self.store.appends
-        # How the runner's lines name the stage: experiment/pair/stage[/instance],
-        # a rule in its own layout as Snakemake names its job: rule[wildcards].
-        self.name = stage_name(step.pair, step.experiment, step.stage, step.instance)
-        # Where the outputs are: the stage directory itself, or (a rule in its
-        # own layout, whose directory holds only its record) the deepest
-        # directory above them all; the records name them relative to it.
-        self.own_layout = step.own_layout
+        # The job: its record here, its outputs here too (a stage) or where its
+        # rule puts them (a rule in its own layout, whose directory holds only
+        # its record); the records name them from ``base``.
+        self.job = Job.of_step(step, local)
+        self.base, self.name = self.job.base, self.job.name
         self.own_dirs = [local(d) for d in step.own_dirs]
         # (each shared directory's local copy → its name, as the patterns of what may be there have it)
         self.shared_dirs = {local(d): (d, patterns) for d, patterns in step.shared_dirs.items()}
         self.log_dirs = [local(d) for d in step.log_dirs]
-        if self.remote and step.own_layout:
-            self.remote.logs = [local(f) for f in step.log_files]
         self.temporary, self.touched = [local(p) for p in step.temporary], [local(p) for p in step.touched]
         self.updated = {local(p) for p in step.updated}
         self.began = time.time()   # (what appeared in a shared directory since: see left_in_shared)
@@ -58,17 +55,8 @@ class StageDirectory:
         self.written: set[str] = set()
         self._before: set[str] | None = None
         self._not_side = {os.path.abspath(p) for p in [*self.outputs, *self.inputs]}
-        if self.remote and step.own_layout:
-            self.remote.mine = self.written
-        self.base = self.dir
-        if step.own_layout:
-            self.base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in self.outputs])
-            self.name = step.stage + ("[" + ", ".join(f"{k}={v}" for k, v in step.wildcards.items()) + "]"
-                                      if step.wildcards else "")
-
-    def outputs_dir(self) -> str | None:
-        """The records' ``outputs_dir``: where the outputs are, from here (None: here)."""
-        return os.path.relpath(self.base, os.path.abspath(self.dir)) if self.own_layout else None
+        if self.remote:
+            self.remote.outside.mine = self.written
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -88,10 +76,10 @@ class StageDirectory:
         marker = records.marker(
             pid=None if lost_job else os.getpid(), host=None if lost_job else manifest.hostname(),
             run=series.run_id, series=series.number, series_base=series.base,
-            outputs=[os.path.relpath(os.path.abspath(o) if self.own_layout else o, self.base) for o in self.outputs],
+            outputs=[self.job.relative(o) for o in self.outputs],
             job=lost_job or scheduler.current_job(), attempts=series.history, step_group=group)
-        if self.own_layout:
-            marker["outputs_dir"] = self.outputs_dir()
+        if self.job.outputs_dir:
+            marker["outputs_dir"] = self.job.outputs_dir
             if self._before is not None:
                 marker["before"] = self._relative(self._before)
         manifest.write_json_atomic(self.path(RUNNING), records.checked("marker", marker, self.path(RUNNING)),
@@ -118,7 +106,7 @@ class StageDirectory:
     def archive(self, history: list[records.Attempt], keep: tuple[str, ...] = ()) -> str | None:
         """Move the workspace under ``.attempts/<n>/`` (but ``keep``), and point
         the attempts of ``history`` that worked in it there."""
-        if self.own_layout:   # (its logs stay where they are, in the record)
+        if not self.job.outputs_in_record:   # (its logs stay where they are, in the record)
             archived, keep = self._archive_outputs(), (*keep, LOGS)
         else:
             archived = self.remote.archive(keep) if self.remote else self.store.archive(self.dir, keep=keep)
@@ -139,7 +127,7 @@ class StageDirectory:
     def _beside(self) -> set[str]:
         """The files now in the directories only this job writes (not below),
         but its declared outputs and its inputs."""
-        return set(manifest.files_beside(self.own_dirs, self._not_side)) if self.own_layout else set()
+        return set(manifest.files_beside(self.own_dirs, self._not_side))   # (none for a stage: no own_dirs)
 
     def _relative(self, paths) -> list[str]:
         return sorted(os.path.relpath(p, self.base) for p in paths)
@@ -148,8 +136,7 @@ class StageDirectory:
         """A rule in its own layout: note what is beside its outputs as an
         attempt begins (kept in the running marker too, for a runner that
         vanishes): none of it is the attempt's."""
-        if self.own_layout:
-            self._before = self._beside()
+        self._before = self._beside()
 
     def attempt_ended(self, record: records.Attempt) -> None:
         """What appeared beside the outputs while the attempt ran is the
@@ -168,9 +155,8 @@ class StageDirectory:
         its workspace (the stage directory but its archives; a rule in its
         own layout: the files beside its outputs). None where none is there."""
         paths = [self.path(rel) for rel in (attempt.get("log"), RUNNING) if rel] + list(self.outputs)
-        if self.own_layout:
-            paths += self._beside()
-        else:
+        paths += self._beside()
+        if self.job.outputs_in_record:
             for top, dirs, files in os.walk(self.dir):
                 dirs[:] = [d for d in dirs if d != ATTEMPTS]
                 paths += [os.path.join(top, name) for name in files]
@@ -186,7 +172,7 @@ class StageDirectory:
         """An attempt whose runner vanished: what appeared since its marker's
         listing (``before``) is its."""
         before = marker.get("before")
-        if not self.own_layout or before is None or self.remote:
+        if before is None or self.remote:
             return
         self._before = {os.path.join(self.base, p) for p in before}
         self.attempt_ended(record)
@@ -194,9 +180,7 @@ class StageDirectory:
     def learn_side_files(self, attempts: list[records.Attempt], previous: records.Manifest | None) -> None:
         """The side files earlier attempts wrote (their ``wrote``) and the
         last manifest records (``side``): this job's, wherever they are now."""
-        if not self.own_layout:
-            return
-        for attempt in attempts:
+        for attempt in attempts:   # (a stage's have none of either)
             self.written |= {os.path.join(self.base, p) for p in attempt.get("wrote") or ()}
         for out in (previous or {}).get("outputs") or ():
             if out.get("side"):
@@ -256,7 +240,7 @@ class StageDirectory:
                     found.append(shown)
                     local.append(path)
         if self.remote:
-            self.remote.left_beside = local
+            self.remote.outside.left_beside = local
         return found
 
     def _archive_outputs(self) -> str | None:
@@ -264,7 +248,7 @@ class StageDirectory:
         (its declared ones, and its side files) into this record's
         ``.attempts/<n>/``, each at its path from ``base``."""
         if self.remote:
-            return self.remote.archive_outputs(self.base)
+            return self.remote.outside.archive(self.base)
         present = [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files()
         return stores.LocalStore(self.dir).archive_from(self.dir, self.base, [
             os.path.relpath(os.path.abspath(path), self.base) for path in present])
@@ -273,10 +257,11 @@ class StageDirectory:
         """Remove what the failed attempts of this series left (only those:
         a series starts from an archived, empty workspace; a rule in its own
         layout: its declared outputs)."""
-        entries = [] if self.own_layout else manifest.workspace_entries(self.dir)
-        if self.own_layout and self.remote:
-            self.remote.remove_outputs()
-        paths = [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files() if self.own_layout else []
+        entries = manifest.workspace_entries(self.dir) if self.job.outputs_in_record else []
+        if self.remote:
+            self.remote.outside.remove()
+        paths = [] if self.job.outputs_in_record else \
+            [o for o in self.replaced_outputs() if os.path.lexists(o)] + self.side_files()
         for entry in entries:
             if manifest.is_engine_file(entry):
                 continue
@@ -293,8 +278,8 @@ class StageDirectory:
         data = self.life().manifest
         if data is None or data["state"] != "SUCCESS":
             return False
-        if self.own_layout and self.remote:   # (its outputs' local copies are not fetched)
-            return self.remote.outputs_there()
+        if self.remote and not self.job.outputs_in_record:   # (its outputs' local copies are not fetched)
+            return self.remote.outside.there()
         return not manifest.verify_outputs(self.dir, data, checksums=False)
 
     def recorded_job(self, job: records.JobRef) -> str | None:

@@ -82,7 +82,7 @@ class StageRun:
                 self.directory.archive(self.series.history, keep=(LOGS, RUNNING))
             elif mode == "clean":
                 self.directory.clean()
-        if self.directory.own_layout:   # (as Snakemake makes them before a job runs)
+        if not self.directory.job.outputs_in_record:   # (as Snakemake makes them before a job runs)
             for path in self.directory.outputs:
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
@@ -191,7 +191,7 @@ class StageRun:
         started = self.start()
         if started is not Next.RUN:
             return self._not_run(started)
-        if self.directory.own_layout:
+        if not self.directory.job.outputs_in_record:
             self.directory.prepare_outputs()
         series = self.series.attempts
         if not series:
@@ -404,10 +404,7 @@ class StageRun:
             instance=self.spec.instance, state=state, created=manifest.now_iso(), attempts=series.history,
             outputs=outputs, inputs=inputs,
             settings=self.spec.settings, config_hash=self.spec.config_hash, code_version=self.spec.code_version,
-            run=series.run_id, outputs_dir=directory.outputs_dir(),
-            wildcards=self.spec.wildcards if directory.own_layout else None,
-            declared=[os.path.relpath(os.path.abspath(o), directory.base) for o in directory.outputs]
-            if directory.own_layout else None,
+            run=series.run_id, **directory.job.record_fields(),
             triggers=self.spec.triggers or None,
         )
         if series.base:

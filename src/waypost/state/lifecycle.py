@@ -28,6 +28,7 @@ from functools import cached_property
 
 from waypost import scheduler
 from waypost.model import manifest, records, states
+from waypost.model.job import outputs_base
 from waypost.model.layout import MANIFEST, PROVISIONAL, RUNNING, UNFINISHED, join, stage_name
 from waypost.model.records import Manifest
 from waypost.scheduler import stepgroup
@@ -260,7 +261,7 @@ class Life:
 
     @cached_property
     def _missing(self) -> list[str]:
-        base = manifest.outputs_base(self.dir, self.manifest)   # (a rule in its own layout: where its outputs are)
+        base = outputs_base(self.dir, self.manifest)   # (a rule in its own layout: where its outputs are)
         return [o["path"] for o in (self.manifest or {}).get("outputs", [])   # (a temp() one Snakemake removed is not)
                 if not (o.get("temp") or o.get("side")) and not self.store.exists(join(base, o["path"]))]
 

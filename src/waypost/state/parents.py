@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from waypost.model import manifest, states
+from waypost.model.job import outputs_base
 from waypost.model.layout import MANIFEST
 from waypost.model.records import Manifest
 
@@ -56,7 +57,7 @@ def describe_inputs(paths: list[str], made_by: dict[str, list[str]] | None = Non
         found = _recorded_producer(path, (made_by or {}).get(path, ()))
         stage_dir = found[0] if found else producer_dir(path)
         state, data = found[1:] if found else _parent(stage_dir, path)
-        name = os.path.relpath(os.path.abspath(path), os.path.abspath(manifest.outputs_base(stage_dir, data)))
+        name = os.path.relpath(os.path.abspath(path), os.path.abspath(outputs_base(stage_dir, data)))
         described.append({
             "path": path,
             "manifest": os.path.join(stage_dir, MANIFEST) if data else None,
@@ -86,7 +87,7 @@ def _recorded_producer(path: str, records: list[str]) -> tuple[str, str, Manifes
             continue
         if data is None:
             continue
-        name = os.path.relpath(os.path.abspath(path), os.path.abspath(manifest.outputs_base(record, data)))
+        name = os.path.relpath(os.path.abspath(path), os.path.abspath(outputs_base(record, data)))
         if any(out["path"] == name or out["path"].startswith(name + "/") for out in data.get("outputs", [])):
             return record, data["state"], data
     return None

@@ -24,6 +24,7 @@ import time
 from waypost import scheduler, stores
 from waypost.model import manifest, records
 from waypost.model import spec as wspec
+from waypost.model.job import Job, outputs_base
 from waypost.state import lifecycle
 from waypost.state.reuse import read_source, unusable
 
@@ -34,17 +35,16 @@ class ReuseError(manifest.ManifestError):
 
 def take(step: wspec.StepSpec) -> int:
     """Run a reuse job of a rule in its own layout (its spec's ``reuse_from``)."""
-    name = step.stage + ("[" + ", ".join(f"{k}={v}" for k, v in step.wildcards.items()) + "]"
-                         if step.wildcards else "")
+    # (on a gs:// root the paths are reckoned on the bucket's local copies: the same layout)
+    local = functools.partial(stores.local_of, step.mirror) if stores.needs_mirror(step.stage_dir) else str
+    job = Job.of_step(step, local)
+    name, base, outputs = job.name, job.base, list(job.outputs)
     busy = lifecycle.live_attempt(step.stage_dir, me=os.getpid())
     if busy:
         print(f"waypost: {name}: an attempt is still running in {step.stage_dir} ({busy.where})", file=sys.stderr)
         return 75
     started, started_iso = time.time(), manifest.now_iso()
-    # (on a gs:// root the paths are reckoned on the bucket's local copies: the same layout)
-    local = functools.partial(stores.local_of, step.mirror) if stores.needs_mirror(step.stage_dir) else str
-    outputs, temporary = [local(o) for o in step.outputs], [local(t) for t in step.temporary]
-    base = os.path.commonpath([os.path.dirname(os.path.abspath(o)) for o in outputs])
+    temporary = [local(t) for t in step.temporary]
     try:
         data = read_source(step.reuse_from)
         problem = unusable(data, step.reuse_from)
@@ -76,9 +76,7 @@ def take(step: wspec.StepSpec) -> int:
         run=os.environ.get(manifest.RUN_ID_ENV),
         reused_manifest={k: data.get(k) for k in ("experiment", "pair", "stage", "instance", "created",
                                                   "reused_from", "adopted", "code_version")},
-        source_created=data.get("source_created") or data.get("created"),
-        outputs_dir=os.path.relpath(base, os.path.abspath(local(step.stage_dir))), wildcards=step.wildcards,
-        declared=[os.path.relpath(os.path.abspath(o), base) for o in outputs])
+        source_created=data.get("source_created") or data.get("created"), **job.record_fields())
     store.write_manifest(step.stage_dir, record)
     print(f"waypost: {name}: reused from {step.reuse_from} ({len(copies)} file(s) copied, checksums match)",
           file=sys.stderr)
@@ -117,7 +115,7 @@ def _plan(step: wspec.StepSpec, data: records.Manifest, base: str, outputs: list
     if len(declared) != len(outputs):
         raise ReuseError(f"{source}: the source job declares {len(declared)} output(s), this one "
                          f"{len(outputs)}: they can't be matched position by position")
-    source_base = manifest.outputs_base(source, data)
+    source_base = outputs_base(source, data)
     # where each of the source's declared outputs goes, and the directory it is in
     places = {rel: os.path.relpath(os.path.abspath(out), base) for rel, out in zip(declared, outputs)}
     folders = {os.path.dirname(rel): os.path.dirname(target) for rel, target in places.items()}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from waypost import stores
 from waypost.model import layout, manifest
+from waypost.model.job import outputs_base
 
 CACHE = os.path.join(".waypost", "verified.json")
 # What verify says of a gs:// root where some stages could be checked by size
@@ -104,7 +105,7 @@ def _check(tree, stage_dir: str, cache: ChecksumCache | None, checksums: bool = 
     # On a bucket the listing's crc32c, when the manifest records every output's.
     crc = checksums and tree.listed_crc32c and all(out.get("crc32c") for out in outputs)
     how = "contents" if cache is not None or crc else "sizes"
-    base = manifest.outputs_base(stage_dir, data)   # (a rule in its own layout: where its outputs are)
+    base = outputs_base(stage_dir, data)   # (a rule in its own layout: where its outputs are)
     for out in outputs:
         problem = _output_problem(tree, base, out, cache, crc)
         if problem:

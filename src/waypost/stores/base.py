@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 
 from waypost.model import layout, manifest
+from waypost.model.job import outputs_base, outputs_elsewhere
 from waypost.model.layout import LOGS, MANIFEST
 from waypost.model.records import Manifest
 
@@ -176,8 +177,8 @@ class StageStore(abc.ABC):
         with its outputs too, where its rule put them, into the same archive
         (``archive_from``)."""
         archived = self.archive(directory)
-        if archived and (data or {}).get("outputs_dir"):
-            self.archive_from(directory, manifest.outputs_base(directory, data),
+        if archived and outputs_elsewhere(data):
+            self.archive_from(directory, outputs_base(directory, data),
                               [out["path"] for out in data.get("outputs", [])], into=archived)
         return archived
 

@@ -14,7 +14,9 @@ layout) and keeps the bucket in step with it:
   the stages upstream that kept it from success too, for a step that
   reports the first failure), and so do the stage's ``_manifest.json`` and
   ``_running.json`` (the whole workspace, checkpoints included, when
-  Snakemake resubmits a job to go on with its series);
+  Snakemake resubmits a job to go on with its series), and the side files
+  beside an input that a rule in its own layout's job made, in a directory
+  only it writes (as they sit beside it on disk);
 - archiving a workspace into ``.attempts/<n>/`` is a server-side move;
 - when an attempt starts, and every ``WAYPOST_SYNC_SECONDS`` (default 60)
   while it runs, the workspace goes up (logs, checkpoints, ...) but never the
@@ -37,12 +39,14 @@ import sys
 import threading
 
 from waypost.model import trust
+from waypost.model.job import Job
 from waypost.model.layout import ATTEMPTS, COPY_NOTE, MANIFEST, RUNNING
 from waypost.model.locations import SCHEME, is_bucket_url
 from waypost.model.states import SOUND_INPUTS, SUCCESS
 from waypost.stores import gcs
 from waypost.stores.base import StageStore
 from waypost.stores.bucket import archive_objects
+from waypost.stores.bucketoutputs import OutputsInBucket, objects_beside
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
 SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
@@ -64,9 +68,17 @@ def url_of(mirror: str, local_path: str) -> str:
 
 
 class BucketWorkspace:
-    """One stage directory in a bucket and the local copy its step works in."""
+    """One job's record directory in a bucket and the local copy its step
+    works in: a stage's whole workspace, outputs and all; for a job whose
+    outputs are elsewhere (``job``: a rule in its own layout's), its record,
+    and its outputs where its rule puts them (``outside``), with the side
+    files its attempts leave in the directories only it writes
+    (``own_dirs``). ``input_dirs``: the directories of its inputs that the
+    jobs that made them write alone (rules in their own layout), whose side
+    files come down with the inputs, as they sit beside them on disk."""
 
-    def __init__(self, url: str, local: str):
+    def __init__(self, url: str, local: str, job: Job | None = None, own_dirs: list[str] = (),
+                 input_dirs: list[str] = ()):
         self.url = url.rstrip("/")
         self.local = os.path.abspath(local)
         self.fs, self.path = gcs.filesystem(self.url)
@@ -76,6 +88,9 @@ class BucketWorkspace:
         self._synced: dict[str, tuple[int, int]] = {}    # local file → (size, mtime_ns) as in the bucket
         self._pulled: dict[str, dict] = {}   # the stage's workspace in the bucket when pulled
         self.root_local: str | None = None   # the local copy of the root it is under, when known (``runnerstage.for_runner``)
+        self.input_dirs = [os.path.abspath(d) for d in input_dirs]
+        elsewhere = [] if job is None or job.outputs_in_record else list(job.outputs)
+        self.outside = OutputsInBucket(self, elsewhere, list(own_dirs))   # (none for a stage)
 
     def local_of(self, url: str) -> str:
         """Where a gs:// URL is copied locally."""
@@ -85,7 +100,7 @@ class BucketWorkspace:
         """The gs:// URL of a file in the local copy of the bucket."""
         return url_of(self.mirror, local_path)
 
-    def _name(self, local_path: str) -> str:
+    def object_name(self, local_path: str) -> str:
         """The object name (bucket/key) of a file in the local copy of the bucket."""
         return self.url_of(local_path)[len(SCHEME):]
 
@@ -98,7 +113,7 @@ class BucketWorkspace:
     def _remote(self, rel: str) -> str:
         return f"{self.path}/{rel}"
 
-    def _listing(self) -> dict[str, dict]:
+    def listing(self) -> dict[str, dict]:
         """The stage's objects, archives included (relative name → info).
         An object whose name no local path can stand for (``..``, an empty
         or ``.`` part, a backslash: trust.relative_problem) is left out, and
@@ -154,18 +169,18 @@ class BucketWorkspace:
         ``$WAYPOST_MIRROR``): nothing more when every input succeeded."""
         shutil.rmtree(self.local, ignore_errors=True)
         os.makedirs(self.local)
-        self._pulled = self._workspace(self._listing())
+        self._pulled = self._workspace(self.listing())
         wanted = [rel for rel in self._pulled if rel in (MANIFEST, RUNNING)]
         download(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
-        download(self.fs, [self._name(p) for p in inputs], inputs)
+        download(self.fs, [self.object_name(p) for p in inputs], inputs)
         manifests = {os.path.join(os.path.dirname(os.path.abspath(p)), MANIFEST) for p in inputs}
         seen = set(manifests)
         while manifests:
-            found = self.fs.cat([self._name(m) for m in manifests], on_error="omit")
+            found = self.fs.cat([self.object_name(m) for m in manifests], on_error="omit")
             upstream = set()
             for local in manifests:
-                data = found.get(self._name(local))
+                data = found.get(self.object_name(local))
                 if data is None:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(local)  # an old copy must not outlive the bucket's
@@ -176,7 +191,7 @@ class BucketWorkspace:
                     with open(_temp(local), "wb") as f:
                         f.write(data)
                     os.replace(_temp(local), local)
-                    for url in blocking_manifests(data, SCHEME + self._name(local)):
+                    for url in blocking_manifests(data, SCHEME + self.object_name(local)):
                         if trust.inside(os.path.abspath(self.local_of(url)), self.mirror):   # (parse saw to it)
                             upstream.add(self.local_of(url))
             # Past an input that did not succeed: the manifests of the stages
@@ -184,6 +199,16 @@ class BucketWorkspace:
             # a step that reports the first failure: the reference report).
             manifests = upstream - seen
             seen |= manifests
+        self.outside.drop_local()
+        self._pull_beside(inputs)
+
+    def _pull_beside(self, inputs: list[str]) -> None:
+        """What is beside the inputs in the directories the jobs that made
+        them write alone (``input_dirs``: their side files)."""
+        fetched = {os.path.abspath(i) for i in inputs}
+        side = {local: name for local, name in objects_beside(self, self.input_dirs, self.outside.outputs).items()
+                if local not in fetched}
+        download(self.fs, list(side.values()), list(side))
 
     def _manifest_above(self, local: str) -> str | None:
         """The manifest one directory up from a missing one, while that
@@ -218,17 +243,22 @@ class BucketWorkspace:
         wanted = [rel for rel in self._pulled if rel not in self._synced]
         download(self.fs, [self._remote(r) for r in wanted], [os.path.join(self.local, r) for r in wanted])
         self._record(wanted)
+        outside = self.outside.to_fetch()   # (the job's outputs elsewhere in the bucket, if any)
+        download(self.fs, list(outside.values()), list(outside))
+        self.outside.note_sent(outside)
 
     def push(self, outputs: list[str], final: bool = False) -> None:
-        """Make the bucket's workspace what the local one is. The declared
-        outputs go up only at the end (``final``); ``_manifest.json`` after
-        everything else."""
+        """Make the bucket's workspace what the local one is, and the
+        job's files outside it (``outside``, its logs, what it left beside
+        its outputs): the declared outputs go up only at the end
+        (``final``); ``_manifest.json`` after everything else."""
+        self.outside.push(final)
         held = set() if final else {os.path.relpath(os.path.abspath(o), self.local) for o in outputs}
 
         def is_held(rel: str) -> bool:   # a declared output, or a file of a directory() one
             return rel in held or any(rel.startswith(h + "/") for h in held)
         local = {rel: st for rel, st in self._local_files().items() if not is_held(rel)}
-        remote = self._workspace(self._listing())
+        remote = self._workspace(self.listing())
         self._upload([rel for rel, st in local.items()
                       if rel != MANIFEST and (rel not in remote or self._synced.get(rel) != st)])
         stale = [rel for rel in remote if rel not in local and not is_held(rel)]
@@ -278,7 +308,7 @@ class BucketWorkspace:
         """Move the workspace (but the entries in ``keep``) into
         ``.attempts/<n>/``: server-side for what the bucket has, uploaded
         straight there for what is only local. Returns ``.attempts/<n>``."""
-        listing = self._listing()
+        listing = self.listing()
         remote = self._workspace(listing)
         local = {rel: st for rel, st in self._local_files().items() if rel.split("/")[0] not in keep}
         fresh = {rel: os.path.join(self.local, rel) for rel, st in local.items()

@@ -1,14 +1,14 @@
-"""The workspace a step runner works in when its stage directory is a
-``gs://`` URL: a stage's (``mirror.BucketWorkspace``) or, for a rule in its
-own layout, one that also carries the job's outputs elsewhere in the bucket
-(``ownbucket.OwnBucketWorkspace``)."""
+"""The workspace a step runner works in when its record directory is a
+``gs://`` URL (``mirror.BucketWorkspace``): a stage's whole stage directory,
+or a rule in its own layout's record with its outputs elsewhere in the
+bucket."""
 
 from __future__ import annotations
 
+from waypost.model.job import Job
 from waypost.model.layout import stage_root
 from waypost.model.locations import is_bucket_url
 from waypost.stores.mirror import BucketWorkspace, local_of
-from waypost.stores.ownbucket import OwnBucketWorkspace
 
 
 def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
@@ -20,12 +20,11 @@ def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
         return None, step.inputs, step.outputs
     if not step.mirror:
         raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
-    local = [local_of(step.mirror, u) for u in step.outputs]
-    if step.own_layout:   # (its outputs elsewhere in the bucket)
-        stage = OwnBucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir), local,
-                                   [local_of(step.mirror, d) for d in step.own_dirs],
-                                   [local_of(step.mirror, d) for d in step.input_dirs])
-    else:
-        stage = BucketWorkspace(step.stage_dir, local_of(step.mirror, step.stage_dir))
+
+    def local(url: str) -> str:
+        return local_of(step.mirror, url)
+    stage = BucketWorkspace(step.stage_dir, local(step.stage_dir), Job.of_step(step, local),
+                            [local(d) for d in step.own_dirs], [local(d) for d in step.input_dirs])
+    stage.outside.logs = [local(f) for f in step.log_files]
     stage.root_local = stage_root(stage.local, step.instance)
-    return stage, [local_of(step.mirror, u) for u in step.inputs], local
+    return stage, [local(u) for u in step.inputs], [local(u) for u in step.outputs]

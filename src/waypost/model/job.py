@@ -1,0 +1,153 @@
+"""One job: a rule's job with its wildcards and experiment, the directory
+that holds its records, its outputs and their base directory.
+
+waypost knows two layouts of one model. A ``wp.out`` stage is a job whose
+outputs' base is its record directory (the stage directory: its workspace,
+its outputs, its records). A rule in its own layout keeps its outputs where
+the rule puts them: its record directory holds only its records, and the
+records name the outputs from their base (``outputs_dir``). The questions
+whose answer depends on which are answered here, once: where an output
+lives, what the records say of the outputs' place, whether what a step
+leaves beside its outputs is its workspace or its side files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from waypost.model import locations
+from waypost.model.layout import job_name, stage_name
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job of ``rule`` (a stage's name, or a rule in its own layout's)
+    whose records are in ``record_dir``, its ``outputs`` below
+    ``outputs_base`` (None: the record directory itself)."""
+
+    rule: str
+    record_dir: str
+    outputs: tuple[str, ...] = ()
+    outputs_base: str | None = None
+    wildcards: Mapping[str, Any] = field(default_factory=dict)
+    experiment: str | None = None
+    pair: str | None = None
+    instance: str | None = None
+
+    @classmethod
+    def in_own_layout(cls, rule: str, record_dir: str, outputs: list[str], **who: Any) -> Job:
+        """A job of a rule in its own layout: its outputs' base the deepest
+        directory above them all (paths, or URLs in a bucket)."""
+        base = os.path.commonpath([os.path.dirname(_key(o)) for o in outputs])
+        if locations.is_bucket_url(record_dir):
+            base = locations.SCHEME + base[1:]
+        return cls(rule=rule, record_dir=record_dir, outputs=tuple(outputs), outputs_base=base, **who)
+
+    @classmethod
+    def of_step(cls, step, local=str) -> Job:
+        """A step's job (``model.spec.StepSpec``), its paths as the step
+        works with them (``local``: a bucket's URL to its local copy)."""
+        record_dir, outputs = local(step.stage_dir), [local(o) for o in step.outputs]
+        who = {"experiment": step.experiment, "pair": step.pair, "instance": step.instance}
+        if step.own_layout:
+            return cls.in_own_layout(step.stage, record_dir, outputs, wildcards=dict(step.wildcards), **who)
+        return cls(rule=step.stage, record_dir=record_dir, outputs=tuple(outputs), **who)
+
+    @classmethod
+    def of_record(cls, record_dir: str, data: Mapping[str, Any] | None) -> Job:
+        """The job a record (a manifest, a running marker; None: none
+        readable) in ``record_dir`` is of: its outputs as it lists them,
+        from its ``outputs_dir`` where it names one."""
+        data = data or {}
+        rel = data.get("outputs_dir")
+        base = locations.resolve(record_dir, rel) if isinstance(rel, str) and rel else None
+        listed = [o.get("path") for o in data.get("outputs") or () if isinstance(o, Mapping)]
+        top = base or record_dir
+        wildcards = data.get("wildcards")
+        return cls(rule=str(data.get("stage") or ""), record_dir=record_dir,
+                   outputs=tuple(os.path.join(top, p) for p in listed if isinstance(p, str)),
+                   outputs_base=base, wildcards=wildcards if isinstance(wildcards, Mapping) else {},
+                   experiment=data.get("experiment"), pair=data.get("pair"), instance=data.get("instance"))
+
+    # --- where things are ---------------------------------------------------------
+    @property
+    def outputs_in_record(self) -> bool:
+        """Are its outputs in its record directory (a ``wp.out`` stage), not
+        where its rule puts them (a rule in its own layout)?"""
+        return self.outputs_base is None
+
+    @property
+    def base(self) -> str:
+        """The directory its outputs' recorded paths are relative to."""
+        return self.record_dir if self.outputs_base is None else self.outputs_base
+
+    def output_path(self, rel: str) -> str:
+        """Where an output its records name (``rel``, from ``base``) lives."""
+        return os.path.join(self.base, rel)
+
+    def relative(self, path: str) -> str:
+        """An output's (or a side file's) path as its records name it: from ``base``."""
+        return os.path.relpath(_key(path), _key(self.base))
+
+    @property
+    def outputs_dir(self) -> str | None:
+        """Its records' ``outputs_dir``: where the outputs are, from the
+        record directory (None: there)."""
+        if self.outputs_base is None:
+            return None
+        return os.path.relpath(_key(self.outputs_base), _key(self.record_dir))
+
+    @property
+    def keeps_side_files(self) -> bool:
+        """Is what its step leaves beside its outputs (but not below them)
+        its side files, recorded one by one, rather than its workspace (the
+        record directory, archived whole)?"""
+        return not self.outputs_in_record
+
+    # --- what its records say --------------------------------------------------------
+    @property
+    def described_as(self) -> str:
+        """What it is, as messages say: a stage, or a job of a rule in its own layout."""
+        return "stage with its own manifest" if self.outputs_in_record else "job with its own record"
+
+    @property
+    def name(self) -> str:
+        """How messages name it: experiment/pair/stage[/instance], or a rule
+        in its own layout's job as Snakemake names it, ``rule[wildcards]``."""
+        if self.outputs_in_record:
+            return stage_name(self.pair or "", self.experiment or "", self.rule, self.instance)
+        return job_name(self.rule, dict(self.wildcards))
+
+    def record_fields(self) -> dict[str, Any]:
+        """What its manifest says of its outputs' place beyond their paths:
+        nothing for a ``wp.out`` stage; a rule in its own layout's
+        ``outputs_dir``, ``wildcards`` and ``declared`` outputs in the
+        rule's order."""
+        if self.outputs_in_record:
+            return {}
+        return {"outputs_dir": self.outputs_dir, "wildcards": dict(self.wildcards),
+                "declared": [self.relative(o) for o in self.outputs]}
+
+
+def _key(location: str) -> str:
+    """A location as an absolute path: a path's own; a bucket URL's key,
+    rooted (gs://B/K at /B/K, the layout of its local copies), so that paths
+    from one to another are reckoned alike."""
+    if locations.is_bucket_url(location):
+        return "/" + location[len(locations.SCHEME):]
+    return os.path.abspath(location)
+
+
+def outputs_elsewhere(data: Mapping[str, Any] | None) -> bool:
+    """Is a record (a manifest, a running marker) a job's whose outputs are
+    not in its record directory (a rule in its own layout: ``outputs_dir``)?"""
+    return bool((data or {}).get("outputs_dir"))
+
+
+def outputs_base(record_dir: str, data: Mapping[str, Any] | None) -> str:
+    """Where the outputs a record directory's record (manifest or marker)
+    lists are (``Job.base``)."""
+    return Job.of_record(record_dir, data).base
