@@ -199,10 +199,49 @@ def test_parse_refuses_with_one_line_naming_the_stage_and_the_path(change, expec
     (b'{"attempts": []}', "manifest has no 'state'"),
     (b" " * (trust.MAX_MANIFEST_BYTES + 1), "over the 16 MiB"),
 ])
-def test_parse_refuses_what_is_not_a_manifest(text, expected):
+@pytest.mark.parametrize("bulk", [False, True])
+def test_parse_refuses_what_is_not_a_manifest(text, expected, bulk):
     with pytest.raises(manifest.ManifestError) as caught:
-        manifest.parse(text, "/r/p/e/s/_manifest.json")
+        manifest.parse(text, "/r/p/e/s/_manifest.json", bulk=bulk)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+# --- the catalog's decoder (msgspec) reads exactly as json does ------------------
+
+def decoded(loads, text):
+    """What a decoder makes of ``text``: its value (repr: 1 and 1.0 differ), or its error."""
+    try:
+        return "value", repr(loads(text))
+    except (ValueError, RecursionError) as exc:
+        return "refused", f"{type(exc).__name__}: {exc}"
+
+
+def json_loads(text):
+    return json.loads(text, parse_constant=manifest._no_constant)
+
+
+# Where msgspec and json could part: integers past 64 bits (json keeps them),
+# 5,000 digits (json refuses), NaN, infinities, a BOM, UTF-16, lone
+# surrogates, duplicate keys, deep nesting, bad UTF-8, JSON that isn't.
+EDGES = [b"[18446744073709551616]", b"[-9223372036854775809]", b"[" + b"9" * 5000 + b"]", b"[NaN]", b"[-Infinity]",
+         b"[1e400]", b"[1.7976931348623159e308]", b"[5e-324]", b"[-0.0]", b"[-0]", b"\xef\xbb\xbf{}",
+         '{"a": 1}'.encode("utf-16"), b'["\\ud800"]', b'["\\udc00\\ud800"]', b'{"a": 1, "a": 2}', b'{"\\u0000": 1}',
+         b"[" * 5000 + b"]" * 5000, b'"\xff"', b"[1,]", b"[01]", b"[1.]", b"[.5]", b"", b"{} x", '["\ud800"]']
+
+
+@pytest.mark.parametrize("text", EDGES)
+def test_the_bulk_decoder_reads_the_edges_of_json_as_json_does(text):
+    assert decoded(manifest._bulk_loads, text) == decoded(json_loads, text)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda children: st.lists(children) | st.dictionaries(st.text(), children), max_leaves=30),
+       st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_the_bulk_decoder_reads_any_json_as_json_does(value, ascii_only):
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    for form in (text, text.encode("utf-8", "surrogatepass")):
+        assert decoded(manifest._bulk_loads, form) == decoded(json_loads, form)
 
 
 def test_parse_keeps_what_it_does_not_know_and_old_manifests():

@@ -97,15 +97,16 @@ class StageStore(abc.ABC):
         return self.marker_dirs(MANIFEST)
 
     # --- the catalog's view: every manifest, archived ones too ---------------
-    parallel_reads = False    # many manifests are read fastest by worker processes (each reads on its own)
+    # many manifests are read fastest by worker processes (each reads on its
+    # own); such a store also has manifest_groups() and listed_in(group)
+    parallel_reads = False
 
     @abc.abstractmethod
-    def listed_manifests(self, refused: dict | None = None, stamps: bool = True) -> dict[str, str | None]:
+    def listed_manifests(self, refused: dict | None = None) -> dict[str, str]:
         """{directory: stamp} of every manifest below the root, the current
         ones (``pair/experiment/stage[/instance]``) and the archived ones
         (``.attempts/<n>``), from a fresh listing; a stamp changes whenever
-        its manifest does (None without ``stamps``: ``read_manifests`` then
-        stamps each). One that must not be read (too big, a name no path can
+        its manifest does. One that must not be read (too big, a name no path can
         stand for) goes into ``refused`` instead: {directory: (stamp, why)}."""
 
     @abc.abstractmethod

@@ -118,7 +118,7 @@ class BucketStore(StageStore):
                 found.append(layout.join(self.root, *parts[:-1]))
         return sorted(found)
 
-    def listed_manifests(self, refused=None, stamps=True):
+    def listed_manifests(self, refused=None):
         """From this store's listing, each stamped by its object generation."""
         found = {}
         for rel, info in self.objects.items():

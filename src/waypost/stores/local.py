@@ -87,9 +87,19 @@ class LocalStore(StageStore):
 
     parallel_reads = True
 
-    def listed_manifests(self, refused=None, stamps=True):
+    def listed_manifests(self, refused=None):
         """A walk of the layout's fixed depth (``walk.listed``)."""
-        return walk.listed(self.root, stamps)
+        return walk.listed(self.root)
+
+    def manifest_groups(self) -> tuple[list[list[str]], bool]:
+        """The root in parts that list on their own (``listed_in``), and
+        whether there are enough for worker processes: a cold build lists
+        and reads each part in one go (``walk.pair_groups``)."""
+        return walk.pair_groups(self.root)
+
+    def listed_in(self, group: list[str]) -> list[str]:
+        """The manifests' directories in one part, in order, unstamped: the read stamps each."""
+        return sorted(walk.manifests_below(group, stamps=False))
 
     def read_manifests(self, directories, stamps=None):
         """Each stamped from the file it was read from (``walk.read_manifests``)."""

@@ -348,9 +348,9 @@ class MountedStore(LocalStore):
 
     parallel_reads = False   # read through the API, in batches
 
-    def listed_manifests(self, refused=None, stamps=True):
+    def listed_manifests(self, refused=None):
         away: dict = {}
-        found = {self.path(url): stamp for url, stamp in self.api.listed_manifests(away, stamps).items()}
+        found = {self.path(url): stamp for url, stamp in self.api.listed_manifests(away).items()}
         if refused is not None:
             refused.update({self.path(url): why for url, why in away.items()})
         return found

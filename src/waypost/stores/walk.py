@@ -118,16 +118,20 @@ def read_manifests(locations: list[str]):
             yield location, "unreadable", exc
 
 
-def _listed_pairs(stamps: bool, pairs: list[str]) -> dict[str, str | None]:
-    return manifests_below(pairs, stamps)
+def _listed_pairs(root: str, pairs: list[str]) -> dict[str, str | None]:
+    return manifests_below(pairs)
 
 
-def listed(root: str, stamps: bool = True) -> dict[str, str | None]:
-    """{stage dir: stamp} of every manifest under a local root (stamps None
-    without ``stamps``: for a cold build, which stamps each as it reads it)."""
+def pair_groups(root: str) -> tuple[list[list[str]], bool]:
+    """A local root's pair directories in groups of about 2,000 manifests,
+    each walked on its own, and whether there are enough for worker processes."""
     pairs = pair_dirs(root)
+    return chunks(pairs, PAIRS_PER_CHUNK), len(pairs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM
+
+
+def listed(root: str) -> dict[str, str | None]:
+    """{stage dir: stamp} of every manifest under a local root."""
     found: dict[str, str | None] = {}
-    for part in in_workers(_listed_pairs, stamps, chunks(pairs, PAIRS_PER_CHUNK),
-                           len(pairs) * MANIFESTS_PER_PAIR >= PARALLEL_FROM):
+    for part in in_workers(_listed_pairs, root, *pair_groups(root)):
         found.update(part)
     return found
