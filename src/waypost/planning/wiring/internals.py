@@ -72,11 +72,13 @@ from __future__ import annotations
 
 from importlib import metadata
 
+from waypost.model.errors import WaypostError
+
 #: Snakemake versions (major.minor) these parts were tested on
 TESTED = ("9.27",)
 
 
-class UntestedSnakemake(Exception):
+class UntestedSnakemake(WaypostError):
     """The installed Snakemake is not a version tested here."""
 
 
