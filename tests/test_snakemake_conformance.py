@@ -82,10 +82,31 @@ def snakemake():
     runner.close()
 
 
+#: Snakemake's workflows whose outcome hangs on timing, plain Snakemake's
+#: too: each gets a second try, in a fresh directory, when the first fails
+#: (both failing is a failure). Seen on the 2-core machine under make test.
+TIMING_SENSITIVE = {
+    "test_queue_input": "a thread feeds the target's queue for 40 s; a loaded machine's dry run gave up waiting",
+    "test_delete_all_output": "two rules run a Snakemake of their own in one directory at once, and their locks race "
+                              "(plain Snakemake failed on it once)",
+}
+
+
 @pytest.mark.parametrize("case", _params())
 def test_workflow_passes_with_waypost_as_with_plain_snakemake(case, tmp_path, snakemake):
     if UNAVAILABLE:
         unavailable(f"Snakemake's test workflows: {UNAVAILABLE}")
+    if case.name not in TIMING_SENSITIVE:
+        _passes_as_with_plain(case, tmp_path, snakemake)
+        return
+    try:
+        _passes_as_with_plain(case, tmp_path / "first", snakemake)
+    except (AssertionError, pytest.fail.Exception) as first:
+        print(f"{case.name}: first try failed ({TIMING_SENSITIVE[case.name]}): {str(first)[:500]}")
+        _passes_as_with_plain(case, tmp_path / "second", snakemake)
+
+
+def _passes_as_with_plain(case: suite.Case, tmp_path: Path, snakemake) -> None:
     expected = TESTS / case.workflow / "expected-results"
     plain = _copy(case, tmp_path / "plain")
     ran = snakemake(plain, case.args)
