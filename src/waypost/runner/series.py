@@ -119,7 +119,7 @@ class Series:
         os.makedirs(directory.dir, exist_ok=True)
         life = directory.life()
         found = self._start(directory, policy, life)
-        directory.learn_side_files(self.history, life.manifest)
+        directory.workspace.learn_side_files(self.history, life.manifest)
         return found
 
     def _start(self, directory: StageDirectory, policy: wpolicy.Policy, life) -> Next:
@@ -147,8 +147,8 @@ class Series:
             return self._after_a_cancel(directory, life, previous)
         elif previous:
             self.history = list(previous["attempts"])
-            if not self.history and not directory.job.outputs_in_record:   # (a stage's archive takes its manifest too)
-                keep_record_without_attempts(directory, previous)
+            if not self.history:
+                directory.workspace.set_aside_record_without_attempts(previous)
         return self._begin(directory, policy, running, previous, retried)
 
     def _after_a_cancel(self, directory: StageDirectory, life, previous: records.Manifest) -> Next:
@@ -195,7 +195,7 @@ class Series:
             vanished = close_interrupted(attempt, self.leftover if attempt is left_open[-1] else None,
                                          directory.last_heard(attempt))
         if left_open:
-            directory.vanished_attempt(running, left_open[-1])
+            directory.workspace.vanished_attempt(running, left_open[-1])
         last = self.history[-1] if self.history else {}
         if (last.get("decision") or {}).get("action") == "done" and all(map(os.path.exists, directory.outputs)):
             # Its step had succeeded; the job ended while its manifest was
@@ -232,9 +232,7 @@ class Series:
                 return refused
         self.number = 1 + last_no
         self.first = wpolicy.begin_series(policy, last_series if unfinished else [])
-        if self.first[0] == "cmd" and directory.job.outputs_in_record:
-            # (a rule in its own layout starts where plain Snakemake starts
-            # it: its declared outputs removed, what else it wrote in place)
+        if self.first[0] == "cmd" and directory.workspace.archived_as_series_starts:
             directory.archive(self.history)
         elif unfinished:
             if directory.remote and not retried and (self.first[0] == "restart" or self.first.rerun != "new"):
@@ -335,16 +333,3 @@ def close_interrupted(attempt: records.Attempt, leftover: str | None = None,
                     + (f"; {leftover}" if leftover else "")})
     return vanished
 
-
-def keep_record_without_attempts(directory: StageDirectory, previous: records.Manifest) -> None:
-    """A rule in its own layout: a new series over a manifest with no
-    attempt for it to carry on (an adopted job's: its outputs made by hand)
-    sets that manifest aside in the record's ``.attempts/N/`` first, and
-    says so, so a record is never replaced unkept (the new manifest's
-    attempts are the history of the others)."""
-    from waypost import stores
-    from waypost.model.layout import MANIFEST
-    tree = stores.store_for(directory.stage_dir, quiet=True)
-    archived = tree.archive_from(directory.stage_dir, directory.stage_dir, [MANIFEST])
-    what = "adopted by hand" if previous.get("adopted") else "a record with no attempt"
-    print(f"waypost: {directory.name}: {what}; redone now: its record set aside in {archived}", file=sys.stderr)

@@ -68,7 +68,7 @@ class StageAttempt:
     def _in_stage(self) -> bool:
         """Does the step run in its stage directory (``workdir: stage``; a
         rule in its own layout runs where Snakemake runs its jobs)?"""
-        return self.policy.workdir == "stage" and self.directory.job.outputs_in_record
+        return self.policy.workdir == "stage" and self.directory.workspace.runs_in_record
 
     def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog,
              running_now: str | None) -> records.Attempt:
@@ -111,7 +111,7 @@ class StageAttempt:
         # (the script by a path that holds from there; a rule in its own
         # layout runs where Snakemake runs its jobs, as its paths say)
         in_stage = self._in_stage()
-        directory.attempt_begins()
+        directory.workspace.attempt_begins()
         program = [spec.executable, "-c", running_now] if running_now else \
             [spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage else directory.path(script_rel)]
         attempt = Attempt(program, env, log.growing, runtime,
@@ -128,7 +128,7 @@ class StageAttempt:
             for path in directory.touched:   # (Snakemake makes them once the job ended; before the outputs are checked)
                 with open(path, "ab"):
                     os.utime(path)
-        directory.attempt_ended(record)
+        directory.workspace.attempt_ended(record)
         missing = [p for p in directory.outputs if not os.path.exists(p)] if returncode == 0 else []
         state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
         record.update({
@@ -193,7 +193,7 @@ class StageAttempt:
         # venv's), activated or not; a rule in its own layout's sees the PATH
         # plain Snakemake gives it (a `conda:` env's, say).
         bin_dir = os.path.dirname(sys.executable)
-        if self.directory.job.outputs_in_record and env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        if self.directory.workspace.python_first and env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
             env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
         return env
 

@@ -82,9 +82,7 @@ class StageRun:
                 self.directory.archive(self.series.history, keep=(LOGS, RUNNING))
             elif mode == "clean":
                 self.directory.clean()
-        if not self.directory.job.outputs_in_record:   # (as Snakemake makes them before a job runs)
-            for path in self.directory.outputs:
-                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.directory.workspace.before_attempt()
 
     def pause(self, seconds: float) -> int | None:
         """Wait ``seconds`` before the next attempt of the series (a cue's
@@ -191,8 +189,7 @@ class StageRun:
         started = self.start()
         if started is not Next.RUN:
             return self._not_run(started)
-        if not self.directory.job.outputs_in_record:
-            self.directory.prepare_outputs()
+        self.directory.workspace.before_step()
         series = self.series.attempts
         if not series:
             blocked = self.parents_block()
@@ -433,8 +430,8 @@ class StageRun:
         layout) its side files (what it left in directories other jobs
         write too is not taken)."""
         directory = self.directory
-        side = directory.side_files()
-        left = directory.left_in_shared() if directory.shared_dirs else []
+        side = directory.workspace.side_files()
+        left = directory.workspace.left_in_shared()
         if left:
             shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
             print(f"waypost: {directory.name}: {shown}: left beside its outputs, in a directory other jobs write "

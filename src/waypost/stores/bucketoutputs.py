@@ -47,7 +47,7 @@ class OutputsInBucket:
         # job's: not recorded), which goes up with the outputs all the same.
         self.left_beside: list[str] = []
         # The side files the job's attempts wrote (local copies; the runner's
-        # ``StageDirectory.written``): only these are archived or removed with
+        # ``runner.workspace.OutputsInPlace.written``): only these are archived or removed with
         # its outputs, never what else is in its directories.
         self.mine: set[str] = set()
 

@@ -40,7 +40,7 @@ def own_dirs_of(snake: Snake, name: str):
     a job leaves there beside its outputs are its own (side files). The
     others (shared), each with the patterns (regexes) of every rule's files
     that could be there: a file the job leaves there that none declares is
-    said (``StageDir.left_in_shared``)."""
+    said (``runner.workspace.OutputsInPlace.left_in_shared``)."""
     rule = snake.workflow.get_rule(name)
     wildcards = set(rule.wildcard_names)
     owned = [not is_flagged(f, "directory") and wildcards <= set(_FIELD_NAMES.findall(os.path.dirname(str(f))))

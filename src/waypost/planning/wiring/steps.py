@@ -215,7 +215,7 @@ def needs_own_process(job) -> bool:
     it), ``protected()`` or ``ensure()`` outputs (it checks and marks them),
     a script (it writes the script out: ``script_run_func``)? Else the executor runs its step straight, packed or bundled as a stage
     job's, and the step runner does the rest of what that process would
-    (``StageDir.prepare_outputs``)."""
+    (``runner.workspace.OutputsInPlace.before_step``)."""
     methods = {getattr(method, "name", "") for method in
                getattr(job.rule.workflow.deployment_settings, "deployment_method", None) or ()}
     deployed = (("CONDA" in methods and job.conda_env_spec) or ("APPTAINER" in methods and job.container_img_url)
