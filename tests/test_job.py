@@ -16,6 +16,7 @@ def test_a_stage_is_a_job_whose_outputs_are_in_its_record_directory(tmp_path):
                           outputs=[f"{stage_dir}/model.bin"])
     job = Job.of_step(step)
     assert job.outputs_in_record and job.base == stage_dir and job.outputs_dir is None
+    assert job.outputs_outside_record == ()
     assert job.relative(f"{stage_dir}/model.bin") == "model.bin"
     assert job.record_fields() == {} and job.name == "e/en-fr/train"
 
@@ -26,7 +27,7 @@ def test_a_rule_in_its_own_layout_keeps_its_outputs_where_its_rule_puts_them(tmp
     step = wspec.StepSpec(experiment="e", stage="measure", pair="_all", stage_dir=record_dir, outputs=outputs,
                           own_layout=True, wildcards={"plot": "bog"})
     job = Job.of_step(step)
-    assert not job.outputs_in_record and job.keeps_side_files
+    assert not job.outputs_in_record and job.outputs_outside_record == tuple(outputs)
     assert job.base == str(tmp_path / "work/bog") and job.outputs_dir == "../../../../../work/bog"
     assert job.name == "measure[plot=bog]"
     assert job.record_fields() == {"outputs_dir": "../../../../../work/bog", "wildcards": {"plot": "bog"},

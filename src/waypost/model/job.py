@@ -101,11 +101,10 @@ class Job:
         return os.path.relpath(_key(self.outputs_base), _key(self.record_dir))
 
     @property
-    def keeps_side_files(self) -> bool:
-        """Is what its step leaves beside its outputs (but not below them)
-        its side files, recorded one by one, rather than its workspace (the
-        record directory, archived whole)?"""
-        return not self.outputs_in_record
+    def outputs_outside_record(self) -> tuple[str, ...]:
+        """Its outputs that are not in its record directory, where its rule
+        put them: none of a stage's; all of a rule in its own layout's."""
+        return () if self.outputs_in_record else self.outputs
 
     # --- what its records say --------------------------------------------------------
     @property

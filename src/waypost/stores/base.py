@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 
 from waypost.model import layout, manifest
-from waypost.model.job import outputs_base, outputs_elsewhere
+from waypost.model.job import Job
 from waypost.model.layout import LOGS, MANIFEST
 from waypost.model.records import Manifest
 
@@ -177,10 +177,11 @@ class StageStore(abc.ABC):
         none readable); a rule in its own layout's record (``outputs_dir``)
         with its outputs too, where its rule put them, into the same archive
         (``archive_from``)."""
+        job = Job.of_record(directory, data)
         archived = self.archive(directory)
-        if archived and outputs_elsewhere(data):
-            self.archive_from(directory, outputs_base(directory, data),
-                              [out["path"] for out in data.get("outputs", [])], into=archived)
+        elsewhere = [job.relative(out) for out in job.outputs_outside_record]
+        if archived and elsewhere:
+            self.archive_from(directory, job.base, elsewhere, into=archived)
         return archived
 
     @abc.abstractmethod

@@ -89,7 +89,7 @@ class BucketWorkspace:
         self._pulled: dict[str, dict] = {}   # the stage's workspace in the bucket when pulled
         self.root_local: str | None = None   # the local copy of the root it is under, when known (``runnerstage.for_runner``)
         self.input_dirs = [os.path.abspath(d) for d in input_dirs]
-        elsewhere = [] if job is None or job.outputs_in_record else list(job.outputs)
+        elsewhere = list(job.outputs_outside_record) if job else []
         self.outside = OutputsInBucket(self, elsewhere, list(own_dirs))   # (none for a stage)
 
     def local_of(self, url: str) -> str:
