@@ -7,7 +7,10 @@ Everyone else asks here which scheduler a process, or a record, is in:
 name it), ``for_record()`` (the one reader of the job a record names),
 ``by_name()`` and, for a worker pool's ``executor``, ``of_pool()`` and
 ``resource_names()``. A new scheduler is one module beside ``slurm.py``
-implementing ``base.Scheduler``, listed in ``SCHEDULERS``.
+implementing ``base.Scheduler``, listed in ``SCHEDULERS``, and a thin
+Snakemake executor adapter that submits one job (and a job array, where it
+has ``arrays``) under ``snakemake_executor_plugin_waypost.execution``'s
+``WaypostExecution``, which holds the rest (grouping: ``grouping``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,16 @@
 """What waypost asks of a batch scheduler (Maestro-style: one small
 interface, one implementation per scheduler; Slurm's is ``slurm.SLURM``).
 
-Submitting is still the Snakemake executor plugin's part
-(``snakemake_executor_plugin_waypost``); everything waypost needs to know
-about a job once it is submitted, or to do to it, is asked here:
+A job's whole life is asked here or decided once for every scheduler:
 
+- submitting: which ready jobs share a submission (alone, a job array, a
+  bundle) is ``grouping``'s, the same for all; ``arrays`` says whether the
+  scheduler can run a job array (where it can't, packed jobs go one each).
+  The submission itself is the Snakemake executor plugin's thin adapter
+  (``snakemake_executor_plugin_waypost``: its ``Executor`` puts a
+  scheduler's submit-one and submit-array under ``execution.WaypostExecution``,
+  which also holds bundles, adopting a live attempt, the status rounds and
+  recording lost ends, through the methods below);
 - ``check``: a batch of jobs' states in one question (a status round),
   each a ``JobState``; ``never_starts``: why a pending job can never start;
 - ``cancel``: end a job;
@@ -15,7 +21,8 @@ about a job once it is submitted, or to do to it, is asked here:
   (``waypost.model.states``), with the scheduler's own word for it;
 - ``alive``: is a job pending or running (None: the scheduler can't say);
 - ``describe``: how messages name a job (``Slurm job 66``);
-- ``array_index_in_env``: an array task's index (``jobstep``);
+- ``array_index_env``/``array_index_in_env``: an array task's index
+  (``jobstep``);
 - ``resource_names``: the resource names its executor reads for
   workers.yaml's keys, where they are its own;
 - ``cluster_facts``/``class_mismatches``: a pool's classes checked against
@@ -55,6 +62,9 @@ class Scheduler(ABC):
     job_env: str
     #: the one that holds an array task's index, in a job array's task
     array_index_env: str
+    #: can it run jobs as one job array (workers.yaml's ``pack``)? Where it
+    #: can't, packed jobs are submitted one each (``grouping``)
+    arrays: bool = False
     #: workers.yaml keys its executor reads under names of its own (beyond
     #: ``waypost.model.workers.RESOURCE_NAMES``: ``partition`` → ``slurm_partition``)
     resource_names: ClassVar[dict[str, str]] = {}

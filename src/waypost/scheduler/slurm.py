@@ -176,6 +176,7 @@ class Slurm(Scheduler):
 
     name, label, accounting, job_env = "slurm", "Slurm", "sacct", "SLURM_JOB_ID"
     array_index_env = "SLURM_ARRAY_TASK_ID"
+    arrays = True
     # (the Slurm executor plugin's names; the rest are Snakemake's common ones)
     resource_names: ClassVar[dict[str, str]] = {"partition": "slurm_partition", "account": "slurm_account", "extra": "slurm_extra"}
 
