@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 from waypost.model import spec as wspec
@@ -30,6 +31,9 @@ from .stagejobs import stage_job
 
 # The longest wait between two status rounds (the Slurm plugin's is 180 s).
 MAX_STATUS_INTERVAL = 30
+# How long a pending reason that no waiting clears must stand before the job
+# is cancelled for it (Slurm may say one for a while before its scheduler looks).
+NEVER_START_CONFIRM_S = 15
 
 
 class StatusRounds:
@@ -54,7 +58,7 @@ class StatusRounds:
         # The status rounds keep the profile's pace from the start: unset,
         # the interface sleeps Snakemake's default (10 s) between rounds.
         self.next_seconds_between_status_checks = self._first_interval()
-        self._never_seen: dict = {}   # job id → the never-start reason the last round saw
+        self._never_seen: dict = {}   # job id → (the never-start reason the last round saw, since when)
 
     def _first_interval(self) -> float:
         # (at least 1 s: a round with nothing in flight asks nothing, so 0 would spin)
@@ -111,12 +115,16 @@ class StatusRounds:
         Then it is cancelled and fails with that reason."""
         never = self.scheduler.never_starts(row) if row is not None else None
         # Slurm says `PartitionConfig` for a moment after any submission, before its
-        # scheduler has looked: a reason counts once two rounds in a row say it.
+        # scheduler has looked (longer when slurmctld is busy): a reason counts once
+        # two rounds in a row, NEVER_START_CONFIRM_S apart at least, say it.
         seen = self._never_seen.pop(job.external_jobid, None)
-        if never and seen != row.reason:
-            self._never_seen[job.external_jobid] = row.reason
-            return False
         if not never:
+            return False
+        now = time.monotonic()
+        if seen is None or seen[0] != row.reason:
+            seen = (row.reason, now)
+        if now - seen[1] < NEVER_START_CONFIRM_S:
+            self._never_seen[job.external_jobid] = seen
             return False
         await asyncio.to_thread(self.scheduler.cancel, str(job.external_jobid))
         await self._failed(job, JobState("CANCELLED", f"{self.scheduler.label} can never start "
