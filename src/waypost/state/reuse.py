@@ -96,6 +96,7 @@ def take(step) -> int:
     where each source file goes depends on the job (``Job.places_of``)."""
     remote, _, _ = stores.workspace_for(step)  # a gs:// record: its engine files, locally
     if remote:
+        remote.input_dirs = []   # (a reuse reads no input: nothing beside its inputs comes down either)
         remote.pull([])
     job = Job.of_step(step, remote.local_of if remote else str)
     name, record_dir, source = job.name, job.record_dir, step.reuse_from
