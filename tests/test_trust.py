@@ -647,7 +647,7 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
     manifest: (reader, what it returned). Raises what a reader raised that
     is not a clear error."""
     from waypost.cli import findpage, statuspage
-    from waypost.ops import catalog, plan, prune, steer
+    from waypost.ops import adopt, catalog, plan, prune, steer
     from waypost.state import parents, reuse, status, verify
     from waypost.stores import mirror
 
@@ -689,12 +689,12 @@ def every_reader(tmp: Path, text: bytes) -> list[tuple[str, object]]:
     # The reuse job's arguments (as the runner's options, and as a step spec's fields).
     args = SimpleNamespace(stage_dir=str(tmp / "mine/p/e2/s"), local_dir=None, mirror=None, reuse_from=str(stage),
                            input=[], output=[], inputs=[], outputs=[], experiment="e2", pair="p", stage="s",
-                           instance=None)
+                           instance=None, own_layout=False, temporary=[], wildcards={})
     results.append(("reuse", reuse.take(args)))
     results.append(("blocking", mirror.blocking_manifests(text)))
     results.append(("inputs", parents.describe_inputs([str(stage / "out.txt")])))
     results.append(("repair", verify.verify(str(root), checksums=True, repair=True)))
-    run("adopt", lambda: steer.adopt(config, "s", "e", "p", force=True), steer.SteerError)
+    run("adopt", lambda: adopt.adopt(config, "s", "e", "p", force=True), steer.SteerError)
     return results
 
 

@@ -104,7 +104,7 @@ def cmd_retry(args) -> int:
 
 
 def cmd_adopt(args) -> int:
-    from waypost.ops import steer
+    from waypost.ops import adopt
 
     cfg = load_config(args)
     wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
@@ -115,7 +115,7 @@ def cmd_adopt(args) -> int:
         raise wconfig.ConfigError(f"adopt {args.stage}: --wildcards is for a rule in its own layout; a stage's "
                                   "job is its experiment, pair and --instance")
     reach(cfg["root"])
-    record, replaced = steer.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
+    record, replaced = adopt.adopt(cfg, args.stage, args.experiment, args.pair, args.instance, args.note, args.force)
     print(f"adopted {len(record['outputs'])} file(s) as {args.experiment}/{args.pair}/{args.stage}"
           f"{'/' + args.instance if args.instance else ''}: " + ", ".join(o["path"] for o in record["outputs"]))
     if replaced:
@@ -124,8 +124,8 @@ def cmd_adopt(args) -> int:
 
 
 def _adopt_own(cfg: dict, args, facts: dict) -> int:
-    """``adopt`` of a job of a rule in its own layout (``ops.adoptown``)."""
-    from waypost.ops import adoptown
+    """``adopt`` of a job of a rule in its own layout, named by its wildcards (``ops.adopt``)."""
+    from waypost.ops import adopt
 
     patterns = (facts.get("own_outputs") or {}).get(args.stage)
     if patterns is None:
@@ -141,8 +141,8 @@ def _adopt_own(cfg: dict, args, facts: dict) -> int:
             raise wconfig.ConfigError(f"adopt {args.stage}: --wildcards {item!r}: write NAME=VALUE")
         given[name] = value
     reach(cfg["root"])
-    record, record_dir, replaced = adoptown.adopt_own(cfg, args.stage, args.experiment, given, patterns,
-                                                      args.note, args.force)
+    record, record_dir, replaced = adopt.adopt_own(cfg, args.stage, args.experiment, given, patterns,
+                                                   args.note, args.force)
     print(f"adopted {len(record['outputs'])} file(s) as the job {args.stage}"
           + (f"[{', '.join(f'{k}={v}' for k, v in record['wildcards'].items())}]" if record["wildcards"] else "")
           + f" of experiment {record['experiment']}: "

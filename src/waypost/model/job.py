@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from waypost.model import locations
+from waypost.model.errors import WaypostError
 from waypost.model.layout import job_name, stage_name
+
+
+class Unplaceable(WaypostError, ValueError):
+    """A source's files don't fit a job (``Job.places_of``): one line, nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,70 @@ class Job:
             return {}
         return {"outputs_dir": self.outputs_dir, "wildcards": dict(self.wildcards),
                 "declared": [self.relative(o) for o in self.outputs]}
+
+    # --- what a reuse brings where ------------------------------------------------------
+    def places_of(self, source: str, data: Mapping[str, Any], temporary: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
+        """Where each file the record in ``source`` (its manifest, ``data``)
+        lists goes in this job: (target path, the source's entry, whose
+        ``path`` is the file's from the source's outputs' base). A stage
+        takes each at the same path in its record directory; a rule in its
+        own layout maps the source's declared outputs onto its own position
+        by position (the paths may differ: an experiment whose paths come
+        from its config), a ``directory()`` output whole, and a side file
+        into the directory that holds the output at the same position
+        (``temporary``: its ``temp()`` outputs, which a source may have lost).
+        Unplaceable when the source lacks what this job declares."""
+        if self.outputs_in_record:
+            return self._places_alike(source, data)
+        return self._places_by_position(source, data, {os.path.abspath(t) for t in temporary})
+
+    def _places_alike(self, source: str, data: Mapping[str, Any]) -> list[tuple[str, dict]]:
+        places = [(os.path.join(self.record_dir, o["path"]), o) for o in data.get("outputs") or ()]
+        brought = {os.path.abspath(target) for target, _ in places}
+        missing = {d for d in map(os.path.abspath, self.outputs)   # (a directory() output: some file below it)
+                   if d not in brought and not any(b.startswith(d + os.sep) for b in brought)}
+        if missing:
+            raise Unplaceable(f"{source}: the source stage has no {', '.join(sorted(missing))}")
+        return places
+
+    def _places_by_position(self, source: str, data: Mapping[str, Any], temporary: set[str]) -> list[tuple[str, dict]]:
+        declared = data.get("declared")
+        if not isinstance(declared, list) or not data.get("outputs_dir"):
+            raise Unplaceable(f"{source}: not the record of a rule in its own layout (its manifest lists no "
+                                "declared outputs): a stage's directory is reused by a stage rule")
+        if len(declared) != len(self.outputs):
+            raise Unplaceable(f"{source}: the source job declares {len(declared)} output(s), this one "
+                                f"{len(self.outputs)}: they can't be matched position by position")
+        # where each of the source's declared outputs goes (from the base)
+        places = {rel: self.relative(out) for rel, out in zip(declared, self.outputs)}
+        found = []
+        for entry in data.get("outputs") or ():
+            target = _place_by_position(entry, places)
+            if target is not None:   # (else a side file of a directory this job doesn't have)
+                found.append((os.path.join(self.base, target), entry))
+        there = {self.relative(target) for target, _ in found}
+        missing = [places[d] for d in declared if places[d] not in there
+                   and not any(f.startswith(places[d] + "/") for f in there)
+                   and os.path.abspath(self.output_path(places[d])) not in temporary]
+        if missing:
+            raise Unplaceable(f"{source}: the source job has nothing for {', '.join(missing)}")
+        return found
+
+
+def _place_by_position(entry: Mapping[str, Any], places: dict[str, str]) -> str | None:
+    """Where a source's file (its manifest's ``entry``) goes, from the
+    job's outputs' base (``places``: each declared output of the source's
+    to this job's at its position): a declared output to its own; a side
+    file into the directory that holds the output at the same position; a
+    file of a ``directory()`` output below the job's. None: nowhere."""
+    rel = entry["path"]
+    if rel in places:
+        return places[rel]
+    folders = {os.path.dirname(declared): os.path.dirname(target) for declared, target in places.items()}
+    if entry.get("side") and os.path.dirname(rel) in folders:
+        return os.path.join(folders[os.path.dirname(rel)], os.path.basename(rel))
+    inside = next((d for d in places if rel.startswith(d + "/")), None)   # in a directory() output
+    return None if inside is None else places[inside] + rel[len(inside):]
 
 
 def _key(location: str) -> str:

@@ -10,25 +10,20 @@ what consumed those in turn. A rerun of a stage its experiment reuses from
 elsewhere is not a recomputation: the next run copies it again from its
 source (``reuse_sources`` says from where), once that source is done.
 
-``adopt``: declare files placed by hand in a stage directory done, with a
-manifest that says so (``adopted``), checksums and who adopted them. What
-the directory held beside those files (an earlier manifest, adopted or not,
-and its logs) is archived first, into ``.attempts/<n>/`` as a rerun's.
+``adopt`` (files put by hand recorded as a job's outputs) is ``ops.adopt``.
 """
 
 from __future__ import annotations
 
-import getpass
 import os
-import socket
 
 from waypost import stores
-from waypost.model import layout, locations, manifest, records, trust
+from waypost.model import layout, manifest
 from waypost.model.config import check_instance_names, check_names, match_instances, stage_settings
 from waypost.model.config import reuse_source as config_reuse_source
 from waypost.model.config import source_of_instance as config_source_of_instance
 from waypost.model.errors import WaypostError
-from waypost.model.job import Job, outputs_base, outputs_elsewhere
+from waypost.model.job import outputs_base, outputs_elsewhere
 from waypost.model.policy import Policy, begin_series, describe_start
 from waypost.state import lifecycle
 
@@ -256,88 +251,6 @@ def _forget_hold(tree, directory: str) -> None:
     """Take a stage off the root's registry of stages on hold (layout.HELD)."""
     rel = tree.relative(directory)
     tree.remove(layout.join(tree.root, layout.HELD, rel.replace("/", "~")))
-
-
-def adopt(config: dict, stage: str, experiment: str, pair: str, instance: str | None = None,
-          note: str | None = None, force: bool = False) -> tuple[records.Manifest, dict | None]:
-    """Write the manifest of a stage whose files were put there by hand (on
-    a gs:// root: the objects are read for their sha256, their crc32c is
-    the listing's)."""
-    check_names(config, experiment, pair, stage, allow_all_pairs=True)
-    stage_dir = layout.stage_dir(config["root"], pair, experiment, stage, instance)
-    tree = stores.store_for(stage_dir)
-    files = [f for f in tree.files(stage_dir)
-             if not any(manifest.is_engine_file(part) for part in f.split("/"))]
-    if not files:
-        raise SteerError(f"{stage_dir}: no files to adopt")
-    if tree.links:   # adopt never follows a link out of the stage dir (one that stays inside: its file)
-        away = trust.links_out(stage_dir, skip=tuple(layout.ENGINE_FILES))
-        if away:
-            raise SteerError(f"{stage_dir}: " + "; ".join(f"{rel} is a symbolic link to {real}, outside the stage "
-                                                          "directory or to nothing" for rel, real in away)
-                             + "; nothing adopted (copy the file in, or hard-link it, instead)")
-    job = Job(rule=stage, record_dir=stage_dir, outputs=tuple(layout.join(stage_dir, f) for f in files),
-              experiment=experiment, pair=pair, instance=instance)
-    return adopt_job(tree, job, lambda: tree.describe(stage_dir, files), note, force)
-
-
-def adopt_job(tree, job: Job, describe, note: str | None, force: bool) -> tuple[records.Manifest, dict | None]:
-    """Write the record of ``job`` (in ``tree``, its store) saying it is
-    done, its outputs (``describe()``: the files adopted, as a manifest's
-    ``outputs``, from its outputs' base) adopted. What its record directory
-    held before (an earlier manifest, its logs) is archived first, as a
-    rerun archives a workspace; the files adopted there stay. Returns the
-    record and what was archived (``set_aside_records``)."""
-    previous = adoptable(tree, job.record_dir, force, job.described_as)
-    outputs = describe()
-    inside = [o["path"] for o in outputs if locations.below(job.record_dir, job.output_path(o["path"]))]
-    replaced = set_aside_records(tree, job.record_dir, inside, previous) if tree.isdir(job.record_dir) else None
-    if not stores.is_bucket_url(job.record_dir):
-        os.makedirs(job.record_dir, exist_ok=True)
-    record = adopted_manifest(experiment=job.experiment, pair=job.pair, stage=job.rule, instance=job.instance,
-                              outputs=outputs, note=note, **job.record_fields())
-    tree.write_manifest(job.record_dir, record)
-    return record, replaced
-
-
-def adoptable(tree, directory: str, force: bool, what: str) -> records.Manifest | None:
-    """The manifest ``directory`` holds (None: none), where adopt may write
-    its own there: no attempt running, and not a SUCCESS the pipeline made
-    itself (a ``what``) unless ``force``; else SteerError, nothing changed."""
-    life = lifecycle.read(tree, directory)
-    if life.live:
-        raise SteerError(f"{directory}: an attempt is running ({life.live.where}); nothing was changed")
-    previous = life.manifest
-    if previous and previous["state"] == "SUCCESS" and not previous.get("adopted") and not force:
-        raise SteerError(f"{directory}: already a SUCCESS {what} (use --force to adopt what is there now instead)")
-    return previous
-
-
-def adopted_manifest(*, note: str | None, **fields) -> records.Manifest:
-    """The manifest adopt writes: SUCCESS, no attempt, who adopted it and why."""
-    return records.manifest(state="SUCCESS", created=manifest.now_iso(), attempts=[], inputs=[], settings={},
-                            config_hash="", code_version="", adopted=True,
-                            adopted_by=f"{getpass.getuser()}@{socket.gethostname()}", note=note or None, **fields)
-
-
-def set_aside_records(tree, stage_dir: str, files: list[str],
-                      previous: records.Manifest | None) -> dict | None:
-    """Before adopt writes its manifest: archive what the stage dir holds
-    beside the files it adopts (the earlier manifest, its logs, an
-    ``_unfinished`` mark: an adopted stage is done), the way a rerun
-    archives a workspace, so the earlier run stays findable. Returns the
-    archive (``archive``), what went there (``entries``) and the earlier
-    manifest (``manifest``, None without a readable one); None when there
-    was nothing."""
-    adopted = {f.split("/")[0] for f in files}
-    moved = sorted(e for e in tree.entries(stage_dir) if e not in adopted and e != layout.ATTEMPTS)
-    try:
-        archived = tree.archive(stage_dir, keep=tuple(adopted))
-    except manifest.ManifestError as exc:   # an .attempts that is a link out (never archived through)
-        raise SteerError(f"{exc}; nothing adopted") from None
-    if not archived:
-        return None
-    return {"archive": layout.join(stage_dir, archived), "entries": moved, "manifest": previous}
 
 
 def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs: list[str] | None = None,

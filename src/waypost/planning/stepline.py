@@ -110,7 +110,7 @@ class StepLines:
                 if self.mirror:
                     own["log_files"] = logs
             source = self.resolver.reuse_location(job_experiment, layout.ALL_PAIRS, rule, instance)
-            if source:   # (the same job of another experiment, or a record directory: waypost.state.reuseown)
+            if source:   # (the same job of another experiment, or a record directory: waypost.state.reuse)
                 own["reuse_from"] = source
             return wspec.extend(encoded[job_experiment], own)
         return presigned(spec_line)

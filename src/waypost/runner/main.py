@@ -144,9 +144,6 @@ def main(argv: list[str] | None = None, data: bytes | None = None) -> int:
         with_site()   # gcsfs and the rest of what they import are site-packages'
     try:
         if step.reuse_from and not lost:
-            if step.own_layout:
-                from waypost.state import reuseown
-                return reuseown.take(step)
             from waypost.state import reuse
             return reuse.take(step)
         return StageRun(step, lost).run()

@@ -1,11 +1,21 @@
-"""Reuse: a stage taken from another experiment, directory or bucket instead
+"""Reuse: a job taken from another experiment, directory or bucket instead
 of computed.
 
-The job of a reused stage runs the step runner with ``reuse_from: SOURCE``
-in its step spec: instead of the step, the runner brings the source stage's
-outputs (the files its manifest lists) into the stage directory as copies,
-never links (a hard link would let a step that edits its output in place
-change the source): on disk a reflink where the filesystem makes one
+The job of a reused stage, or of a rule in its own layout, runs the step
+runner with ``reuse_from: SOURCE`` in its step spec (a record directory:
+another experiment's stage, or the same rule's job of another experiment,
+``{root}/_all/{source}/{rule}/{wildcards}``): instead of the step, the
+runner brings the source's files (those its manifest lists) into the job
+(``take``). Where each goes is the job's answer (``Job.places_of``): a
+stage's at the same paths in its stage directory; a rule in its own
+layout's onto its own declared outputs position by position (the paths may
+differ), its side files beside them. While they come in, the job's
+running marker (``_running.json``) is in its record directory, as an
+attempt's: a concurrent attempt waits for it, ``waypost status`` shows it
+at work.
+
+The files come as copies, never links (a hard link would let a step that
+edits its output in place change the source): on disk a reflink where the filesystem makes one
 (``stores.local.copy_file``: Btrfs, XFS, ...; the attempt's ``how`` says
 ``reflinked``), else a full copy (``copied``); from a bucket, a download;
 into a bucket, an upload, or a server-side copy from another gs://
@@ -32,7 +42,7 @@ import time
 
 from waypost import scheduler, stores
 from waypost.model import layout, manifest, records
-from waypost.model.layout import stage_root
+from waypost.model.job import Job, Unplaceable
 from waypost.state import lifecycle
 
 
@@ -77,47 +87,59 @@ def unusable(data: records.Manifest, location: str) -> str | None:
     return None
 
 
-def take(args) -> int:
-    """Run a reuse job: the runner's work when the step spec has ``reuse_from``."""
-    remote, _, declared_outputs = stores.workspace_for(args)  # a gs:// stage dir: its engine files, locally
+def take(step) -> int:
+    """Run a reuse job: the runner's work when the step spec has ``reuse_from``.
+    One sequence for every job: no attempt at work in its record directory;
+    the source checked; the earlier record archived; the running marker
+    written while the files come in, each checked, then renamed into place
+    (``bring``); the manifest, saying ``reused_from``; the marker gone. Only
+    where each source file goes depends on the job (``Job.places_of``)."""
+    remote, _, _ = stores.workspace_for(step)  # a gs:// record: its engine files, locally
     if remote:
+        remote.input_dirs = []   # (a reuse reads no input: nothing beside its inputs comes down either)
         remote.pull([])
-    stage_dir, source = (remote.local if remote else args.stage_dir), args.reuse_from
-    busy = lifecycle.live_attempt(stage_dir, me=os.getpid())
+    job = Job.of_step(step, remote.local_of if remote else str)
+    name, record_dir, source = job.name, job.record_dir, step.reuse_from
+    busy = lifecycle.live_attempt(record_dir, me=os.getpid())
     if busy:
-        print(f"waypost: {args.stage}: an attempt is still running in {stage_dir} ({busy.where})", file=sys.stderr)
+        print(f"waypost: {name}: an attempt is still running in {record_dir} ({busy.where})", file=sys.stderr)
         return 75
     started, started_iso = time.time(), manifest.now_iso()
+    temporary = tuple(remote.local_of(t) for t in step.temporary) if remote else tuple(step.temporary)
     try:
         data = _usable_source(source)
-        archived = _archive_earlier(args, remote, stage_dir)
-    except manifest.ManifestError as exc:
-        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        places = job.places_of(source, data, temporary)
+        archived = _archive_earlier(remote, record_dir)
+    except (manifest.ManifestError, Unplaceable) as exc:
+        print(f"waypost: {name}: can't reuse: {exc}", file=sys.stderr)
         return 1
     if archived:
-        print(f"waypost: earlier workspace of {stage_dir} archived in {archived}", file=sys.stderr)
-    running = os.path.join(stage_dir, layout.RUNNING)
+        print(f"waypost: {name}: its earlier record in {record_dir} archived in {archived}", file=sys.stderr)
+    running = os.path.join(record_dir, layout.RUNNING)
     marker = records.marker(pid=os.getpid(), host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
-                            series=1, series_base=0, outputs=[o["path"] for o in data.get("outputs", [])],
+                            series=1, series_base=0, outputs=[job.relative(target) for target, _ in places],
                             job=scheduler.current_job(), attempts=[])
+    if job.outputs_dir:   # (as an attempt's marker says it: where its outputs are)
+        marker["outputs_dir"] = job.outputs_dir
     manifest.write_json_atomic(running, records.checked("marker", marker, running), durable=False)
     try:
-        how, crc32cs = _bring_outputs(args, remote, stage_dir, data.get("outputs", []), declared_outputs)
+        how, crc32cs = bring(remote, job, Job.of_record(source, data).base, places)
     except (OSError, manifest.ManifestError) as exc:
         os.unlink(running)
         if remote:
             remote.close()
-        print(f"waypost: {args.stage}: can't reuse: {exc}", file=sys.stderr)
+        print(f"waypost: {name}: can't reuse: {exc}", file=sys.stderr)
         return 1
-    record = _reused_manifest(args, data, started, started_iso, how or "nothing", crc32cs)
-    path = manifest.manifest_path(stage_dir)
+    record = _reused_manifest(step, job, data, _outputs(job, places, crc32cs, temporary),
+                              started, started_iso, how)
+    path = manifest.manifest_path(record_dir)
     manifest.write_json_atomic(path, records.checked("manifest", record, path))
     if remote:
-        remote.push(declared_outputs)  # the manifest (the outputs are there already)
+        remote.push(list(job.outputs))  # the manifest (the outputs are there already)
     os.unlink(running)
     if remote:
         remote.close()
-    print(f"waypost: {args.stage}: reused from {source} ({how or 'nothing'}, checksums match)", file=sys.stderr)
+    print(f"waypost: {name}: reused from {source} ({how}, checksums match)", file=sys.stderr)
     return 0
 
 
@@ -130,50 +152,68 @@ def _usable_source(source: str) -> records.Manifest:
     return data
 
 
-def _archive_earlier(args, remote, stage_dir: str) -> str | None:
-    """The stage directory made, an earlier workspace in it archived (where
+def _archive_earlier(remote, record_dir: str) -> str | None:
+    """The record directory made, an earlier record in it archived (where
     to, or None); ManifestError for an .attempts that is a link out of it."""
-    os.makedirs(stage_dir, exist_ok=True)
+    os.makedirs(record_dir, exist_ok=True)
     if remote:
         return remote.archive()
-    return stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True).archive(stage_dir)
+    return stores.store_for(record_dir, quiet=True).archive(record_dir)
 
 
-def _bring_outputs(args, remote, stage_dir: str, outputs: list[dict], declared_outputs: list[str]) -> tuple:
-    """The source's outputs into ``stage_dir`` (how, and the crc32c of each
-    copy read); ManifestError when the source lacks an output the rule declares."""
-    source = args.reuse_from
-    declared = {os.path.abspath(p) for p in declared_outputs}
-    brought = {os.path.abspath(os.path.join(stage_dir, o["path"])) for o in outputs}
-    missing = {d for d in declared if d not in brought and not any(b.startswith(d + os.sep) for b in brought)}
-    if missing:   # (a directory() output: some file below it)
-        raise manifest.ManifestError(f"{source}: the source stage has no {', '.join(sorted(missing))}")
+def bring(remote, job: Job, source_base: str, places: list[tuple[str, dict]]) -> tuple[str, dict[str, str]]:
+    """The source's files (each entry's ``path`` from ``source_base``) at
+    their places in the job (``Job.places_of``), each checked against its
+    entry and put in place only once checked: into a gs:// record's bucket
+    through its workspace (server-side from a bucket); on a path, the
+    store's own copy where each keeps its path from the outputs' base (a
+    reflink; through a bucket's mount, a server-side copy), else each
+    fetched under a temporary name, then renamed. How, and the crc32c of
+    each copy read, by its entry's path."""
+    source = stores.store_for(source_base, quiet=True)
     if remote:
-        return remote.copy_in(stores.store_for(source, quiet=True), source, outputs)
-    target = stores.store_for(stage_root(args.stage_dir, args.instance), quiet=True)
-    return target.bring(stores.store_for(source, quiet=True), source, stage_dir, outputs)
+        return remote.copy_in(source, source_base, places)
+    entries = [entry for _, entry in places]
+    if all(target == os.path.join(job.base, entry["path"]) for target, entry in places):
+        return stores.store_for(job.base, quiet=True).bring(source, source_base, job.base, entries)
+    how, crc32cs = stores.place_checked([(target, entry, layout.join(source_base, entry["path"]))
+                                         for target, entry in places],
+                                        lambda entry, temp: source.fetch(source_base, entry["path"], temp))
+    return " and ".join(sorted(how)) or "nothing", crc32cs
 
 
-def _reused_manifest(args, data: records.Manifest, started: float, started_iso: str, how: str,
-                     crc32cs: dict) -> records.Manifest:
-    """The reusing stage's manifest: one "reuse" attempt, the source's
-    outputs, settings and provenance."""
-    source = args.reuse_from
+def _outputs(job: Job, places: list[tuple[str, dict]], crc32cs: dict[str, str],
+             temporary: tuple[str, ...]) -> list[dict]:
+    """The reusing job's manifest's outputs: the source's, at their places
+    (paths from the job's outputs' base), its checksums (its crc32c, or the
+    copy's where the source recorded none: one recorded before waypost kept
+    them)."""
+    temp = {os.path.abspath(t) for t in temporary}
+    recorded = []
+    for target, entry in places:
+        crc32c = entry.get("crc32c") or crc32cs.get(entry["path"])
+        recorded.append({"path": job.relative(target), "size": entry["size"], "sha256": entry["sha256"],
+                         **({"crc32c": crc32c} if crc32c else {}),
+                         **({"temp": True} if os.path.abspath(target) in temp else {}),
+                         **({"side": True} if entry.get("side") else {})})
+    return recorded
+
+
+def _reused_manifest(step, job: Job, data: records.Manifest, outputs: list[dict], started: float,
+                     started_iso: str, how: str) -> records.Manifest:
+    """The reusing job's manifest: one "reuse" attempt, the source's
+    outputs, settings and provenance; where its outputs are, for a job
+    whose outputs are not in its record (``Job.record_fields``)."""
+    source = step.reuse_from
     attempt = records.attempt(number=1, series=1, action="reuse", state="SUCCESS", exit_code=0, start=started_iso,
                               end=manifest.now_iso(), duration_s=round(time.time() - started, 3),
                               host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
                               job=scheduler.current_job(), command=None,
                               worker={"pool": None, "class": None}, how=how)
     attempt["decision"] = {"action": "done", "reason": f"reused from {source}"}
-    recorded = []
-    for o in data.get("outputs", []):
-        # The source's crc32c (from a source recorded before waypost kept them: the copy's, where it was read).
-        crc32c = o.get("crc32c") or crc32cs.get(o["path"])
-        recorded.append({"path": o["path"], "size": o["size"], "sha256": o["sha256"],
-                        **({"crc32c": crc32c} if crc32c else {})})
     return records.manifest(
-        experiment=args.experiment, pair=args.pair, stage=args.stage, instance=args.instance, state="SUCCESS",
-        created=manifest.now_iso(), attempts=[attempt], outputs=recorded, inputs=[],
+        experiment=step.experiment, pair=step.pair, stage=step.stage, instance=step.instance, state="SUCCESS",
+        created=manifest.now_iso(), attempts=[attempt], outputs=outputs, inputs=[],
         settings=data.get("settings") or {}, config_hash=data.get("config_hash") or "",
         code_version=data.get("code_version") or "", reused_from=source,
         run=os.environ.get(manifest.RUN_ID_ENV),
@@ -182,7 +222,7 @@ def _reused_manifest(args, data: records.Manifest, started: float, started_iso: 
                                                   "reused_from", "adopted", "code_version")},
         # When the work was made, not when it was linked: the source's time
         # (its own source's, when it is a reused copy itself).
-        source_created=data.get("source_created") or data.get("created"))
+        source_created=data.get("source_created") or data.get("created"), **job.record_fields())
 
 
 def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str, upstream_of: str,

@@ -326,13 +326,23 @@ class BucketWorkspace:
         self._synced = {rel: st for rel, st in self._synced.items() if rel.split("/")[0] in keep}
         return target
 
-    def copy_in(self, store: StageStore, source: str, outputs: list[dict]) -> tuple[str, dict[str, str]]:
-        """Bring a reused stage's outputs (its manifest's ``outputs``) from
-        ``source`` in ``store`` (its root's) into the bucket
-        (``bucket.bring_objects``: server-side from a bucket, checked by
-        crc32c; uploaded from disk, checked by sha256). Says how."""
-        from waypost.stores.bucket import bring_objects
-        return bring_objects(self.fs, self.path, store, source, outputs)
+    def copy_in(self, store: StageStore, source_dir: str,
+                places: list[tuple[str, dict]]) -> tuple[str, dict[str, str]]:
+        """Bring a reused job's files into the bucket: each (local copy of
+        its place, its entry in the source's manifest, whose ``path`` is from
+        ``source_dir`` in ``store``), checked (``bucket.copy_checked``:
+        server-side from a bucket, checked by crc32c; uploaded from disk,
+        checked by sha256). Says how, and gives the crc32c of each copy
+        where seen, by its entry's path."""
+        from waypost.stores.bucket import copy_checked
+        if store.bucket_url is None:   # the source's files are local: checked, then uploaded
+            copies = [(store.local_file(source_dir, e["path"]), self.object_name(t), e) for t, e in places]
+        else:
+            base = store.bucket_of(source_dir)
+            copies = [(f"{base}/{e['path']}", self.object_name(t), e) for t, e in places]
+        crc32cs = copy_checked(self.fs, copies)
+        how = "uploaded" if store.bucket_url is None else "copied in the bucket"
+        return how, {e["path"]: crc32cs[target] for _, target, e in copies if target in crc32cs}
 
     def put_marker(self, name: str, mtime: float) -> None:
         """Upload a marker file dated ``mtime`` for Snakemake (see the storage plugin)."""
