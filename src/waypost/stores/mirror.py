@@ -45,7 +45,7 @@ from waypost.model.locations import SCHEME, is_bucket_url
 from waypost.model.states import SOUND_INPUTS, SUCCESS
 from waypost.stores import gcs
 from waypost.stores.base import StageStore
-from waypost.stores.bucket import archive_objects
+from waypost.stores.bucketmoves import archive_objects
 from waypost.stores.bucketoutputs import OutputsInBucket, objects_beside
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
@@ -329,9 +329,9 @@ class BucketWorkspace:
     def copy_in(self, store: StageStore, source: str, outputs: list[dict]) -> tuple[str, dict[str, str]]:
         """Bring a reused stage's outputs (its manifest's ``outputs``) from
         ``source`` in ``store`` (its root's) into the bucket
-        (``bucket.bring_objects``: server-side from a bucket, checked by
+        (``bucketmoves.bring_objects``: server-side from a bucket, checked by
         crc32c; uploaded from disk, checked by sha256). Says how."""
-        from waypost.stores.bucket import bring_objects
+        from waypost.stores.bucketmoves import bring_objects
         return bring_objects(self.fs, self.path, store, source, outputs)
 
     def put_marker(self, name: str, mtime: float) -> None:
