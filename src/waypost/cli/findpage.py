@@ -133,30 +133,7 @@ def build(rows: list[dict], *, root: str, experiments: dict[str, list[str]], par
     ordered.sort(key=lambda r: (rank.get(r.get("stage"), len(rank)), r.get("pair") or ""))
     links = _Links(ordered)
     learned: dict[str, set[str]] = {}   # without the graph: stage → the stages its rows were made from
-    packed = []
-    for row in ordered:
-        inputs = []
-        for item in _inputs_of(row):
-            manifest, path, state = item.get("manifest"), item.get("path") or "", item.get("state")
-            link = links.find(manifest, row) if isinstance(manifest, str) and manifest else None
-            if link is not None:
-                learned.setdefault(row.get("stage"), set()).add(ordered[link].get("stage"))
-                directory = stage_dir_of(ordered[link])
-                name = path[len(directory) + 1:] if path.startswith(directory + "/") else None
-                if name is None and not stores.is_absolute(path):
-                    name = posixpath.basename(path)
-                inputs.append([link, name if name is not None else path, state])
-            else:
-                inputs.append([manifest if isinstance(manifest, str) else None, path, state])
-        source = row.get("reused_from")
-        packed.append([
-            row.get("location"), row.get("root"), row.get("experiment"), row.get("pair"), row.get("stage"),
-            row.get("instance"), row.get("state"), row.get("created"), row.get("attempts"),
-            row.get("config_hash"), row.get("code_version"), source,
-            links.current.get(source.rstrip("/")) if isinstance(source, str) else None,
-            bool(row.get("adopted")), bool(row.get("provisional")), bool(row.get("archived")),
-            row.get("archive"), row.get("source_created"), row.get("differs"), row.get("compared_with"), inputs,
-            row.get("wildcards")])
+    packed = [_packed(row, _packed_inputs(row, ordered, links, learned), links) for row in ordered]
     return {
         "columns": list(COLUMNS), "rows": packed, "root": root, "roots": list(roots or []),
         "experiments": experiments, "stages": stages,
@@ -166,6 +143,39 @@ def build(rows: list[dict], *, root: str, experiments: dict[str, list[str]], par
         "looks": {state: [look[0], look[2]] for state, look in status.LOOKS.items()},
         "failure_colour": status.FAILURE_LOOK[1], "all_pairs": layout.ALL_PAIRS,
     }
+
+
+def _packed_inputs(row: dict, ordered: list[dict], links: _Links, learned: dict[str, set[str]]) -> list[list]:
+    """A row's inputs as the page holds them: [the row that made it, its
+    name in that row's directory, its state], or [its manifest, its path,
+    its state] where no row made it; the stages it links to are ``learned``."""
+    inputs = []
+    for item in _inputs_of(row):
+        manifest, path, state = item.get("manifest"), item.get("path") or "", item.get("state")
+        link = links.find(manifest, row) if isinstance(manifest, str) and manifest else None
+        if link is not None:
+            learned.setdefault(row.get("stage"), set()).add(ordered[link].get("stage"))
+            directory = stage_dir_of(ordered[link])
+            name = path[len(directory) + 1:] if path.startswith(directory + "/") else None
+            if name is None and not stores.is_absolute(path):
+                name = posixpath.basename(path)
+            inputs.append([link, name if name is not None else path, state])
+        else:
+            inputs.append([manifest if isinstance(manifest, str) else None, path, state])
+    return inputs
+
+
+def _packed(row: dict, inputs: list[list], links: _Links) -> list:
+    """A row as the page holds it: its values in ``COLUMNS``' order."""
+    source = row.get("reused_from")
+    return [
+        row.get("location"), row.get("root"), row.get("experiment"), row.get("pair"), row.get("stage"),
+        row.get("instance"), row.get("state"), row.get("created"), row.get("attempts"),
+        row.get("config_hash"), row.get("code_version"), source,
+        links.current.get(source.rstrip("/")) if isinstance(source, str) else None,
+        bool(row.get("adopted")), bool(row.get("provisional")), bool(row.get("archived")),
+        row.get("archive"), row.get("source_created"), row.get("differs"), row.get("compared_with"), inputs,
+        row.get("wildcards")]
 
 
 def embed(data: dict) -> str:

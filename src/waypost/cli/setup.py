@@ -114,8 +114,6 @@ def _profile_pool(profile: str) -> str | None:
 
 def cmd_workers(args) -> int:
     """The resolved pool table: class → partition, GPUs, CPUs, memory, runtime, env."""
-    from rich.table import Table
-
     from waypost.model import workers
 
     cfg = load_config(args)
@@ -135,6 +133,15 @@ def cmd_workers(args) -> int:
         json.dump({"pool": pool, "executor": spec["executor"], "classes": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    termwidth.console().print(_pool_table(pool, spec, path, rows))
+    return 0
+
+
+def _pool_table(pool: str, spec: dict, path: str, rows: dict[str, dict]):
+    """``waypost workers``' table: a row per class of the pool, with its
+    resources (``rows``: class → its executor's resources and env)."""
+    from rich.table import Table
+
     table = Table(title=f"pool [bold]{pool}[/] ({spec['executor']}, from {path})", title_justify="left")
     # (the table names the class's keys as workers.yaml does; --json, as its executor reads them)
     classes = spec["classes"]
@@ -144,15 +151,19 @@ def cmd_workers(args) -> int:
     for column in columns + ["env"]:
         table.add_column(column)
     for name, r in rows.items():
-        gpus = r.get("gres") or (f"{r.get('gpu', 0)}" + (f" × {r['gpu_model']}" if r.get("gpu_model") else "")
-                                 if r.get("gpu") else "–")
-        cells = [name, classes[name].get("partition", "–"), gpus, str(r.get("cpus_per_task", "–")),
-                 f"{r['mem_mb']} MB" if r.get("mem_mb") else "–", f"{r['runtime']} min" if r.get("runtime") else "–"]
+        cells = _class_cells(name, classes[name], r)
         if "other" in columns:
             cells.append(extras[name])
         table.add_row(*cells, " ".join(f"{k}={v}" for k, v in r["env"].items()))
-    termwidth.console().print(table)
-    return 0
+    return table
+
+
+def _class_cells(name: str, cls: dict, r: dict) -> list[str]:
+    """A class's name, partition, GPUs, CPUs, memory and runtime, as the table shows them."""
+    gpus = r.get("gres") or (f"{r.get('gpu', 0)}" + (f" × {r['gpu_model']}" if r.get("gpu_model") else "")
+                             if r.get("gpu") else "–")
+    return [name, cls.get("partition", "–"), gpus, str(r.get("cpus_per_task", "–")),
+            f"{r['mem_mb']} MB" if r.get("mem_mb") else "–", f"{r['runtime']} min" if r.get("runtime") else "–"]
 
 
 def check_pool(pool: str, spec: dict, path: str) -> int:

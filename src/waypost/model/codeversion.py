@@ -19,7 +19,25 @@ import os
 import shlex
 import sys
 
-from waypost.model import config as wconfig
+#: A stage's code version is this prefix and 12 hex digits; manifests of
+#: waypost before it hold the repository's ``git describe`` (another
+#: format: not comparable, see ``plan.drift``).
+CODE_PREFIX = "sha256:"
+
+
+def is_stage_code_version(value: str | None) -> bool:
+    return bool(value) and value.startswith(CODE_PREFIX)
+
+
+def code_digest(command: str, files: list[tuple[str, bytes]]) -> str:
+    """A step's code version: its command as the rule writes it (paths of the
+    files it runs made relative, the interpreter named ``python``), those
+    files' contents ((name, sha256 digest) each) and waypost's version."""
+    from waypost import __version__
+    digest = hashlib.sha256(f"waypost {__version__}\0{command}\0".encode())
+    for name, content in files:
+        digest.update(name.encode() + b"\0" + content + b"\0")
+    return CODE_PREFIX + digest.hexdigest()[:12]
 
 
 class CodeVersions:
@@ -43,7 +61,7 @@ class CodeVersions:
                 command = "script: " + (self._repo_relative(text) if rest[0] else text)
             else:
                 command, paths = text, []
-            self._versions[stage] = wconfig.code_digest(
+            self._versions[stage] = code_digest(
                 command, [(self._repo_relative(p), self._digest(p)) for p in paths])
         return self._versions[stage]
 

@@ -97,29 +97,47 @@ def _parse_expr(tokens, pos, text, depth=0):
     kind, value = tokens[pos]
     if kind != "word":
         raise ConditionError(f"unexpected {value!r}")
-    if pos + 1 < len(tokens) and tokens[pos + 1][1] == "(":
-        if value not in FUNCTIONS:
-            raise ConditionError(f"unknown function {value!r} (expected one of: {', '.join(FUNCTIONS)})")
-        pos += 2
-        args = []
-        while True:
-            node, pos = _parse_expr(tokens, pos, text, depth + 1)
-            args.append(node)
-            if pos < len(tokens) and tokens[pos][1] == ",":
-                pos += 1
-                continue
-            pos = _expect(tokens, pos, ")", text)
-            break
-        if value == "not" and len(args) != 1:
-            raise ConditionError(f"not() takes one condition, got {len(args)}")
-        return Call(value, tuple(args)), pos
-    if pos + 1 < len(tokens) and tokens[pos + 1][0] == "op":
-        if value not in COUNTERS and not _is_exit(value):
-            raise ConditionError(f"unknown counter {value!r} (expected one of: {', '.join(COUNTERS)}); "
-                                 f"or NAME{EXIT}, the exit status of cmd or of a check")
-        if pos + 2 >= len(tokens) or tokens[pos + 2][0] != "int":
-            raise ConditionError(f"expected a whole number after {value} {tokens[pos + 1][1]}")
-        return Compare(value, tokens[pos + 1][1], int(tokens[pos + 2][1])), pos + 3
+    following = tokens[pos + 1] if pos + 1 < len(tokens) else None
+    if following and following[1] == "(":
+        return _parse_call(tokens, pos, text, depth)
+    if following and following[0] == "op":
+        return _parse_compare(tokens, pos)
+    return _parse_state(value), pos + 1
+
+
+def _parse_call(tokens, pos, text, depth):
+    """``FUNCTION(condition, ...)`` from ``tokens[pos]`` (the function's name)."""
+    value = tokens[pos][1]
+    if value not in FUNCTIONS:
+        raise ConditionError(f"unknown function {value!r} (expected one of: {', '.join(FUNCTIONS)})")
+    pos += 2
+    args = []
+    while True:
+        node, pos = _parse_expr(tokens, pos, text, depth + 1)
+        args.append(node)
+        if pos < len(tokens) and tokens[pos][1] == ",":
+            pos += 1
+            continue
+        pos = _expect(tokens, pos, ")", text)
+        break
+    if value == "not" and len(args) != 1:
+        raise ConditionError(f"not() takes one condition, got {len(args)}")
+    return Call(value, tuple(args)), pos
+
+
+def _parse_compare(tokens, pos):
+    """``COUNTER OP NUMBER`` (a counter, or ``NAME.exit``) from ``tokens[pos]``."""
+    value, op = tokens[pos][1], tokens[pos + 1][1]
+    if value not in COUNTERS and not _is_exit(value):
+        raise ConditionError(f"unknown counter {value!r} (expected one of: {', '.join(COUNTERS)}); "
+                             f"or NAME{EXIT}, the exit status of cmd or of a check")
+    if pos + 2 >= len(tokens) or tokens[pos + 2][0] != "int":
+        raise ConditionError(f"expected a whole number after {value} {op}")
+    return Compare(value, op, int(tokens[pos + 2][1])), pos + 3
+
+
+def _parse_state(value: str) -> State:
+    """``NAME.STATE`` (or ``NAME.*``): one word."""
     if "." not in value:
         raise ConditionError(f"{value!r} is not a condition (expected NAME.STATE, a counter comparison, "
                              f"or {', '.join(FUNCTIONS)}(...))")
@@ -128,7 +146,7 @@ def _parse_expr(tokens, pos, text, depth=0):
     subject, state = value.rsplit(".", 1)
     if state != "*" and state not in STATES:
         raise ConditionError(f"unknown state {state!r} in {value!r} (expected one of: {', '.join(STATES)} or *)")
-    return State(subject, state), pos + 1
+    return State(subject, state)
 
 
 def _is_exit(word: str) -> bool:

@@ -244,14 +244,7 @@ def table_points(spec, where: str, base: str, labels: dict | None = None) -> dic
     line)."""
     file, columns = (spec, None) if isinstance(spec, str) else (spec.get("file"), spec.get("columns"))
     path = os.path.normpath(os.path.join(base, file)) if base else file
-    try:
-        with open(path, newline="") as f:
-            lines = [(n, row) for n, row in enumerate(csv.reader(f), 1) if any(cell.strip() for cell in row)]
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: {path}: file not found (a table's path is relative to the config "
-                                  "file's directory)") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ConfigError(f"{where}: {path}: can't be read as CSV: {exc}") from None
+    lines = _csv_lines(path, where)
     if columns is None:
         if not lines:
             raise ConfigError(f"{where}: {path}: empty (expected a header line naming the columns, then "
@@ -261,6 +254,27 @@ def table_points(spec, where: str, base: str, labels: dict | None = None) -> dic
     else:
         header, at = list(columns), f"{where}.columns"
     header = [str(c).strip() for c in header]
+    _check_header(header, at)
+    if not lines:
+        raise ConfigError(f"{where}: {path}: no rows (a point per row)")
+    rows = [_row_point(header, row, f"{path}: line {number}") for number, row in lines]
+    return named(rows, lambda i: f"{path}: line {lines[i][0]}", labels)
+
+
+def _csv_lines(path: str, where: str) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of each line of a CSV file that has a value."""
+    try:
+        with open(path, newline="") as f:
+            return [(n, row) for n, row in enumerate(csv.reader(f), 1) if any(cell.strip() for cell in row)]
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: {path}: file not found (a table's path is relative to the config "
+                                  "file's directory)") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError(f"{where}: {path}: can't be read as CSV: {exc}") from None
+
+
+def _check_header(header: list[str], at: str) -> None:
+    """A table's columns: each named once, each a parameter (or the instance's name)."""
     seen = set()
     for name in header:
         if name in seen:
@@ -268,20 +282,18 @@ def table_points(spec, where: str, base: str, labels: dict | None = None) -> dic
         seen.add(name)
         if name != INSTANCE_COLUMN:
             _parameter(name, at)
-    if not lines:
-        raise ConfigError(f"{where}: {path}: no rows (a point per row)")
-    rows = []
-    for number, row in lines:
-        if len(row) != len(header):
-            raise ConfigError(f"{path}: line {number}: {len(row)} values, and {len(header)} columns "
-                                      f"({', '.join(header)})")
-        cells = dict(zip(header, (cell.strip() for cell in row)))
-        empty = next((name for name, text in cells.items() if not text), None)
-        if empty:
-            raise ConfigError(f"{path}: line {number}: no value in the column {empty!r}")
-        name = cells.pop(INSTANCE_COLUMN, None)
-        rows.append((name, {key: cell_value(text) for key, text in cells.items()}))
-    return named(rows, lambda i: f"{path}: line {lines[i][0]}", labels)
+
+
+def _row_point(header: list[str], row: list[str], at: str) -> tuple[str | None, dict]:
+    """A row's (instance name or None, values): a value in every column."""
+    if len(row) != len(header):
+        raise ConfigError(f"{at}: {len(row)} values, and {len(header)} columns ({', '.join(header)})")
+    cells = dict(zip(header, (cell.strip() for cell in row)))
+    empty = next((name for name, text in cells.items() if not text), None)
+    if empty:
+        raise ConfigError(f"{at}: no value in the column {empty!r}")
+    name = cells.pop(INSTANCE_COLUMN, None)
+    return name, {key: cell_value(text) for key, text in cells.items()}
 
 
 # --- sample ------------------------------------------------------------------

@@ -111,21 +111,35 @@ class InputEdits:
         words = ["waypost", "rerun", stage, "--downstream"]
         experiments = sorted({c["experiment"] for c in cells})
         if len(config["experiments"]) > 1:
-            words += [w for e in experiments for w in ("--experiment", e)]
+            words += _repeated("--experiment", experiments)
         pairs = sorted({c["pair"] for c in cells} - {layout.ALL_PAIRS})
         if pairs and set(pairs) != {p for e in experiments for p in config["experiments"][e]["pairs"]}:
-            words += [w for p in pairs for w in ("--pair", p)]
+            words += _repeated("--pair", pairs)
+        return shlex.join(words + self._instance_words(stage, cells, experiments))
+
+    def _instance_words(self, stage: str, cells: list[dict], experiments: list[str]) -> list[str]:
+        """``--instance`` for each of the cells' instances, where they are
+        not all of the stage's done ones."""
         instances = sorted({c["instance"] for c in cells if c.get("instance") is not None})
         every = sum(self.done.get((e, p, stage), 0) for e in experiments for p in {c["pair"] for c in cells})
-        if instances and len(cells) < every:
-            words += [w for i in instances for w in ("--instance", i)]
-        return shlex.join(words)
+        return _repeated("--instance", instances) if instances and len(cells) < every else []
+
+
+def _repeated(option: str, values: list[str]) -> list[str]:
+    """``option`` before each value: ``--pair a --pair b``."""
+    return [word for value in values for word in (option, value)]
 
 
 def advice(rows: list[dict], config: dict) -> list[str]:
     """One line per edited outside input of ``plan``'s drift rows: what
     changed, the stages made from its old version, and the ``waypost
     rerun`` that redoes them (presence mode keeps them until then)."""
+    return [_advice_line(path, entry, config) for path, entry in _edited_inputs(rows).items()]
+
+
+def _edited_inputs(rows: list[dict]) -> dict[str, dict]:
+    """Each edited input of the drift rows: its changes, the rows that read
+    it, their reruns and how many stages downstream were made from it."""
     edited: dict[str, dict] = {}
     for row in rows:
         for edit in row.get("edited_inputs") or []:
@@ -139,18 +153,20 @@ def advice(rows: list[dict], config: dict) -> list[str]:
         for note in row.get("made_from_edited") or []:
             if note["path"] in edited:
                 edited[note["path"]]["downstream"] += 1
-    lines = []
-    for path, entry in edited.items():
-        cells = entry["cells"]
-        names = [layout.stage_name(r["pair"], r["experiment"], r["stage"], r["instance"]) for r in cells]
-        shown = ", ".join(names[:3]) + (f", … +{len(names) - 3}" if len(names) > 3 else "")
-        who = f"{shown} was" if len(cells) == 1 else f"{len(cells)} stages were ({shown})"
-        later = f", and {entry['downstream']} stage(s) downstream of {'it' if len(cells) == 1 else 'them'}" \
-            if entry["downstream"] else ""
-        them = "them" if len(cells) > 1 or later else "it"
-        keeps = (f"presence mode keeps {them} until then" if config.get("rerun_policy", "presence") == "presence"
-                 else "mtime mode: the next run does when it is newer than their outputs")
-        lines.append(f"{path}: {'; '.join(entry['changes'])}; {who} made from it{later}: "
-                     + " and ".join(f"`{c}`" for c in entry["commands"])
-                     + f" {'redo' if len(entry['commands']) > 1 else 'redoes'} {them} ({keeps})")
-    return lines
+    return edited
+
+
+def _advice_line(path: str, entry: dict, config: dict) -> str:
+    """``advice``'s line for one edited input (``_edited_inputs``' entry)."""
+    cells = entry["cells"]
+    names = [layout.stage_name(r["pair"], r["experiment"], r["stage"], r["instance"]) for r in cells]
+    shown = ", ".join(names[:3]) + (f", … +{len(names) - 3}" if len(names) > 3 else "")
+    who = f"{shown} was" if len(cells) == 1 else f"{len(cells)} stages were ({shown})"
+    later = f", and {entry['downstream']} stage(s) downstream of {'it' if len(cells) == 1 else 'them'}" \
+        if entry["downstream"] else ""
+    them = "them" if len(cells) > 1 or later else "it"
+    keeps = (f"presence mode keeps {them} until then" if config.get("rerun_policy", "presence") == "presence"
+             else "mtime mode: the next run does when it is newer than their outputs")
+    return (f"{path}: {'; '.join(entry['changes'])}; {who} made from it{later}: "
+            + " and ".join(f"`{c}`" for c in entry["commands"])
+            + f" {'redo' if len(entry['commands']) > 1 else 'redoes'} {them} ({keeps})")

@@ -251,64 +251,102 @@ def plan(config: dict, experiments=None, pairs=None, stages=None, now: float | N
     for a name that isn't configured."""
     wconfig.check_names(config, experiments, pairs, stages, allow_all_pairs=True)
     tree = tree or stores.store_for(config["root"])
-    now = time.time() if now is None else now
-    references = None   # read when some archive is beyond the retention
+    verdict = _Verdict(tree, config, time.time() if now is None else now)
     found = []
     for experiment, pair, stage, instance, directory in _stage_dirs(tree, config, experiments, pairs, stages):
         numbers = tree.archives(directory)
-        if not numbers:
-            continue
-        keep = retention(config, experiment, pair, stage)
-        keep_last, keep_days = keep["keep_last"], keep["keep_days"]
-        life = lifecycle.read(tree, directory, now)
-        live = life.live
-        own: dict[tuple[str, str], list[str]] = {}
-        own_logs: dict[tuple[str, str], set[str]] = {}
-        if live is None:
-            _history(own, own_logs, tree, directory, (life.marker or {}).get("attempts"), "_running.json")
-        for rank, number in enumerate(reversed(numbers)):
-            path = layout.join(directory, ATTEMPTS, number)
-            size, files, newest = tree.usage(path)
-            archive = Archive(experiment, pair, stage, instance, directory, number, path, size, files, newest)
-            found.append(archive)
-            age = None if newest is None else (now - newest) / DAY
-            if live:
-                archive.why = f"an attempt is running in its stage dir ({live.where})"
-            elif keep_last is None:
-                archive.why = "keep_last: null keeps every archive"
-            elif rank < keep_last:
-                archive.why = f"among the newest {keep_last}"
-            elif keep_days is not None and (age is None or age <= keep_days):
-                archive.why = f"archived {age:.1f} day(s) ago, within keep_days {keep_days:g}" if age is not None \
-                    else f"its age is unknown (keep_days {keep_days:g})"
-            else:
-                if references is None:
-                    references = References(tree, config)
-                key = (tree.key(directory), number)
-                reasons = list(references.needed.get(key, []))
-                reasons += [f"its outputs are inputs of {c} (made before the stage was redone)"
-                            for c in references.consumers(directory, path)]
-                history = own.get(key, []) + references.history.get(key, [])
-                beyond = f"beyond the newest {keep_last}" + (
-                    f" and {age:.0f} day(s) old (keep_days {keep_days:g})" if keep_days is not None else "")
-                if reasons:
-                    archive.why = "; ".join(dict.fromkeys(reasons + history))
-                elif history:
-                    logs = own_logs.get(key, set()) | references.logs.get(key, set())
-                    every = tree.file_sizes(path)
-                    drop = {rel: n for rel, n in every.items() if not _readable(rel, logs)}
-                    only = "; ".join(dict.fromkeys(history))
-                    if drop:
-                        archive.slim, archive.drop, archive.frees = True, sorted(drop), sum(drop.values())
-                        archive.keeps = len(every) - len(drop)
-                        archive.why = f"{beyond}, but {only}: keeps its {LOGS}/ and {MANIFEST}"
-                    else:
-                        archive.why = f"slimmed already (only its {LOGS}/ and {MANIFEST} are left): {only}"
-                else:
-                    archive.remove = True
-                    archive.why = beyond
+        if numbers:
+            found += verdict.stage_dir(experiment, pair, stage, instance, directory, numbers)
     found.sort(key=lambda a: (a.directory, int(a.number)))
     return found
+
+
+def _kept_why(live, keep_last: int | None, keep_days: float | None, rank: int, age: float | None) -> str | None:
+    """Why the retention keeps an archive (``rank``: 0 the newest of its
+    stage dir; ``age`` in days, None unknown), or None when it is beyond it."""
+    if live:
+        return f"an attempt is running in its stage dir ({live.where})"
+    if keep_last is None:
+        return "keep_last: null keeps every archive"
+    if rank < keep_last:
+        return f"among the newest {keep_last}"
+    if keep_days is not None and (age is None or age <= keep_days):
+        return f"archived {age:.1f} day(s) ago, within keep_days {keep_days:g}" if age is not None \
+            else f"its age is unknown (keep_days {keep_days:g})"
+    return None
+
+
+class _Verdict:
+    """``plan``'s verdict on each archive of a stage dir: kept by the
+    retention, or beyond it and then kept for what reads it, slimmed to
+    what its history reads, or removed."""
+
+    def __init__(self, tree, config: dict, now: float):
+        self.tree, self.config, self.now = tree, config, now
+        self._references: References | None = None
+
+    @property
+    def references(self) -> References:
+        """Read when some archive is beyond the retention."""
+        if self._references is None:
+            self._references = References(self.tree, self.config)
+        return self._references
+
+    def stage_dir(self, experiment: str, pair: str, stage: str, instance: str | None, directory: str,
+                  numbers: list[str]) -> list[Archive]:
+        keep = retention(self.config, experiment, pair, stage)
+        keep_last, keep_days = keep["keep_last"], keep["keep_days"]
+        life = lifecycle.read(self.tree, directory, self.now)
+        own: dict[tuple[str, str], list[str]] = {}
+        own_logs: dict[tuple[str, str], set[str]] = {}
+        if life.live is None:
+            _history(own, own_logs, self.tree, directory, (life.marker or {}).get("attempts"), "_running.json")
+        found = []
+        for rank, number in enumerate(reversed(numbers)):
+            path = layout.join(directory, ATTEMPTS, number)
+            size, files, newest = self.tree.usage(path)
+            archive = Archive(experiment, pair, stage, instance, directory, number, path, size, files, newest)
+            found.append(archive)
+            age = None if newest is None else (self.now - newest) / DAY
+            why = _kept_why(life.live, keep_last, keep_days, rank, age)
+            if why is not None:
+                archive.why = why
+            else:
+                beyond = f"beyond the newest {keep_last}" + (
+                    f" and {age:.0f} day(s) old (keep_days {keep_days:g})" if keep_days is not None else "")
+                self._beyond(archive, beyond, own, own_logs)
+        return found
+
+    def _beyond(self, archive: Archive, beyond: str, own: dict, own_logs: dict) -> None:
+        """An archive beyond the retention: kept while another stage's
+        manifest reads its outputs, slimmed while a history reads its logs,
+        else removed."""
+        references = self.references
+        key = (self.tree.key(archive.directory), archive.number)
+        reasons = list(references.needed.get(key, []))
+        reasons += [f"its outputs are inputs of {c} (made before the stage was redone)"
+                    for c in references.consumers(archive.directory, archive.path)]
+        history = own.get(key, []) + references.history.get(key, [])
+        if reasons:
+            archive.why = "; ".join(dict.fromkeys(reasons + history))
+        elif history:
+            logs = own_logs.get(key, set()) | references.logs.get(key, set())
+            self._slim(archive, beyond, "; ".join(dict.fromkeys(history)), logs)
+        else:
+            archive.remove = True
+            archive.why = beyond
+
+    def _slim(self, archive: Archive, beyond: str, only: str, logs: set[str]) -> None:
+        """Marks the files of an archive that no history reads to go (its
+        logs and manifest stay); none left to drop: slimmed already."""
+        every = self.tree.file_sizes(archive.path)
+        drop = {rel: n for rel, n in every.items() if not _readable(rel, logs)}
+        if drop:
+            archive.slim, archive.drop, archive.frees = True, sorted(drop), sum(drop.values())
+            archive.keeps = len(every) - len(drop)
+            archive.why = f"{beyond}, but {only}: keeps its {LOGS}/ and {MANIFEST}"
+        else:
+            archive.why = f"slimmed already (only its {LOGS}/ and {MANIFEST} are left): {only}"
 
 
 def remove(config: dict, archives: list[Archive], tree=None) -> list[tuple[Archive, str]]:
@@ -349,17 +387,7 @@ def report(archives: list[Archive], problems: list[tuple[Archive, str]], dry_run
     some could not be removed or slimmed (None when all could)."""
     failed = {id(a): why for a, why in problems}
     removed, slimmed = ("would remove", "would slim") if dry_run else ("removed", "slimmed")
-    lines = []
-    for a in archives:
-        why = failed.get(id(a), a.why)
-        if id(a) in failed:
-            head = "not removed" if a.remove else "not slimmed"
-        else:
-            head = removed if a.remove else slimmed if a.slim else "keep"
-        size = f"{human(a.bytes)}, {a.files} file(s)"
-        if a.slim and id(a) not in failed:
-            size = f"{human(a.frees)} of {human(a.bytes)}, {len(a.drop)} of {a.files} file(s)"
-        lines.append(f"{head:<12}  {shown(a.path)}  {size}: {why}")
+    lines = [_archive_line(a, failed, removed, slimmed) for a in archives]
     gone = [a for a in archives if a.remove and id(a) not in failed]
     thin = [a for a in archives if a.slim and id(a) not in failed]
     kept = [a for a in archives if id(a) in failed or not (a.remove or a.slim)]
@@ -368,6 +396,20 @@ def report(archives: list[Archive], problems: list[tuple[Archive, str]], dry_run
                  f"kept {len(kept)}, {human(sum(a.bytes for a in kept))}")
     trouble = f"waypost: {len(problems)} archive(s) could not be removed or slimmed (above)" if problems else None
     return lines, trouble
+
+
+def _archive_line(a: Archive, failed: dict[int, str], removed: str, slimmed: str) -> str:
+    """``report``'s line for one archive (``failed``: id → the problem of
+    those that could not be removed or slimmed)."""
+    why = failed.get(id(a), a.why)
+    if id(a) in failed:
+        head = "not removed" if a.remove else "not slimmed"
+    else:
+        head = removed if a.remove else slimmed if a.slim else "keep"
+    size = f"{human(a.bytes)}, {a.files} file(s)"
+    if a.slim and id(a) not in failed:
+        size = f"{human(a.frees)} of {human(a.bytes)}, {len(a.drop)} of {a.files} file(s)"
+    return f"{head:<12}  {shown(a.path)}  {size}: {why}"
 
 
 def sizes(config: dict, experiments=None, pairs=None) -> list[dict]:

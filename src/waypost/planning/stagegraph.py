@@ -271,16 +271,7 @@ class StageGraph:
         dimension a rule names is one its stages have."""
         for stage in self.stages.values():
             for parts in fanout.checkpoint_parts(stage.instances):
-                source = self.stages.get(parts.stage)
-                if source is None:
-                    raise StageError(f"rule {stage.name}: {parts!r}: no stage {parts.stage!r} (the stages are: "
-                                     f"{', '.join(self.stages)})")
-                if not is_checkpoint(parts.stage):
-                    raise StageError(f"rule {stage.name}: {parts!r}: rule {parts.stage} is not a checkpoint "
-                                     f"(write `checkpoint {parts.stage}:` for a stage whose output decides the parts)")
-                if source.instances is not None:
-                    raise StageError(f"rule {stage.name}: {parts!r}: checkpoint {parts.stage} has instances; "
-                                     "parts come from a checkpoint with one job per experiment (and axis value)")
+                _check_parts(stage.name, parts, self.stages, is_checkpoint)
         for name, helper, needed, upstream, along in self._dim_checks:
             consumer = self.stages[name]
             dims = fanout.dims_of(consumer.instances)
@@ -293,21 +284,7 @@ class StageGraph:
                     raise StageError(f"rule {name}: {helper}: no dimension {missing[0]!r} (rule {name}'s "
                                      f"instances have: {', '.join(dims) or 'no named dimensions'})")
                 continue
-            source = self.known(upstream, name)
-            helper = f"wp.each({upstream!r}, ..., over={list(along) if len(along) > 1 else along[0]!r})"
-            theirs = fanout.dims_of(source.instances)
-            unknown = [d for d in along if d not in theirs]
-            if unknown:
-                raise StageError(f"rule {name}: {helper}: stage {upstream} has no dimension {unknown[0]!r} "
-                                 f"(its dimensions: {', '.join(theirs) or 'none: wp.dims(...) names them'})")
-            kept = [d for d in theirs if d not in along]
-            plain_one = consumer.instances is not None and not dims and len(kept) == 1
-            missing = [d for d in kept if d not in dims]
-            if missing and not plain_one:
-                expected = source.instances.kept_instances(kept)
-                raise StageError(f"rule {name}: {helper}: gathering along {', '.join(along)} keeps "
-                                 f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
-                                 f"instances={expected})")
+            _check_gather(name, consumer, dims, self.known(upstream, name), upstream, along)
 
     def instanced(self) -> list[str]:
         return [name for name, spec in self.stages.items() if spec.instances is not None]
@@ -318,3 +295,37 @@ class StageGraph:
                 "stages": list(self.stages), "funnels": [s for s, spec in self.stages.items() if spec.funnel],
                 "instanced": self.instanced(),
                 "axis": {"word": self.axis.word, "key": self.axis.key} if self.axis else None}
+
+
+def _check_parts(name: str, parts, stages: dict, is_checkpoint) -> None:
+    """A ``wp.parts`` of rule ``name`` names a checkpoint stage without instances."""
+    source = stages.get(parts.stage)
+    if source is None:
+        raise StageError(f"rule {name}: {parts!r}: no stage {parts.stage!r} (the stages are: "
+                         f"{', '.join(stages)})")
+    if not is_checkpoint(parts.stage):
+        raise StageError(f"rule {name}: {parts!r}: rule {parts.stage} is not a checkpoint "
+                         f"(write `checkpoint {parts.stage}:` for a stage whose output decides the parts)")
+    if source.instances is not None:
+        raise StageError(f"rule {name}: {parts!r}: checkpoint {parts.stage} has instances; "
+                         "parts come from a checkpoint with one job per experiment (and axis value)")
+
+
+def _check_gather(name: str, consumer: Stage, dims, source: Stage, upstream: str, along) -> None:
+    """A ``wp.each(upstream, ..., over=along)`` of rule ``name`` (whose
+    instances have ``dims``): ``along`` are dimensions of ``source`` (the
+    upstream stage), and the consumer's instances have those it keeps."""
+    helper = f"wp.each({upstream!r}, ..., over={list(along) if len(along) > 1 else along[0]!r})"
+    theirs = fanout.dims_of(source.instances)
+    unknown = [d for d in along if d not in theirs]
+    if unknown:
+        raise StageError(f"rule {name}: {helper}: stage {upstream} has no dimension {unknown[0]!r} "
+                         f"(its dimensions: {', '.join(theirs) or 'none: wp.dims(...) names them'})")
+    kept = [d for d in theirs if d not in along]
+    plain_one = consumer.instances is not None and not dims and len(kept) == 1
+    missing = [d for d in kept if d not in dims]
+    if missing and not plain_one:
+        expected = source.instances.kept_instances(kept)
+        raise StageError(f"rule {name}: {helper}: gathering along {', '.join(along)} keeps "
+                         f"{', '.join(kept)}, and this stage's instances have no {missing[0]!r} (expected "
+                         f"instances={expected})")

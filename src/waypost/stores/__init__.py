@@ -143,9 +143,9 @@ def _local():
     return local
 
 
-def _bucket():
-    from waypost.stores import bucket
-    return bucket
+def _bucketmoves():
+    from waypost.stores import bucketmoves
+    return bucketmoves
 
 
 _LAZY = {name: module for module, names in (
@@ -158,7 +158,7 @@ _LAZY = {name: module for module, names in (
     (_mounted, ("SETTLE_S", "settle", "lagging")),
     # a stage directory on disk, as a step runner keeps it; checked copies onto disk and within a bucket
     (_local, ("LocalStore", "place_checked")),
-    (_bucket, ("copy_checked",)),
+    (_bucketmoves, ("copy_checked",)),
 ) for name in names}
 
 

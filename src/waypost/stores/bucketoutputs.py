@@ -28,7 +28,7 @@ import shutil
 from waypost.model import manifest
 from waypost.model.layout import is_in_progress
 from waypost.model.locations import SCHEME
-from waypost.stores.bucket import move_into_archive
+from waypost.stores.bucketmoves import move_into_archive
 
 
 class OutputsInBucket:

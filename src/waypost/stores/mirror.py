@@ -45,7 +45,7 @@ from waypost.model.locations import SCHEME, is_bucket_url
 from waypost.model.states import SOUND_INPUTS, SUCCESS
 from waypost.stores import gcs
 from waypost.stores.base import StageStore
-from waypost.stores.bucket import archive_objects
+from waypost.stores.bucketmoves import archive_objects
 from waypost.stores.bucketoutputs import OutputsInBucket, objects_beside
 
 PROVIDER = "waypost"  # the storage plugin: src/snakemake_storage_plugin_waypost
@@ -330,11 +330,11 @@ class BucketWorkspace:
                 places: list[tuple[str, dict]]) -> tuple[str, dict[str, str]]:
         """Bring a reused job's files into the bucket: each (local copy of
         its place, its entry in the source's manifest, whose ``path`` is from
-        ``source_dir`` in ``store``), checked (``bucket.copy_checked``:
+        ``source_dir`` in ``store``), checked (``bucketmoves.copy_checked``:
         server-side from a bucket, checked by crc32c; uploaded from disk,
         checked by sha256). Says how, and gives the crc32c of each copy
         where seen, by its entry's path."""
-        from waypost.stores.bucket import copy_checked
+        from waypost.stores.bucketmoves import copy_checked
         if store.bucket_url is None:   # the source's files are local: checked, then uploaded
             copies = [(store.local_file(source_dir, e["path"]), self.object_name(t), e) for t, e in places]
         else:
