@@ -231,9 +231,31 @@ def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str,
     ``upstream_of`` from experiment ``source`` (under ``source_root``, default
     the pipeline's root), and the problems that forbid it (a source stage
     that isn't a finished SUCCESS)."""
-    from waypost.model import config as wconfig
     from waypost.model import graph
-    from waypost.state import status
+
+    chosen = _pointer_pairs(config, parents, into, upstream_of, pairs)
+    root = source_root or config["root"]
+    stages = [s for s in parents if s in graph.ancestors(parents, upstream_of)]
+    entries, problems = {}, []
+    tree = stores.store_for(root)  # a bucket: one listing, one batch read of the manifests
+    for stage in stages:
+        for pair in chosen:
+            problems += _source_stage_problems(root, source, pair, stage, tree)
+        if source_root:
+            entries[stage] = {pair: layout.stage_dir(root, pair, source, stage) for pair in chosen}
+        elif pairs:
+            entries[stage] = {pair: source for pair in chosen}
+        else:
+            entries[stage] = source
+    return entries, problems
+
+
+def _pointer_pairs(config: dict, parents: dict[str, set[str]], into: str, upstream_of: str,
+                   pairs: list[str] | None) -> list[str]:
+    """The pairs of ``into`` that ``pointers`` writes entries for (``pairs``,
+    default all of its own); ConfigError for an experiment, stage or pair
+    the config doesn't have."""
+    from waypost.model import config as wconfig
 
     experiments = config["experiments"]
     if into not in experiments:
@@ -246,27 +268,23 @@ def pointers(config: dict, parents: dict[str, set[str]], into: str, source: str,
     if unknown:
         raise wconfig.ConfigError(f"pair(s) {', '.join(unknown)} not in experiment {into!r} "
                                   f"(expected some of: {', '.join(experiments[into]['pairs'])})")
-    root = source_root or config["root"]
-    stages = [s for s in parents if s in graph.ancestors(parents, upstream_of)]
-    entries, problems = {}, []
-    tree = stores.store_for(root)  # a bucket: one listing, one batch read of the manifests
-    for stage in stages:
-        for pair in chosen:
-            cell = status.stage_cell(root, source, pair, stage, tree)
-            cells = [cell, *cell.get("instances", {}).values()]
-            unusable = [c["error"] for c in cells if c.get("error")]   # a manifest waypost won't use: why
-            if unusable:
-                problems += unusable
-            elif cell["state"] != "SUCCESS" or any(c.get("provisional") for c in cells):
-                problems.append(f"{layout.stage_dir(root, pair, source, stage)}: {cell['state']}"
-                                + (" (provisional)" if cell["state"] == "SUCCESS" else ""))
-        if source_root:
-            entries[stage] = {pair: layout.stage_dir(root, pair, source, stage) for pair in chosen}
-        elif pairs:
-            entries[stage] = {pair: source for pair in chosen}
-        else:
-            entries[stage] = source
-    return entries, problems
+    return chosen
+
+
+def _source_stage_problems(root: str, source: str, pair: str, stage: str, tree) -> list[str]:
+    """Why one stage of the source experiment can't be reused (none when it
+    is a finished SUCCESS, every instance too)."""
+    from waypost.state import status
+
+    cell = status.stage_cell(root, source, pair, stage, tree)
+    cells = [cell, *cell.get("instances", {}).values()]
+    unreadable = [c["error"] for c in cells if c.get("error")]   # a manifest waypost won't use: why
+    if unreadable:
+        return unreadable
+    if cell["state"] != "SUCCESS" or any(c.get("provisional") for c in cells):
+        return [f"{layout.stage_dir(root, pair, source, stage)}: {cell['state']}"
+                + (" (provisional)" if cell["state"] == "SUCCESS" else "")]
+    return []
 
 
 def write_pointers(path: str, into: str, entries: dict, command: str) -> None:
