@@ -86,7 +86,8 @@ class Next(Enum):
     BACKOFF = "backoff"      # the next series may not start yet (``Series.refusal`` says when)
 
 
-# ``Series._after_a_killed_runner``: neither recorded nor gone on: a new series.
+# ``Series._after_a_killed_runner``, ``Series._after_a_manifest``: neither
+# recorded nor gone on: a new series.
 _NEW_SERIES = "new series"
 
 
@@ -125,31 +126,48 @@ class Series:
     def _start(self, directory: StageDirectory, policy: wpolicy.Policy, life) -> Next:
         running = life.marker or None
         previous = life.manifest
+        retried = self._read_last_record(directory, life, running, previous)
+        if running:
+            found = self._after_a_killed_runner(directory, policy, life, running, retried)
+        elif previous:
+            found = self._after_a_manifest(directory, policy, life, previous, retried)
+        else:
+            found = _NEW_SERIES
+        if found is not _NEW_SERIES:
+            return found
+        return self._begin(directory, policy, running, previous, retried)
+
+    def _read_last_record(self, directory: StageDirectory, life, running: dict | None,
+                          previous: records.Manifest | None) -> bool:
+        """Take what the last runner left (its settings, the series not
+        counted since a reset) and say whether this job is Snakemake
+        retrying it within the same run (Slurm ended the last job, or the
+        policy had ended the series), not a new run."""
         # What the work in the workspace was made under, for attempts that recorded none of their own.
         self.previous_settings = (previous or {}).get("settings")
         if life.error:
             print(f"waypost: {life.error}; archiving it with the old workspace", file=sys.stderr)
         self.base = (previous or {}).get("series_base", 0)
-        # Snakemake retrying this job within the same run (Slurm ended the
-        # last job, or the policy had ended the series), not a new run.
         retried = (running or previous or {}).get("run") == self.run_id
         if retried and directory.remote:
             directory.remote.pull_workspace()   # only the engine's files were fetched
-        if running:
-            found = self._after_a_killed_runner(directory, policy, life, running, retried)
-            if found is not _NEW_SERIES:
-                return found
-        elif previous and retried and previous["state"] != "SUCCESS":
+        return retried
+
+    def _after_a_manifest(self, directory: StageDirectory, policy: wpolicy.Policy, life,
+                          previous: records.Manifest, retried: bool) -> Next | str:
+        """The last runner recorded its series (no running marker): what
+        comes next when that series stands or goes on, else
+        ``_NEW_SERIES`` (its attempts in ``self.history``)."""
+        if retried and previous["state"] != "SUCCESS":
             return self._retried_by_snakemake(previous) if self.rule_retries else Next.DECIDED
-        elif previous and retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
+        if retried and not manifest.verify_outputs(directory.dir, previous, checksums=False):
             return Next.DONE  # the step had finished when Slurm ended the job
-        elif previous and previous.get("goes_on") and policy.cancelled == "resume":
+        if previous.get("goes_on") and policy.cancelled == "resume":
             return self._after_a_cancel(directory, life, previous)
-        elif previous:
-            self.history = list(previous["attempts"])
-            if not self.history:
-                directory.workspace.set_aside_record_without_attempts(previous)
-        return self._begin(directory, policy, running, previous, retried)
+        self.history = list(previous["attempts"])
+        if not self.history:
+            directory.workspace.set_aside_record_without_attempts(previous)
+        return _NEW_SERIES
 
     def _after_a_cancel(self, directory: StageDirectory, life, previous: records.Manifest) -> Next:
         """The last series was cancelled from outside (``goes_on``): it goes

@@ -72,17 +72,54 @@ class StageAttempt:
 
     def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog,
              running_now: str | None) -> records.Attempt:
-        spec, policy, directory, series, action = self.spec, self.policy, self.directory, self.series, self.action
-        # In a scheduler's job (Slurm's) its time limit is the scheduler's to
-        # enforce (and report); in a bundle (several stages in one job) each
-        # stage keeps its own.
-        runtime = None if scheduler.current_job() and not os.environ.get("WAYPOST_BUNDLED") \
-            else policy.runtime_seconds(in_series)
+        directory, series, action = self.directory, self.series, self.action
+        runtime = self._runtime_limit(in_series)
         previous = series.attempts[-1]["state"] if series.attempts else ""
-        worker = workers.worker_env(os.environ, spec.worker_env)
+        worker = workers.worker_env(os.environ, self.spec.worker_env)
+        record = self._begin_record(number, in_series, command, log_rel, script_rel, runtime, worker)
+        env = self._step_env(previous, runtime, worker)
+        oom_before = oom_kills()
+        started = time.monotonic()
+        if directory.remote and _names_urls(command):
+            _announce_urls(command, log)
+        attempt = self._process(env, log, runtime, script_rel, running_now)
+        if directory.remote:
+            with directory.remote.syncing(directory.outputs):
+                returncode = attempt.run()
+        else:
+            returncode = attempt.run()
+        oom_after = oom_kills()
+        if returncode == 0:
+            for path in directory.touched:   # (Snakemake makes them once the job ended; before the outputs are checked)
+                with open(path, "ab"):
+                    os.utime(path)
+        directory.workspace.attempt_ended(record)
+        missing = [p for p in directory.outputs if not os.path.exists(p)] if returncode == 0 else []
+        state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
+        self._record_end(record, state, returncode, attempt, started, missing)
+        record["checks"], exits = self.run_checks(env, log)
+        if exits:
+            record["check_exit_codes"] = exits
+        self.received_signal = attempt.received_signal
+        print(f"waypost: {directory.name} attempt {number} ({action}) ended {state}"
+              + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
+        return record
+
+    def _runtime_limit(self, in_series: int) -> float | None:
+        """The attempt's own time limit. In a scheduler's job (Slurm's) its
+        time limit is the scheduler's to enforce (and report); in a bundle
+        (several stages in one job) each stage keeps its own."""
+        if scheduler.current_job() and not os.environ.get("WAYPOST_BUNDLED"):
+            return None
+        return self.policy.runtime_seconds(in_series)
+
+    def _begin_record(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str,
+                      runtime: float | None, worker: dict) -> records.Attempt:
+        """The attempt's record as it starts, added to the series' history."""
+        spec, series = self.spec, self.series
         resumes = self._resumes_other_settings()
         record = records.attempt(
-            number=number, series=series.number, action=action, start=manifest.now_iso(), run=series.run_id,
+            number=number, series=series.number, action=self.action, start=manifest.now_iso(), run=series.run_id,
             host=manifest.hostname(), job=scheduler.current_job(), command=command,
             worker={"pool": spec.pool, "class": spec.worker_class, **worker}, log=log_rel,
             script=script_rel, runtime_limit_s=runtime, settings=spec.settings,
@@ -90,16 +127,21 @@ class StageAttempt:
             why=series.first[1] if in_series == 1 else None)   # how this series began
         series.history.append(record)
         series.attempts.append(record)
+        return record
 
-        counts = wpolicy.counters(series.attempts)
-        env = self.env(previous, counts, runtime)
+    def _step_env(self, previous: str, runtime: float | None, worker: dict) -> dict:
+        """The step's environment (``env``), with what its worker gives it."""
+        env = self.env(previous, wpolicy.counters(self.series.attempts), runtime)
         env["GPUS"] = worker["GPUS"]
         if worker["WORKSPACE"] is not None:
             env["WORKSPACE"] = str(worker["WORKSPACE"])
-        oom_before = oom_kills()
-        started = time.monotonic()
-        if directory.remote and _names_urls(command):
-            _announce_urls(command, log)
+        return env
+
+    def _process(self, env: dict, log: StepLog, runtime: float | None, script_rel: str,
+                 running_now: str | None) -> Attempt:
+        """The step's process, ready to run (the workspace told that an
+        attempt begins)."""
+        spec, directory = self.spec, self.directory
 
         def heartbeat() -> None:
             directory.heartbeat()
@@ -114,23 +156,15 @@ class StageAttempt:
         directory.workspace.attempt_begins()
         program = [spec.executable, "-c", running_now] if running_now else \
             [spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage else directory.path(script_rel)]
-        attempt = Attempt(program, env, log.growing, runtime,
-                          policy.kill_grace, heartbeat,
-                          started=lambda group: directory.save_running(series, group=group),
-                          orphaned=lambda: log.close(quiet=True), cwd=directory.dir if in_stage else None)
-        if directory.remote:
-            with directory.remote.syncing(directory.outputs):
-                returncode = attempt.run()
-        else:
-            returncode = attempt.run()
-        oom_after = oom_kills()
-        if returncode == 0:
-            for path in directory.touched:   # (Snakemake makes them once the job ended; before the outputs are checked)
-                with open(path, "ab"):
-                    os.utime(path)
-        directory.workspace.attempt_ended(record)
-        missing = [p for p in directory.outputs if not os.path.exists(p)] if returncode == 0 else []
-        state = classify(returncode, attempt, oom_before is not None and oom_after != oom_before, missing)
+        return Attempt(program, env, log.growing, runtime,
+                       self.policy.kill_grace, heartbeat,
+                       started=lambda group: directory.save_running(self.series, group=group),
+                       orphaned=lambda: log.close(quiet=True), cwd=directory.dir if in_stage else None)
+
+    @staticmethod
+    def _record_end(record: records.Attempt, state: str, returncode: int, attempt: Attempt, started: float,
+                    missing: list[str]) -> None:
+        """Fill in how the attempt's step ended (its checks aside)."""
         record.update({
             "state": state,
             "exit_code": returncode if returncode >= 0 else None,
@@ -140,13 +174,6 @@ class StageAttempt:
         })
         if missing:
             record["error"] = "command exited 0 but did not write: " + ", ".join(missing)
-        record["checks"], exits = self.run_checks(env, log)
-        if exits:
-            record["check_exit_codes"] = exits
-        self.received_signal = attempt.received_signal
-        print(f"waypost: {directory.name} attempt {number} ({action}) ended {state}"
-              + (f" [{record['error']}]" if missing else ""), file=sys.stderr)
-        return record
 
     def _resumes_other_settings(self) -> dict | None:
         """When this attempt goes on with the work an earlier one left in the
