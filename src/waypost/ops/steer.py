@@ -265,8 +265,31 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
     check_names(config, experiments, pairs, stage)
     instances = _instances(instance)
     tree = stores.store_for(config["root"])
+    found = _unsucceeded(tree, config, stage, experiments or list(config["experiments"]), pairs, instances)
+    if not found:
+        raise SteerError(f"nothing to retry: no stage {_what(stage, instances)} that ended "
+                         "without success" + (f" for pair(s) {', '.join(pairs)}" if pairs else ""))
+    busy = [f"{d} ({live.where})" for d, _ in found for live in [lifecycle.read(tree, d).live] if live]
+    if busy:
+        raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
+    done = []
+    for directory, data in found:
+        last_no = max(a.get("series", 1) for a in data["attempts"])
+        what = ("given up" if data.get("given_up") else
+                f"waiting until {data['next_series_after']}" if data.get("next_series_after") else data["state"])
+        then = _next_series(config, data, last_no)
+        if not dry_run:
+            _reset_series_count(tree, directory, data, last_no)
+        done.append((tree.key(directory), what, then))
+    return done
+
+
+def _unsucceeded(tree, config: dict, stage: str, experiments: list[str], pairs: list[str] | None,
+                 instances: list[str]) -> list[tuple[str, dict]]:
+    """(dir, manifest) of each selected stage whose manifest says it ended
+    without success, after at least one attempt."""
     found = []
-    for directory in _stage_dirs(tree, config, stage, experiments or list(config["experiments"]), pairs, instances):
+    for directory in _stage_dirs(tree, config, stage, experiments, pairs, instances):
         try:
             data = tree.manifest(directory)
         except manifest.ManifestError:
@@ -276,33 +299,29 @@ def retry(config: dict, stage: str, experiments: list[str] | None = None, pairs:
         if data and data["state"] != "SUCCESS" and data.get("attempts") \
                 and all(data.get(k) for k in ("experiment", "pair", "stage")):
             found.append((directory, data))
-    if not found:
-        raise SteerError(f"nothing to retry: no stage {_what(stage, instances)} that ended "
-                         "without success" + (f" for pair(s) {', '.join(pairs)}" if pairs else ""))
-    busy = [f"{d} ({live.where})" for d, _ in found for live in [lifecycle.read(tree, d).live] if live]
-    if busy:
-        raise SteerError("an attempt is running in " + "; ".join(busy) + "; nothing was changed")
-    done = []
-    for directory, data in found:
-        spent = max(a.get("series", 1) for a in data["attempts"])
-        what = ("given up" if data.get("given_up") else
-                f"waiting until {data['next_series_after']}" if data.get("next_series_after") else data["state"])
-        last_no = max(a.get("series", 1) for a in data["attempts"])
-        policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
-                                                   data.get("instance"))["policy"])
-        start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
-        then = f"{describe_start(policy, start.action, start.rerun, in_place=outputs_elsewhere(data))}: {start.why}"
-        if not dry_run:
-            record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
-            record["series_base"] = spent
-            record["reason"] = f"{data.get('reason') or data['state']}; series count reset by waypost retry"
-            tree.write_manifest(directory, record)
-            _forget_hold(tree, directory)
-            if any(tree.exists(layout.join(directory, o)) for o in _declared_outputs(tree, directory)):
-                # placeholders a funnel went on over: the planner must force the job
-                tree.write_marker(layout.join(directory, layout.UNFINISHED), f"{data['state']}\n")
-        done.append((tree.key(directory), what, then))
-    return done
+    return found
+
+
+def _next_series(config: dict, data: dict, last_no: int) -> str:
+    """How the next run begins the stage's next series (its policy over
+    series ``last_no``, the last), and why."""
+    policy = Policy.from_config(stage_settings(config, data["experiment"], data["pair"], data["stage"],
+                                               data.get("instance"))["policy"])
+    start = begin_series(policy, [a for a in data["attempts"] if a.get("series", 1) == last_no])
+    return f"{describe_start(policy, start.action, start.rerun, in_place=outputs_elsewhere(data))}: {start.why}"
+
+
+def _reset_series_count(tree, directory: str, data: dict, spent: int) -> None:
+    """Rewrite the stage's manifest so the ``spent`` series so far don't
+    count (no longer given up nor waiting), its hold forgotten."""
+    record = {k: v for k, v in data.items() if k not in ("given_up", "next_series_after")}
+    record["series_base"] = spent
+    record["reason"] = f"{data.get('reason') or data['state']}; series count reset by waypost retry"
+    tree.write_manifest(directory, record)
+    _forget_hold(tree, directory)
+    if any(tree.exists(layout.join(directory, o)) for o in _declared_outputs(tree, directory)):
+        # placeholders a funnel went on over: the planner must force the job
+        tree.write_marker(layout.join(directory, layout.UNFINISHED), f"{data['state']}\n")
 
 
 def _declared_outputs(tree, directory: str) -> list[str]:
