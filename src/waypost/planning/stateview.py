@@ -83,14 +83,12 @@ class StateView:
         experiment where its outputs were placed by hand) can make it rerun;
         a job that gets them has an output missing, so it runs whatever their
         timestamps. waypost's own markers count in both modes, whatever
-        Snakemake's metadata says (``markers``): a stage left unfinished is
+        Snakemake's metadata says (``Presence.marked``): a stage left unfinished is
         forced to run again; a provisional one gets its inputs, so it is
         redone when one of them is. A reused job needs nothing upstream."""
         if self.resolver.reused_from(stage, values):
             return False
-        record = Job(rule=stage, record_dir=self.location(self.own_files(stage)[0].format(**values)),
-                     wildcards=values)   # (its outputs: only when asked if they are there)
-        redo, recheck = self.root_state.marked(record)
+        redo, recheck = self.root_state.marked(self.job(stage, values, []))   # (outputs: made when asked of)
         if not reads:   # a stage that reads nothing: only an attempt to redo is said
             return False
         changed = self.graph.stages[stage].gathers and not redo and self.set_changed(stage, values) is not None
