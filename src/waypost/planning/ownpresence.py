@@ -2,8 +2,10 @@
 Snakemake's timestamps say (``StateView.needs_inputs`` for stages).
 
 - **Presence mode**, where the config asks for it (``rerun_policy: presence``
-  written in it): a job whose outputs are all there is done, as a stage's
-  is. Without it such rules keep plain Snakemake's answer, so adding
+  written in it): a job is done as a stage's is (``presence.Presence.done``),
+  unless ``--forcerun``/``--forceall`` is given at all (then Snakemake's own
+  answer), or an output another rule can make too is not this job's by its
+  record. Without it such rules keep plain Snakemake's answer, so adding
   waypost to a Snakefile changes no job (docs/own-snakefile.md).
 - **An adopted job** (``waypost adopt``: outputs made by hand), in either
   mode: done while its outputs are all there, so an input newer than the
@@ -25,7 +27,7 @@ import sys
 
 from waypost import stores
 from waypost.model import layout
-from waypost.model.job import outputs_base
+from waypost.model.job import Job, outputs_base
 from waypost.model.layout import MANIFEST
 
 
@@ -34,7 +36,8 @@ class OwnPresence:
     (``presence``: the config asks for presence mode)."""
 
     def __init__(self, state, root: str, experiment: str | None, presence: bool = True):
-        self.state, self.root, self.experiment, self.presence = state, root, experiment, presence
+        self.snake, self.root_state = state.snake, state.root_state   # (the planning's ``StateView``'s)
+        self.root, self.experiment, self.presence = root, experiment, presence
         self._adopted: dict[str, bool] = {}   # record → done, for adopted jobs decided this planning
 
     def done(self, rule: str, values: dict, outputs, inputs=None) -> bool:
@@ -46,7 +49,7 @@ class OwnPresence:
         downstream of them)? A record with an attempt to redo forces the
         job. An adopted job: ``adopted_done`` (``inputs``: a function
         giving the job's input paths, for what the run says of it)."""
-        asked = self.state.snake.forced_rules()
+        asked = self.snake.forced_rules()
         if asked is None:   # (at parse time: nothing is decided yet)
             return False
         experiment, instance = layout.own_job(values, self.experiment)
@@ -55,19 +58,15 @@ class OwnPresence:
             return self.adopted_done(rule, record, instance, _listed(outputs), inputs, asked)
         if not self.presence or asked[0] or asked[1]:
             return False
-        redo, recheck = self.state.markers(record)
-        if redo:
-            self.state.snake.force(rule, values)
-        if redo or recheck:
-            return False
         outputs = _listed(outputs)
-        if not all(map(self._there, outputs)):
+        if not self.root_state.done(Job.in_own_layout(rule, record, outputs, wildcards=values,
+                                                      experiment=experiment, instance=instance)):
             return False
         # An output another rule can make too is this job's only if its
         # record says so: else it keeps its inputs, and Snakemake picks the
         # file's producer as it does without waypost (a rule whose inputs it
         # can't find is not one).
-        return not self.state.snake.made_by_another_rule(rule, outputs) or self.state.recorded(record) is not None
+        return not self.snake.made_by_another_rule(rule, outputs) or self.root_state.recorded(record) is not None
 
     def adopted_done(self, rule: str, record: str, instance: str | None, outputs: list[str], inputs,
                      asked: tuple[bool, list[str]]) -> bool:
@@ -79,7 +78,7 @@ class OwnPresence:
         function is asked again as the DAG grows."""
         if record in self._adopted:
             return self._adopted[record]
-        done = all(map(self._there, outputs))
+        done = all(map(self.root_state.present, outputs))
         if done and (asked[0] or rule in asked[1]):
             self._set_aside(rule, record, "--forceall" if asked[0] else "--forcerun")
             done = False
@@ -99,11 +98,11 @@ class OwnPresence:
         runs. A run that runs no job (a dry run, ``--touch``, ``--dag``,
         ``--summary``) only says it would."""
         name = record if stores.is_bucket_url(record) else os.path.relpath(record)
-        if not self.state.snake.runs_jobs():
+        if not self.snake.runs_jobs():
             print(f"waypost: {name}: adopted by hand; {flag} redoes it: its record and outputs would be set "
                   f"aside in its .attempts/ first", file=sys.stderr)
             return
-        archived = _keep_aside(record, self.state.recorded(record))
+        archived = _keep_aside(record, self.root_state.recorded(record))
         print(f"waypost: {name}: adopted by hand; {flag} redoes it: its record and outputs set aside in "
               f"{archived} first", file=sys.stderr)
 
@@ -118,14 +117,7 @@ class OwnPresence:
                         return False
             except OSError:
                 return False
-        return _is_adopted(self.state.recorded(record))
-
-    def _there(self, path: str) -> bool:
-        """Is an output there (on a gs:// root, in the planning's one listing of it)?"""
-        if not stores.is_bucket_url(path):
-            return os.path.exists(path)
-        name = path[len(stores.SCHEME):].rstrip("/")
-        return name in stores.listing(self.root) or name in stores.directories(self.root)
+        return _is_adopted(self.root_state.recorded(record))
 
 
 def _keep_aside(record: str, data: dict) -> str | None:

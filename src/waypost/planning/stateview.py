@@ -1,11 +1,10 @@
 """The state view: the planning's questions, answered from the root as it
 is when the DAG is built.
 
-Is a job done (its outputs present, nothing marked to redo)? Is it to be
-forced: an attempt left open, a set of inputs that changed, parts made
-anew? Which outputs are the default run's targets? Each stage directory's
-lifecycle is read once per planning from one snapshot store over the root
-(a bucket root: its one listing). Jobs' values are plain dicts of their
+Is a stage's job done (``presence.Presence.done``, asked of its ``Job``)?
+Is it to be forced: an attempt left open, a set of inputs that changed,
+parts made anew, a rule that ``--forcerun``/``--forceall`` forces upstream?
+Which outputs are the default run's targets? Jobs' values are plain dicts of their
 wildcards; what it needs from Snakemake it asks ``snake`` (``waypost.planning.wiring.snake``).
 """
 
@@ -15,37 +14,41 @@ import sys
 
 from waypost import stores
 from waypost.model import events, layout, manifest
-from waypost.model.records import Manifest, made_here
+from waypost.model.job import Job
+from waypost.model.records import made_here
 from waypost.planning import fanout
-from waypost.planning.mountlag import MountLag
+from waypost.planning.presence import Presence
 from waypost.planning.resolver import Resolver
-from waypost.state import lifecycle
 
 
 class StateView:
     def __init__(self, graph, resolver: Resolver, snake, fanout, root: str, mirror: str | None, presence: bool):
         self.graph, self.resolver, self.snake, self.fanout = graph, resolver, snake, fanout
         self.root, self.mirror, self.presence = root, mirror, presence
-        self._lives: dict[str, lifecycle.Life] = {}
-        self._nothing: set[str] = set()   # stage directories not there, or empty
-        self._store = None   # the root's store, for a root read directory by directory (life)
+        # its jobs' records and outputs: whether a job is done (its markers, read once per planning)
+        self.root_state = Presence(snake, root, mirror)
+        self.markers, self.recorded = self.root_state.markers, self.root_state.recorded
         self._set_changes: dict[str, str | None] = {}   # stage dir → how its set of inputs changed
         self._forced: set | None = None   # see forced_stages
         self._pending: dict = {}   # checkpoint outputs that instances wait for (see stage_outputs)
         self._own: dict[str, tuple] = {}
         self._reuse = None   # see reuse_plan
-        self._mount_lag = MountLag()   # on a bucket mount: waits for what it lists late
 
     # --- files ---------------------------------------------------------------
+    def location(self, path: str) -> str:
+        """Where a stage file (a path as rules write it) is: on a gs:// root, its URL."""
+        return path if self.mirror is None else layout.join(self.root, path)
+
     def present(self, path: str) -> bool:
-        """Does a stage file (a path as rules write it) exist? On a gs://
-        root: is it in the one listing of the root this planning makes."""
-        if self.mirror is None:
-            import os
-            return os.path.exists(path)
-        url = layout.join(self.root, path)
-        # (or a directory() output: objects below it)
-        return stores.listed(url) or stores.filesystem(url)[1] in stores.directories(self.root)
+        """Does a stage file (a path as rules write it) exist (``Presence.present``)?"""
+        return self.root_state.present(self.location(path))
+
+    def job(self, stage: str, values: dict, paths: list[str] | None = None) -> Job:
+        """A stage's job (``paths``: its outputs, when made already), its
+        record directory and outputs where they are (``location``)."""
+        paths = self.outputs(stage, values) if paths is None else paths
+        return Job(rule=stage, record_dir=self.location(self.own_files(stage)[0].format(**values)),
+                   outputs=tuple(map(self.location, paths)), wildcards=values)
 
     def own_files(self, stage: str) -> tuple[str, list[tuple[str, bool]]]:
         """``str.format`` patterns of a stage's directory and of its outputs,
@@ -54,47 +57,6 @@ class StateView:
             stage_dir = self.graph.own_path(self.graph.stages[stage], "")
             self._own[stage] = (stage_dir.rstrip("/"), self.snake.output_patterns(stage))
         return self._own[stage]
-
-    def life(self, stage_dir: str) -> lifecycle.Life:
-        """The lifecycle of a stage directory (a path as rules write it; on
-        a bucket root, relative to it), read once per planning: files don't
-        change while the DAG is built."""
-        if stage_dir not in self._lives:
-            if self.mirror is None:
-                if self._store is None:   # one store over the root for the whole planning, listing
-                    # each directory once (a stage directory not there is known from its parent's;
-                    # an unknown mount: said once)
-                    self._store = stores.store_for(self.root, snapshot=True)
-                life = lifecycle.read(self._store, stage_dir)
-                if not life.entries:   # nothing there (kept as a name only: fewer objects)
-                    self._nothing.add(stage_dir)
-                    return life
-                if self._store.bucket_url is not None:
-                    self._mount_lag.wait_for(life)
-                self._lives[stage_dir] = life
-            else:
-                url = stores.resolve(self.root, stage_dir)
-                self._lives[stage_dir] = lifecycle.read(stores.over(url), url)
-        return self._lives[stage_dir]
-
-    def markers(self, stage_dir: str) -> tuple[bool, bool]:
-        """(redo, recheck) of a stage directory (``lifecycle.Life.redo`` /
-        ``recheck``): an attempt left open, or a series whose next one is
-        due, is redone; a stage made over parents that did not succeed, or
-        in its backoff, has its inputs looked at again."""
-        if stage_dir in self._nothing:
-            return False, False
-        life = self.life(stage_dir)
-        return life.redo, life.recheck
-
-    def recorded(self, stage_dir: str) -> Manifest | None:
-        """A stage directory's manifest; None when there is none or it can't be read."""
-        if stage_dir in self._nothing:
-            return None
-        try:
-            return self.life(stage_dir).manifest
-        except (OSError, stores.StorageError):
-            return None
 
     # --- what is to be redone ------------------------------------------------
     def forced_stages(self) -> set[str]:
@@ -121,22 +83,19 @@ class StateView:
         experiment where its outputs were placed by hand) can make it rerun;
         a job that gets them has an output missing, so it runs whatever their
         timestamps. waypost's own markers count in both modes, whatever
-        Snakemake's metadata says (``markers``): a stage left unfinished is
+        Snakemake's metadata says (``Presence.marked``): a stage left unfinished is
         forced to run again; a provisional one gets its inputs, so it is
         redone when one of them is. A reused job needs nothing upstream."""
         if self.resolver.reused_from(stage, values):
             return False
-        dir_pattern = self.own_files(stage)[0]
-        redo, recheck = self.markers(dir_pattern.format(**values))
+        redo, recheck = self.root_state.marked(self.job(stage, values, []))   # (outputs: made when asked of)
         if not reads:   # a stage that reads nothing: only an attempt to redo is said
-            if redo:
-                self.snake.force(stage, values)
             return False
         changed = self.graph.stages[stage].gathers and not redo and self.set_changed(stage, values) is not None
-        if redo or changed:
+        if changed:
             self.snake.force(stage, values)
         return not (self.presence and not (redo or recheck or changed or stage in self.forced_stages())
-                    and not self.missing(stage, values))
+                    and self.root_state.done(self.job(stage, values)))
 
     def parts_changed(self, stage: str, values: dict) -> bool:
         """Presence mode: is a done job of a stage made from a checkpoint's
@@ -211,13 +170,11 @@ class StateView:
 
     def missing(self, stage: str, values: dict, paths: list[str] | None = None) -> list[str]:
         """The outputs of a stage job (``paths``, when made already) that
-        are not there. Every output is in the stage's directory, so where
-        that directory is absent or empty (read once per planning, as for
-        its markers) none is looked up."""
+        are not there (``Presence.missing``), as rules write them."""
         paths = self.outputs(stage, values) if paths is None else paths
-        if self.mirror is None and self._empty(self.own_files(stage)[0].format(**values)):
-            return paths
-        return [path for path in paths if not self.present(path)]
+        job = self.job(stage, values, paths)
+        path_of = dict(zip(job.outputs, paths))
+        return [path_of[location] for location in self.root_state.missing(job)]
 
     def stage_outputs(self):
         """(stage, job, outputs) of every stage job of ``jobs``."""
@@ -274,19 +231,13 @@ class StateView:
         if self.mirror is not None or self.resolver.is_reused(stage) \
                 or fanout.checkpoint_parts(self.graph.stages[stage].instances) or stage in self.fanout.after:
             return False
-        return all(self._empty(stage_dir) for stage_dir in self._stage_dirs(stage))
+        return all(map(self.root_state.empty, self._stage_dirs(stage)))
 
     def _stage_dirs(self, stage: str):
         """The stage directory of every job of ``stage``, in every experiment and axis value."""
         dir_pattern = self.own_files(stage)[0]
         for _, job in self.jobs(everything=True, only=stage):
             yield dir_pattern.format(**job["wildcards"])
-
-    def _empty(self, stage_dir: str) -> bool:
-        """Is a stage directory on a local root absent or empty (read once, by ``life``)?"""
-        if stage_dir not in self._nothing and stage_dir not in self._lives:
-            self.life(stage_dir)
-        return stage_dir in self._nothing
 
     def reuse_problems(self) -> list[str]:
         """Why the reuse sources of stages still to be done can't be used:
