@@ -170,9 +170,10 @@ class Job:
                                 f"{len(self.outputs)}: they can't be matched position by position")
         # where each of the source's declared outputs goes (from the base)
         places = {rel: self.relative(out) for rel, out in zip(declared, self.outputs)}
+        folders = {os.path.dirname(rel): os.path.dirname(target) for rel, target in places.items()}
         found = []
         for entry in data.get("outputs") or ():
-            target = _place_by_position(entry, places)
+            target = _place_by_position(entry, places, folders)
             if target is not None:   # (else a side file of a directory this job doesn't have)
                 found.append((os.path.join(self.base, target), entry))
         there = {self.relative(target) for target, _ in found}
@@ -184,16 +185,16 @@ class Job:
         return found
 
 
-def _place_by_position(entry: Mapping[str, Any], places: dict[str, str]) -> str | None:
+def _place_by_position(entry: Mapping[str, Any], places: dict[str, str], folders: dict[str, str]) -> str | None:
     """Where a source's file (its manifest's ``entry``) goes, from the
     job's outputs' base (``places``: each declared output of the source's
     to this job's at its position): a declared output to its own; a side
-    file into the directory that holds the output at the same position; a
+    file into the directory that holds the output at the same position
+    (``folders``: each declared output's directory to its target's); a
     file of a ``directory()`` output below the job's. None: nowhere."""
     rel = entry["path"]
     if rel in places:
         return places[rel]
-    folders = {os.path.dirname(declared): os.path.dirname(target) for declared, target in places.items()}
     if entry.get("side") and os.path.dirname(rel) in folders:
         return os.path.join(folders[os.path.dirname(rel)], os.path.basename(rel))
     inside = next((d for d in places if rel.startswith(d + "/")), None)   # in a directory() output

@@ -94,8 +94,9 @@ class StateView:
         changed = self.graph.stages[stage].gathers and not redo and self.set_changed(stage, values) is not None
         if changed:
             self.snake.force(stage, values)
+        # (done, its markers read above: every output there)
         return not (self.presence and not (redo or recheck or changed or stage in self.forced_stages())
-                    and self.root_state.done(self.job(stage, values)))
+                    and not self.root_state.missing(self.job(stage, values)))
 
     def parts_changed(self, stage: str, values: dict) -> bool:
         """Presence mode: is a done job of a stage made from a checkpoint's

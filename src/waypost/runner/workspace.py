@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 from waypost import stores
 from waypost.model import locations, manifest, records
-from waypost.model.layout import ATTEMPTS
+from waypost.model.layout import ATTEMPTS, MANIFEST
 
 
 def _remove(paths: list[str]) -> None:
@@ -193,9 +194,6 @@ class OutputsInPlace(RecordWorkspace):
         aside in the record's ``.attempts/N/`` first, and says so, so a
         record is never replaced unkept (the new manifest's attempts are the
         history of the others)."""
-        import sys
-
-        from waypost.model.layout import MANIFEST
         d = self.directory
         tree = stores.store_for(d.stage_dir, quiet=True)
         archived = tree.archive_from(d.stage_dir, d.stage_dir, [MANIFEST])
