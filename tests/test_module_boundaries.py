@@ -21,8 +21,16 @@ from conftest import REPO
 
 SRC = REPO / "src" / "waypost"
 #: Snakemake's plugins for waypost: adapters over waypost's layers, which
-#: none of them imports, and which don't import one another.
-PLUGINS = ("snakemake_executor_plugin_waypost", "snakemake_logger_plugin_waypost", "snakemake_storage_plugin_waypost")
+#: none of them imports, and which don't import one another. Any package
+#: named ``snakemake_KIND_plugin_waypost[_MORE]`` is one (a scheduler's
+#: executor adapter beside Slurm's included), checked without being listed.
+PLUGINS = tuple(sorted(p.name for p in (REPO / "src").glob("snakemake_*_plugin_waypost*") if p.is_dir()))
+#: The executor plugin's modules that are written once for any scheduler
+#: (docs/architecture.md): another scheduler's executor adapter
+#: (``snakemake_executor_plugin_waypost_NAME``) is built over them, and so
+#: may import them; nothing else of a plugin is another's to import.
+EXECUTOR_CORE = ("snakemake_executor_plugin_waypost.execution", "snakemake_executor_plugin_waypost.rounds",
+                 "snakemake_executor_plugin_waypost.stagejobs", "snakemake_executor_plugin_waypost.bundles")
 #: The one package of waypost that touches Snakemake's objects, its plugins'
 #: included (the plugins are Snakemake's side), and its one module that
 #: touches Snakemake's private parts and globals.
@@ -66,6 +74,17 @@ def _top(module: str) -> str:
     return module.split(".")[0]
 
 
+def is_plugin(name: str) -> bool:
+    """Is a top-level package (a module's first name) one of waypost's Snakemake plugins?"""
+    return name in PLUGINS or (name.startswith("snakemake_") and "_plugin_waypost" in name)
+
+
+def _executor_adapter_over_core(plugin: str, module: str) -> bool:
+    """A scheduler's executor adapter importing the executor's shared core."""
+    return (plugin.startswith("snakemake_executor_plugin_waypost_")
+            and any(module == core or module.startswith(core + ".") for core in EXECUTOR_CORE))
+
+
 def snakemake_imports(path: Path) -> list[str]:
     return [name for _, name in imported_names(path) if _top(name) == "snakemake"]
 
@@ -74,7 +93,7 @@ def waypost_imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every import of waypost, a plugin, a relative one
     or one the check can't read."""
     return [(line, name) for line, name in imported_names(path)
-            if _top(name) == "waypost" or name in ("(relative)", "(dynamic)") or _top(name) in PLUGINS]
+            if _top(name) == "waypost" or name in ("(relative)", "(dynamic)") or is_plugin(_top(name))]
 
 
 def layer_of(module: str) -> str | None:
@@ -99,7 +118,7 @@ def upward_imports(src: Path) -> list[str]:
                 wrong.append(f"{rel}:{line}: a relative import (spell it waypost.LAYER.module)")
             elif module == "(dynamic)":
                 wrong.append(f"{rel}:{line}: an import of a name the check can't read (import it by name)")
-            elif _top(module) in PLUGINS and not in_wiring(rel):   # (Snakemake's side: the wiring's to touch)
+            elif is_plugin(_top(module)) and not in_wiring(rel):   # (Snakemake's side: the wiring's to touch)
                 wrong.append(f"{rel}:{line}: imports Snakemake's plugin {module}")
             elif here is None:
                 continue
@@ -111,22 +130,24 @@ def upward_imports(src: Path) -> list[str]:
 
 
 def plugin_imports(src: Path) -> list[str]:
-    """Every import in a plugin package (the folders of ``src`` named in
-    PLUGINS) of another plugin, or of a name the check can't read."""
+    """Every import in a plugin package (the folders of ``src`` named as
+    plugins are) of another plugin (but for a scheduler's executor adapter
+    importing the executor's shared core), or of a name the check can't read."""
     wrong = []
-    for plugin in PLUGINS:
+    for plugin in sorted(p.name for p in src.iterdir() if p.is_dir() and is_plugin(p.name)):
         for path in sorted((src / plugin).rglob("*.py")):
             for line, module in imported_names(path):
                 if module == "(dynamic)":
                     wrong.append(f"{path.relative_to(src)}:{line}: an import of a name the check can't read")
-                elif _top(module) in PLUGINS and _top(module) != plugin:
+                elif is_plugin(_top(module)) and _top(module) != plugin \
+                        and not _executor_adapter_over_core(plugin, module):
                     wrong.append(f"{path.relative_to(src)}:{line}: imports another plugin, {module}")
     return wrong
 
 
 def store_module_imports(root: Path) -> list[str]:
     """Every import, in waypost outside ``stores/`` or in a plugin (the
-    folders of ``root``: ``waypost`` and those named in PLUGINS), of one of
+    folders of ``root``: ``waypost`` and the plugins'), of one of
     the stores' modules (``waypost.stores.gcs``, ``from waypost.stores
     import gcs``, an ``import_module`` of one): the rest of waypost asks the
     package, ``waypost.stores``, which asks the root's backend
@@ -137,7 +158,7 @@ def store_module_imports(root: Path) -> list[str]:
     wrong = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if rel.parts[0] not in ("waypost", *PLUGINS) or rel.parts[:2] == ("waypost", "stores") or "template" in rel.parts:
+        if (rel.parts[0] != "waypost" and not is_plugin(rel.parts[0])) or rel.parts[:2] == ("waypost", "stores") or "template" in rel.parts:
             continue
         found = {(line, ".".join(module.split(".")[:3])) for line, module in imported_names(path)
                  if module.split(".")[:2] == ["waypost", "stores"] and module.count(".") >= 2
@@ -258,6 +279,26 @@ def test_the_plugin_check_sees_a_plugin_importing_another(tmp_path):
         "snakemake_storage_plugin_waypost/__init__.py:2: imports another plugin, snakemake_executor_plugin_waypost",
         "snakemake_storage_plugin_waypost/__init__.py:2: imports another plugin, "
         "snakemake_executor_plugin_waypost.bundles"]
+
+
+def test_a_second_schedulers_adapter_may_build_on_the_executor_core_alone(tmp_path):
+    """Another scheduler's executor adapter (docs/architecture.md: a module
+    in ``scheduler/`` and a thin adapter) needs no allowance here: it is
+    found by its name, may import the executor's shared core, and nothing
+    else of another plugin."""
+    _plant(tmp_path, {"snakemake_executor_plugin_waypost_pbs/__init__.py":
+                          "from snakemake_executor_plugin_waypost.execution import WaypostExecution\n"
+                          "from snakemake_executor_plugin_waypost.rounds import StatusRounds\n"
+                          "from snakemake_executor_plugin_waypost.slurm_private import submit\n"
+                          "from snakemake_logger_plugin_waypost import LogHandler\n"})
+    assert plugin_imports(tmp_path) == [
+        "snakemake_executor_plugin_waypost_pbs/__init__.py:3: imports another plugin, "
+        "snakemake_executor_plugin_waypost.slurm_private",
+        "snakemake_executor_plugin_waypost_pbs/__init__.py:3: imports another plugin, "
+        "snakemake_executor_plugin_waypost.slurm_private.submit",
+        "snakemake_executor_plugin_waypost_pbs/__init__.py:4: imports another plugin, snakemake_logger_plugin_waypost",
+        "snakemake_executor_plugin_waypost_pbs/__init__.py:4: imports another plugin, "
+        "snakemake_logger_plugin_waypost.LogHandler"]
 
 
 def test_only_the_stores_import_their_modules():

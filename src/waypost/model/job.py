@@ -13,6 +13,7 @@ leaves beside its outputs is its workspace or its side files.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -134,6 +135,18 @@ class Job:
             return {}
         return {"outputs_dir": self.outputs_dir, "wildcards": dict(self.wildcards),
                 "declared": [self.relative(o) for o in self.outputs]}
+
+    def marker_fields(self) -> dict[str, Any]:
+        """What its running marker says of its outputs' place beyond their
+        paths: nothing for a ``wp.out`` stage; a rule in its own layout's
+        ``outputs_dir``."""
+        return {} if self.outputs_in_record else {"outputs_dir": self.outputs_dir}
+
+    def catalog_wildcards(self) -> str | None:
+        """Its wildcards as the catalog keeps them (JSON): a rule in its own
+        layout's job is named by them; a stage's by experiment, pair and
+        instance (None)."""
+        return None if self.outputs_in_record else json.dumps(dict(self.wildcards))
 
     # --- what a reuse brings where ------------------------------------------------------
     def places_of(self, source: str, data: Mapping[str, Any], temporary: tuple[str, ...] = ()) -> list[tuple[str, dict]]:

@@ -23,7 +23,7 @@ from waypost.model.config import check_instance_names, check_names, match_instan
 from waypost.model.config import reuse_source as config_reuse_source
 from waypost.model.config import source_of_instance as config_source_of_instance
 from waypost.model.errors import WaypostError
-from waypost.model.job import outputs_base, outputs_elsewhere
+from waypost.model.job import Job, outputs_elsewhere
 from waypost.model.policy import Policy, begin_series, describe_start
 from waypost.state import lifecycle
 
@@ -37,9 +37,9 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
     input, or that were reused from it (another experiment's copy: reuse
     crosses experiments, so ``experiments`` should be all of the config's)."""
     consumers: dict[str, set[str]] = {}
-    # Rules in their own layout: their jobs' records list inputs by path (as
-    # Snakemake gave them, from its working directory: this command's), and
-    # their outputs from the record's ``outputs_dir``.
+    # An input whose producer was not known as the job ran is listed by path
+    # alone (as Snakemake gave it, from its working directory: this
+    # command's); its producer is the job whose record lists that file.
     made_by: dict[str, str] = {}
     inputs_of: dict[str, set[str]] = {}
     for directory in tree.manifest_dirs():
@@ -47,20 +47,19 @@ def _consumers(tree, experiments: list[str]) -> dict[str, set[str]]:
         if len(parts) < 3 or parts[1] not in experiments:
             continue
         try:
-            data = tree.manifest(directory)
+            data = tree.manifest(directory) or {}
         except manifest.ManifestError:
             continue
-        for item in (data or {}).get("inputs", []):
+        for item in data.get("inputs", []):
             if item.get("manifest"):
                 producer = tree.key(os.path.dirname(item["manifest"]))
                 consumers.setdefault(producer, set()).add(tree.key(directory))
-            elif outputs_elsewhere(data) and item.get("path"):   # a rule in its own layout's input
+            elif item.get("path"):
                 inputs_of.setdefault(os.path.abspath(item["path"]), set()).add(tree.key(directory))
-        if outputs_elsewhere(data):
-            base = os.path.abspath(outputs_base(directory, data))
-            made_by.update({os.path.join(base, out["path"]): tree.key(directory)
-                            for out in data.get("outputs", []) if not out.get("side")})
-        if (data or {}).get("reused_from"):
+        job = Job.of_record(directory, data)
+        made_by.update({os.path.abspath(job.output_path(out["path"])): tree.key(directory)
+                        for out in data.get("outputs", []) if not out.get("side")})
+        if data.get("reused_from"):
             consumers.setdefault(tree.key(data["reused_from"]), set()).add(tree.key(directory))
     for path, readers in inputs_of.items():
         if path in made_by:

@@ -250,7 +250,7 @@ class OutputsInPlace(RecordWorkspace):
     def marker_fields(self) -> dict:
         """Its outputs' place, and what was beside them as the attempt under way began."""
         d = self.directory
-        fields = {"outputs_dir": d.job.outputs_dir}
+        fields = d.job.marker_fields()
         if self._before is not None:
             fields["before"] = d.relative(self._before)
         return fields

@@ -119,8 +119,7 @@ def take(step) -> int:
     marker = records.marker(pid=os.getpid(), host=manifest.hostname(), run=os.environ.get(manifest.RUN_ID_ENV),
                             series=1, series_base=0, outputs=[job.relative(target) for target, _ in places],
                             job=scheduler.current_job(), attempts=[])
-    if job.outputs_dir:   # (as an attempt's marker says it: where its outputs are)
-        marker["outputs_dir"] = job.outputs_dir
+    marker.update(job.marker_fields())   # (as an attempt's marker says it: where its outputs are)
     manifest.write_json_atomic(running, records.checked("marker", marker, running), durable=False)
     try:
         how, crc32cs = bring(remote, job, Job.of_record(source, data).base, places)
