@@ -259,7 +259,7 @@ def cmd_reuse(args) -> int:
     wconfig.check_names(cfg, args.into, args.pairs, args.upstream_of)
     reach(args.from_root or cfg["root"])
     facts = workflow_facts(args)
-    if args.upstream_of in facts.get("own_layout", []):
+    if graph.named_by_wildcards(facts, args.upstream_of):
         entries, problems = _own_pointers(cfg, args)
     else:
         entries, problems = reuse.pointers(cfg, graph.parents(facts), args.into, args.source, args.upstream_of,

@@ -19,6 +19,7 @@ from waypost.cli.statusrows import (
     when,
 )
 from waypost.model import config as wconfig
+from waypost.model import graph
 
 #: ``label``, ``pair_heading``, ``when`` and ``natural`` serve the other commands' tables too.
 __all__ = ["cmd_status", "label", "natural", "only_instances", "pair_heading", "render_sizes", "when"]
@@ -35,8 +36,7 @@ def cmd_status(args) -> int:
     if args.sizes:
         return render_sizes(cfg, args)
     facts = workflow_facts(args)
-    # (a rule in its own layout keeps its records in the experiment's slot, as a funnel)
-    grid = status.collect(cfg, facts["funnels"] + facts.get("own_layout", []), args.experiment, args.pair)
+    grid = status.collect(cfg, graph.in_experiments_slot(facts), args.experiment, args.pair)
     if args.instance:
         only_instances(cfg, grid, args.instance, args.experiment)
     if args.failed is not None:

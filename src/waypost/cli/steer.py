@@ -9,7 +9,7 @@ import sys
 from waypost import stores
 from waypost.cli.args import load_config, reach, workflow_facts
 from waypost.model import config as wconfig
-from waypost.model import layout
+from waypost.model import graph, layout
 
 
 def _shown(path: str) -> str:
@@ -109,7 +109,7 @@ def cmd_adopt(args) -> int:
     cfg = load_config(args)
     wconfig.check_names(cfg, args.experiment, args.pair, args.stage, allow_all_pairs=True)
     facts = workflow_facts(args)
-    if args.stage in facts.get("own_layout", []):
+    if graph.named_by_wildcards(facts, args.stage):
         return _adopt_own(cfg, args, facts)
     if args.wildcards:
         raise wconfig.ConfigError(f"adopt {args.stage}: --wildcards is for a rule in its own layout; a stage's "

@@ -192,8 +192,28 @@ def load_config(workflow_dir: str, known: dict) -> dict:
     keys, source, top_level = wconfig.waypost_config(loaded, overrides, (given or files or [None])[-1])
     axis = known.get("axis") or {}
     return wconfig.prepare(keys, workflow_dir, source, axis=wconfig.Axis.of(axis.get("word"), axis.get("key")),
-                           stages=[*known["stages"], *known.get("own_layout", [])],
+                           stages=recorded_rules(known),
                            instanced=known.get("instanced"), in_section=not top_level)
+
+
+def recorded_rules(known: dict) -> list[str]:
+    """Every rule whose jobs keep records, of the workflow's facts: its
+    stages (``wp.out``), then its rules in their own layout."""
+    return [*known["stages"], *known.get("own_layout", [])]
+
+
+def in_experiments_slot(known: dict) -> list[str]:
+    """The rules whose jobs keep their records in an experiment's slot of
+    the root (``layout.ALL_PAIRS``), not one per pair: its funnels and its
+    rules in their own layout."""
+    return [*known["funnels"], *known.get("own_layout", [])]
+
+
+def named_by_wildcards(known: dict, rule: str) -> bool:
+    """Is a job of ``rule`` named by its wildcards (a rule in its own
+    layout: as Snakemake names it), not by experiment, pair and instance (a
+    stage)?"""
+    return rule in known.get("own_layout", [])
 
 
 def load(known: dict) -> dict[str, set[str]]:
