@@ -70,7 +70,8 @@ class Job:
         data = data or {}
         rel = data.get("outputs_dir")
         base = locations.resolve(record_dir, rel) if isinstance(rel, str) and rel else None
-        listed = [o.get("path") for o in data.get("outputs") or () if isinstance(o, Mapping)]
+        # (a manifest lists each output as {"path": ...}; a running marker, as its path)
+        listed = [o.get("path") if isinstance(o, Mapping) else o for o in data.get("outputs") or ()]
         top = base or record_dir
         wildcards = data.get("wildcards")
         return cls(rule=str(data.get("stage") or ""), record_dir=record_dir,
@@ -105,6 +106,12 @@ class Job:
         if self.outputs_base is None:
             return None
         return os.path.relpath(_key(self.outputs_base), _key(self.record_dir))
+
+    @property
+    def outputs_inside_record(self) -> tuple[str, ...]:
+        """Its outputs in its record directory: all of a stage's; none of a
+        rule in its own layout's."""
+        return self.outputs if self.outputs_in_record else ()
 
     @property
     def outputs_outside_record(self) -> tuple[str, ...]:

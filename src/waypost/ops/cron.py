@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 from waypost import stores
 from waypost.model import config as wconfig
 from waypost.model import events, graph, layout, manifest
-from waypost.model.job import outputs_base, outputs_elsewhere
 from waypost.model.layout import RUNNING
 from waypost.state import leftovers, lifecycle, verify
 
@@ -76,18 +75,8 @@ def _set_aside_interrupted(root: str) -> list[str]:
             continue
         if not life.interrupted:   # a manifest written after the marker closed the attempt
             continue
-        outputs = (life.marker or {}).get("outputs") or []
-        if outputs_elsewhere(life.marker):   # a rule in its own layout: its outputs are elsewhere
-            archived = tree.archive_from(stage_dir, outputs_base(stage_dir, life.marker), outputs)
-            if archived:
-                notes.append(f"set aside the partial outputs of interrupted {stage_dir} in {archived}")
-            continue
-        present = {o.split("/")[0] for o in outputs if tree.exists(layout.join(stage_dir, o))}
-        if not present:
-            continue
-        keep = tuple(e for e in tree.entries(stage_dir) if e not in present)
         try:
-            archived = tree.archive(stage_dir, keep=keep)
+            archived = tree.set_aside_outputs(stage_dir, life.marker)
         except manifest.ManifestError as exc:   # an .attempts that is a link out: never archived through it
             notes.append(f"left {stage_dir} alone: {exc}")
             continue

@@ -184,6 +184,21 @@ class StageStore(abc.ABC):
             self.archive_from(directory, job.base, elsewhere, into=archived)
         return archived
 
+    def set_aside_outputs(self, directory: str, record: dict | None) -> str | None:
+        """An interrupted attempt's outputs (those its record, the running
+        marker, lists and that are there) moved into the record directory's
+        ``.attempts/<n>/``, wherever its job keeps them; its record and logs
+        stay. Returns the archive, or None when none was there."""
+        job = Job.of_record(directory, record)
+        present = {job.relative(out).split("/")[0] for out in job.outputs_inside_record if self.exists(out)}
+        archived = None
+        if present:
+            archived = self.archive(directory, keep=tuple(e for e in self.entries(directory) if e not in present))
+        elsewhere = [job.relative(out) for out in job.outputs_outside_record]
+        if elsewhere:
+            archived = self.archive_from(directory, job.base, elsewhere, into=archived)
+        return archived
+
     @abc.abstractmethod
     def archive_from(self, directory: str, base: str, paths: list[str], into: str | None = None) -> str | None:
         """The record ``directory`` of a job of a rule in its own layout:
