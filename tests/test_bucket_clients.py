@@ -7,6 +7,10 @@ serve it as they serve ``gs://``."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import bucket_in_memory
 import pytest
 from store_contract import STAGE, StoreContract
@@ -83,3 +87,38 @@ def test_a_scheme_without_a_client_is_one_clear_line():
         with pytest.raises(stores.StorageError, match=r"^mem://bucket/x: waypost serves no mem:// locations "
                                                       r"\(a path, or gs://\)$"):
             ask("mem://bucket/x")
+
+
+def test_choosing_a_bucket_backend_imports_no_client_library():
+    """The registry and the seam name clients by loaders: a backend chosen,
+    the schemes asked for, a client library's logging quieted, and still no
+    gcsfs (nor even the gcs module but for the quieting)."""
+    probe = ("import sys\nfrom waypost import stores\n"
+             "stores.backend_of('gs://b/x'); stores.bucket_schemes()\n"
+             "assert 'waypost.stores.gcs' not in sys.modules\n"
+             "stores.quiet_gcsfs_logging()\n"
+             "assert 'gcsfs' not in sys.modules, 'gcsfs'\n")
+    subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_a_steps_local_copy_of_a_second_scheme_keeps_its_scheme(mem_bucket, tmp_path):
+    """The step's workspace (``mirror``) over ``mem://``: its inputs come
+    down, its files go up (the manifest last, as an object with metadata),
+    and its URLs keep the root's scheme."""
+    from waypost.stores.mirror import BucketWorkspace, local_of
+
+    root = f"{mem_bucket}/results"
+    backend = InMemory(root)
+    backend.write("en-de/exp1/prep/data.txt", b"input")
+    stage = f"{root}/{STAGE}"
+    mirror = tmp_path / "mirror"
+    work = BucketWorkspace(stage, local_of(str(mirror), stage))
+    source = local_of(str(mirror), f"{root}/en-de/exp1/prep/data.txt")
+    assert source == str(mirror / "bucket/results/en-de/exp1/prep/data.txt")
+    work.pull([source])
+    assert Path(source).read_bytes() == b"input" and work.url_of(source) == f"{root}/en-de/exp1/prep/data.txt"
+    Path(work.local, "model.bin").write_bytes(b"weights")
+    Path(work.local, layout.MANIFEST).write_bytes(manifest.dumps({"state": "SUCCESS", "attempts": [], "inputs": []}).encode())
+    work.push([f"{work.local}/model.bin"], final=True)
+    assert backend.read(f"{STAGE}/model.bin") == b"weights"
+    assert stores.manifest_at(stage)["state"] == "SUCCESS"

@@ -234,7 +234,7 @@ class BucketStore(BucketListing, StageStore):
                 read.pop(name, None)
 
     def sha256(self, path: str) -> str:
-        """Reads the object (nothing else can: a bucket keeps other digests, GCS crc32c and md5)."""
+        """Reads the object (nothing else can: a bucket lists other digests, GCS its crc32c and md5)."""
         with self.fs.open(self.client.filesystem(path)[1], "rb") as f:
             return manifest.sha256_stream(f)
 
