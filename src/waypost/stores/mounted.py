@@ -220,7 +220,8 @@ def api_problem(url: str) -> str | None:
     it reads nothing through the API)."""
     from importlib.util import find_spec
 
-    from waypost.stores.gcs import StorageError, check_bucket, unreachable
+    from waypost.stores.base import StorageError
+    from waypost.stores.gcs import check_bucket, unreachable
     problem = unreachable(url)
     if problem or find_spec("gcsfs") is None:
         return problem
