@@ -192,6 +192,18 @@ def test_an_unreachable_bucket_answers_in_one_line(tmp_path, monkeypatch):
         assert "Traceback" not in proc.stderr
 
 
+def test_a_root_whose_scheme_no_client_serves_answers_in_one_line(tmp_path):
+    """A URL root of a scheme waypost has no client for (an s3:// bucket)
+    is one line naming the root and the schemes served, from the first
+    command that reaches it."""
+    write_config(tmp_path, {**SMALL_CONFIG, "root": "s3://bucket/results"})
+    for args in (("status",), ("find", "--json"), ("verify",)):
+        proc = waypost(tmp_path, *args, check=False)
+        assert proc.returncode == 1, (args, proc.stderr[-2000:])
+        assert one_line(proc).endswith("s3://bucket/results: waypost serves no s3:// locations (a path, or gs://)")
+        assert "Traceback" not in proc.stderr
+
+
 def profile(tmp_path: Path, name: str, entries: list[str]) -> Path:
     directory = tmp_path / name
     directory.mkdir()

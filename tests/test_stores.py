@@ -214,17 +214,20 @@ def test_a_snapshot_knows_a_directory_is_not_there_from_its_parents_listing(tmp_
 
 
 def test_the_registry_picks_a_backend_by_the_roots_scheme(tmp_path):
-    """A ``gs://`` URL is the bucket's backend, a path (and a scheme no
-    backend serves, as before) the path's; the package dispatches there."""
+    """A ``gs://`` URL is the bucket's backend, a path the path's, and a
+    scheme none serves one clear line naming those served; the package
+    dispatches there."""
     from waypost.stores import registry
-    from waypost.stores.gsroot import GsRoot
+    from waypost.stores.bucketroot import BucketRoot
     from waypost.stores.local import LocalStore
     from waypost.stores.pathroot import PathRoot
 
     assert registry.scheme_of("gs://bucket/run") == "gs"
     assert registry.scheme_of(str(tmp_path)) == registry.scheme_of("results/gs://x") == ""
-    assert isinstance(registry.backend_of("gs://bucket/run"), GsRoot)
-    assert all(isinstance(registry.backend_of(loc), PathRoot) for loc in (str(tmp_path), "results", "s3://b/x"))
+    assert isinstance(registry.backend_of("gs://bucket/run"), BucketRoot)
+    assert all(isinstance(registry.backend_of(loc), PathRoot) for loc in (str(tmp_path), "results"))
+    with pytest.raises(stores.StorageError, match=r"^s3://b/x: waypost serves no s3:// locations \(a path, or gs://\)$"):
+        stores.store_for("s3://b/x")
     assert type(stores.store_for(str(tmp_path))) is LocalStore
     assert stores.consistent(str(tmp_path)) == str(tmp_path) and not stores.on_a_bucket_mount(str(tmp_path))
     assert stores.listed_at_once("gs://bucket/run") and not stores.listed_at_once(str(tmp_path))

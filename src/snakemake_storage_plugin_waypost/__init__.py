@@ -50,9 +50,10 @@ class StorageProvider(StorageProviderBase):
 
     @classmethod
     def is_valid_query(cls, query: str) -> StorageQueryValidationResult:
-        valid = query.startswith(stores.SCHEME) and len(query) > len(stores.SCHEME)
-        return StorageQueryValidationResult(query=query, valid=valid,
-                                            reason=None if valid else "expected gs://bucket/path")
+        scheme = stores.scheme_of(query)
+        valid = scheme in stores.bucket_schemes() and len(query) > len(scheme + "://")
+        served = " or ".join(f"{s}://bucket/path" for s in stores.bucket_schemes())
+        return StorageQueryValidationResult(query=query, valid=valid, reason=None if valid else f"expected {served}")
 
     def use_rate_limiter(self) -> bool:
         return False
@@ -129,7 +130,8 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):
     def list_candidate_matches(self) -> Iterable[str]:
         prefix = stores.filesystem(get_constant_prefix(self.query, strip_incomplete_parts=True))[1]
         bucket = prefix.split("/", 1)[0]   # names with "..", empty parts, ... never become wildcards
-        return [stores.SCHEME + name for name in stores.plain_names(bucket, self.fs.find(prefix))]
+        scheme = stores.scheme_of(self.query) + "://"
+        return [scheme + name for name in stores.plain_names(bucket, self.fs.find(prefix))]
 
 
 class RetrievedStorageObject(StorageObject):

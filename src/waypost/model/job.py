@@ -49,7 +49,7 @@ class Job:
         directory above them all (paths, or URLs in a bucket)."""
         base = os.path.commonpath([os.path.dirname(_key(o)) for o in outputs])
         if locations.is_bucket_url(record_dir):
-            base = locations.SCHEME + base[1:]
+            base = locations.prefix_of(record_dir) + base[1:]
         return cls(rule=rule, record_dir=record_dir, outputs=tuple(outputs), outputs_base=base, **who)
 
     @classmethod
@@ -226,7 +226,7 @@ def _key(location: str) -> str:
     rooted (gs://B/K at /B/K, the layout of its local copies), so that paths
     from one to another are reckoned alike."""
     if locations.is_bucket_url(location):
-        return "/" + location[len(locations.SCHEME):]
+        return "/" + locations.object_name(location)
     return os.path.abspath(location)
 
 

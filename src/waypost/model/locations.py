@@ -1,19 +1,40 @@
 """How a location is spelled: a path (local disk, NFS, a mounted bucket) or a
-bucket's URL (``gs://bucket/prefix``, read through its API). The one place
-that knows the ``gs://`` scheme; which backend serves a root is the stores'
-business (``waypost.stores.store_for``)."""
+bucket's URL (``SCHEME://bucket/prefix``, e.g. ``gs://bucket/prefix``, read
+through its API). Any ``scheme://`` is spelled as a bucket's URL here: which
+schemes are served, and by which client, is the stores' business
+(``waypost.stores.registry``; a scheme none serves is one clear line there).
+"""
 
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 
-SCHEME = "gs://"
+_URL = re.compile(r"([a-z][a-z0-9+.-]*)://")
+
+
+def scheme_of(location: str) -> str:
+    """The scheme of a location's URL (``gs``), ``""`` for a path."""
+    found = _URL.match(str(location))
+    return found.group(1) if found else ""
 
 
 def is_bucket_url(location: str) -> bool:
     """Is ``location`` a bucket's URL (read through its API), not a path?"""
-    return str(location).startswith(SCHEME)
+    return bool(scheme_of(location))
+
+
+def prefix_of(location: str) -> str:
+    """The scheme part of a bucket's URL (``gs://``); ``""`` for a path."""
+    scheme = scheme_of(location)
+    return scheme + "://" if scheme else ""
+
+
+def object_name(location: str) -> str:
+    """A bucket's URL without its scheme (``bucket/key``: how its client and
+    its local copies name it); a path as it is."""
+    return str(location)[len(prefix_of(location)):]
 
 
 def is_absolute(location: str) -> bool:
@@ -32,7 +53,7 @@ def split_url(location: str) -> tuple[str, str] | None:
     """(bucket, object name) of a bucket's URL; None for a path."""
     if not is_bucket_url(location):
         return None
-    bucket, _, name = str(location)[len(SCHEME):].partition("/")
+    bucket, _, name = object_name(location).partition("/")
     return bucket, name
 
 
@@ -59,7 +80,7 @@ def resolve(base: str, location: str) -> str:
 
 def normalised(location: str) -> str:
     if is_bucket_url(location):
-        return SCHEME + posixpath.normpath(location[len(SCHEME):])
+        return prefix_of(location) + posixpath.normpath(object_name(location))
     return os.path.normpath(location)
 
 
@@ -93,7 +114,7 @@ _declared: dict[str, str] = {}
 
 
 def declare_mounts(mounts: dict[str, str]) -> None:
-    """The config's ``mounts`` (mount point → gs://bucket[/prefix]), for this
+    """The config's ``mounts`` (mount point → a bucket's URL, gs://bucket[/prefix]), for this
     process: read with the config, and by a job's runner from its step spec.
     The stores ask ``declared_mounts`` which mounts serve a bucket."""
     _declared.update({os.path.realpath(point): url.rstrip("/") for point, url in mounts.items()})

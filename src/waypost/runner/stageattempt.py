@@ -254,9 +254,9 @@ def exit_of(returncode: int) -> int | None:
 
 
 def _names_urls(command: str) -> bool:
-    """Does a step's command name gs:// URLs of its own (not a ``run:``
-    block's, a Snakemake process's command whose options name the root)?"""
-    return stores.SCHEME in command and not command.startswith(wspec.RUN_BLOCK_ENV + "=")
+    """Does a step's command name bucket URLs (gs://...) of its own (not a
+    ``run:`` block's, a Snakemake process's command whose options name the root)?"""
+    return any(f"{s}://" in command for s in stores.bucket_schemes()) and not command.startswith(wspec.RUN_BLOCK_ENV + "=")
 
 
 def _announce_urls(command: str, log: StepLog) -> None:
@@ -265,7 +265,8 @@ def _announce_urls(command: str, log: StepLog) -> None:
     a setting) reaches the step as it is, and a program that reads plain
     files can't open it."""
     import re
-    urls = sorted(set(re.findall(re.escape(stores.SCHEME) + r"[^\s'\";|&()<>]+", command)))
+    served = "|".join(re.escape(s) for s in stores.bucket_schemes())
+    urls = sorted(set(re.findall(rf"(?:{served})://[^\s'\";|&()<>]+", command)))
     message = (f"waypost: note: the command names {', '.join(urls)}; only the job's inputs and outputs are "
                "mapped to local copies, so the step sees these as they are (URLs, not files)\n").encode()
     log.write(message)

@@ -2,10 +2,12 @@
 chosen from the root by ``store_for``.
 
 Each kind of root has a backend (``base.Backend``), found by the root's URL
-scheme in ``registry``: a ``gs://bucket/prefix`` read and written through
-its API (``gsroot``: ``bucket`` over ``gcs``, and the step's local copy,
-``mirror``), and a path (``pathroot``: local disk or NFS, ``local``, or a
-bucket mounted on the nodes, ``mounted``). The rest of waypost imports this
+scheme in ``registry``: a bucket's URL read and written through its API
+(``bucketroot``: ``bucket`` over the client of the URL's scheme that
+``bucketclient`` finds, ``gcs`` for ``gs://bucket/prefix``, and the
+step's local copy, ``mirror``), and a path (``pathroot``: local disk or
+NFS, ``local``, or a bucket mounted on the nodes, ``mounted``). A scheme
+nothing serves is one line (``StorageError``). The rest of waypost imports this
 package alone, never one of its modules: it asks the functions below, which
 ask the root's backend, and the store's capability flags; it spells
 locations (a path or a bucket's URL) with ``waypost.model.locations``
@@ -20,7 +22,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from waypost.model.locations import (  # noqa: F401  (the stores' callers spell locations with these)
-    SCHEME,
     absolute,
     below,
     is_absolute,
@@ -30,9 +31,12 @@ from waypost.model.locations import (  # noqa: F401  (the stores' callers spell 
     normalised,
     parent,
     resolve,
+    scheme_of,
     shown,
     split_url,
 )
+from waypost.stores.base import StorageError, mtime_of  # noqa: F401  (the bucket clients' errors, objects' times)
+from waypost.stores.bucketclient import CLIENTS, check_bucket, client_of, explain, filesystem  # noqa: F401
 from waypost.stores.registry import backend_of
 
 if TYPE_CHECKING:
@@ -48,7 +52,7 @@ def manifest_at(location: str) -> Manifest | None:
 
 def reach(root: str) -> None:
     """For a root read through an API, StorageError within seconds when its
-    endpoint can't be reached (``gcs.probe``); for a path on a mount, how
+    endpoint can't be reached (its client's ``probe``); for a path on a mount, how
     waypost serves it decided and said (``store_for``: a mount the config
     declares whose API can't be reached is a StorageError); nothing for
     another path."""
@@ -56,7 +60,7 @@ def reach(root: str) -> None:
 
 
 def listed_at_once(root: str) -> bool:
-    """Is the root read from one listing of its bucket (a gs:// root, or a
+    """Is the root read from one listing of its bucket (a bucket's URL, or a
     mount served through its bucket's API), rather than directory by
     directory (so, fastest by worker processes)?"""
     return backend_of(root).listed_at_once(root)
@@ -110,9 +114,22 @@ def over(stage_dir: str):
 def workspace_for(step):
     """(the workspace a step runner keeps in step with its stage directory,
     None when the step works in the directory itself: a path; the step's
-    inputs and outputs as it works with them: on a gs:// root their local
+    inputs and outputs as it works with them: on a bucket root their local
     copies, ``runnerstage``)."""
     return backend_of(step.stage_dir).workspace(step)
+
+
+def bucket_schemes() -> list[str]:
+    """The schemes of the bucket URLs waypost serves (``gs``)."""
+    return sorted(CLIENTS)
+
+
+def quiet_gcsfs_logging() -> None:
+    """No tracebacks on stderr from any bucket client's library (gcsfs's,
+    ...): the error that reaches the command is said in one line. Imports
+    each client module, never its library."""
+    for scheme in CLIENTS:
+        client_of(scheme + "://").quiet_logging()
 
 
 def preload() -> None:
@@ -123,9 +140,9 @@ def preload() -> None:
 
 # --- what callers need of the backends' modules, imported when first asked for
 
-def _gcs():
-    from waypost.stores import gcs
-    return gcs
+def _planlisting():
+    from waypost.stores import planlisting
+    return planlisting
 
 
 def _mirror():
@@ -149,11 +166,10 @@ def _bucketmoves():
 
 
 _LAZY = {name: module for module, names in (
-    # the bucket client: its errors, its filesystem, the planning's one listing of a root
-    (_gcs, ("StorageError", "explain", "check_bucket", "filesystem", "quiet_gcsfs_logging", "register_root",
-            "root_of", "listing", "listed", "listed_info", "directories", "plain_names", "mtime_of")),
-    # a gs:// root's local copy (the mirror): its paths, Snakemake's options for it, downloads
-    (_mirror, ("PROVIDER", "snakemake_options", "local_of", "url_of", "download", "fetch_folder")),
+    # the planning's one listing of a bucket root
+    (_planlisting, ("register_root", "root_of", "listing", "listed", "listed_info", "directories", "plain_names")),
+    # a bucket root's local copy (the mirror): its paths, Snakemake's options for it, downloads
+    (_mirror, ("PROVIDER", "snakemake_options", "local_of", "download", "fetch_folder")),
     # a bucket mount that lists late
     (_mounted, ("SETTLE_S", "settle", "lagging")),
     # a stage directory on disk, as a step runner keeps it; checked copies onto disk and within a bucket

@@ -3,8 +3,8 @@
 A store is chosen from the root by ``stores.store_for``; the commands that
 look at or steer the file state (status, rerun, adopt, plan, verify, cron,
 prune), the catalog and the runner are written once against it. Paths in and
-out are the user's: local paths as given (``results/...``), or gs:// URLs
-under the root.
+out are the user's: local paths as given (``results/...``), or bucket URLs
+(``gs://...``) under the root.
 
 A backend says what it can do with flags, never by its scheme:
 ``snapshot``, ``listed_crc32c``, ``links``, ``server_side_copy`` (a copy
@@ -17,9 +17,43 @@ from __future__ import annotations
 import abc
 
 from waypost.model import layout, manifest
+from waypost.model.errors import WaypostError
 from waypost.model.job import Job
 from waypost.model.layout import LOGS, MANIFEST
 from waypost.model.records import Manifest
+
+#: The object metadata waypost dates an object by (a marker's lease, a
+#: Snakemake marker): an object's own time is when it was uploaded.
+MTIME_KEY = "waypost-mtime"
+
+
+class StorageError(WaypostError, RuntimeError):
+    """A root that cannot be reached or is not served: one clear line for the user."""
+
+
+_forgetters: list = []   # what forgets a listing kept for the process (``planlisting.reset``)
+
+
+def keeps_listings(forget):
+    """Register ``forget``, which forgets the listings a module keeps for the
+    process (a decorator): ``forget_listings`` calls it."""
+    _forgetters.append(forget)
+    return forget
+
+
+def forget_listings() -> None:
+    """Forget every listing kept for the process (a client's ``reset``:
+    another service, other buckets)."""
+    for forget in _forgetters:
+        forget()
+
+
+def mtime_of(info: dict) -> float:
+    """An object's mtime, from its listing info (as a bucket client lists
+    it, ``bucketclient.BucketClient``): its ``waypost-mtime`` metadata, else
+    when it was written."""
+    stamp = (info.get("metadata") or {}).get(MTIME_KEY)
+    return float(stamp) if stamp else info["mtime"].timestamp()
 
 
 def archive_number(names, unfinished) -> int:
@@ -50,7 +84,7 @@ class StageStore(abc.ABC):
     links = True              # may hold symbolic links (never followed out of a stage dir)
     server_side_copy = False  # a copy within the service moves no bytes through this machine
     appends = True            # a file can be appended to in place (not an object written whole)
-    # The gs:// location a copy from this store can start from server-side (None: none).
+    # The bucket URL a copy from this store can start from server-side (None: none).
     bucket_url: str | None = None
 
     # --- naming ----------------------------------------------------------

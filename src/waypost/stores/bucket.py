@@ -1,4 +1,5 @@
-"""Stage directories in a ``gs://bucket/prefix``, through the bucket's API (gcsfs).
+"""Stage directories in a bucket (``gs://bucket/prefix``, or any scheme with
+a client in ``bucketclient.CLIENTS``), through its client's fsspec filesystem.
 
 One listing of the prefix when the store is made; manifests and
 ``_running.json`` markers read in one concurrent batch the first time one is
@@ -7,7 +8,8 @@ from the same service a server-side copy checked by crc32c. A bucket store is
 a snapshot: what others write after it was listed is not in it (what it
 archives or writes itself is). A GCS object is whole or absent (never half
 written), and its listing is strongly consistent, so a stage is done on any
-node once its manifest object is there.
+node once its manifest object is there (what a client promises:
+``bucketclient.BucketClient``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import time
 
 from waypost.model import layout, manifest, records, trust
 from waypost.model.layout import ATTEMPTS, MANIFEST, RUNNING
-from waypost.stores import gcs
-from waypost.stores.base import StageStore
+from waypost.stores.base import MTIME_KEY, StageStore, mtime_of
+from waypost.stores.bucketclient import client_of, explain, read_many
 from waypost.stores.bucketlisting import BucketListing
 from waypost.stores.bucketmoves import archive_objects, bring_objects, move_into_archive
 
@@ -33,9 +35,9 @@ class BucketStore(BucketListing, StageStore):
         """A listing of ``root``; or, with ``found``, one made already
         (fsspec name → info: the planning's)."""
         self.root = self.bucket_url = root.rstrip("/")
-        self.fs, self.base = gcs.filesystem(self.root)
+        self.fs, self.base = self.client.filesystem(self.root)
         if found is None:
-            gcs.check_bucket(self.root)
+            self.client.check_bucket(self.root)
             self.fs.invalidate_cache(self.base)   # others write to the bucket: never an old listing
             try:
                 found = self.fs.find(self.base, detail=True)
@@ -52,6 +54,11 @@ class BucketStore(BucketListing, StageStore):
                     objects[rel] = info
         self._index(objects)
         self._read: dict[str, dict[str, bytes | Exception]] = {}  # MANIFEST / RUNNING → their contents
+
+    @property
+    def client(self):
+        """The root's bucket client (by its scheme; a module: never pickled with the store)."""
+        return client_of(self.root)
 
     def escapes(self, stage_dir: str, rel: str) -> str | None:
         return None   # objects have no links
@@ -82,7 +89,7 @@ class BucketStore(BucketListing, StageStore):
     def read_manifests(self, directories, stamps=None):
         """Read in concurrent batches."""
         paths = [f"{self.base}/{self._in(self._rel(d), MANIFEST)}" for d in directories]
-        got = gcs.read_many(self.fs, paths) if paths else {}
+        got = read_many(self.fs, paths) if paths else {}
         for directory, path in zip(directories, paths):
             yield directory, (stamps or {}).get(directory), got[path]
 
@@ -92,7 +99,7 @@ class BucketStore(BucketListing, StageStore):
             names = [n for n in self.objects
                      if n.rsplit("/", 1)[-1] == leaf and not any(p.startswith(".") for p in n.split("/"))]
             big = {n for n in names if int(self.objects[n].get("size") or 0) > trust.MAX_MANIFEST_BYTES}
-            got = gcs.read_many(self.fs, [f"{self.base}/{n}" for n in names if n not in big]) if names else {}
+            got = read_many(self.fs, [f"{self.base}/{n}" for n in names if n not in big]) if names else {}
             self._read[leaf] = {n: trust.Untrusted(trust.too_big(f"{self.root}/{n}", self.objects[n]["size"]))
                                 if n in big else got[f"{self.base}/{n}"] for n in names}
         return self._read[leaf]
@@ -126,7 +133,7 @@ class BucketStore(BucketListing, StageStore):
         text = self._contents(RUNNING).get(name)
         if not isinstance(text, bytes):
             return b"", 0.0   # listed, gone or unreadable since: its writer is gone
-        return text, time.time() - gcs.mtime_of(self.objects[name])
+        return text, time.time() - mtime_of(self.objects[name])
 
     def archive(self, directory: str, keep: tuple[str, ...] = ()) -> str | None:
         """Server-side (see archive_objects)."""
@@ -166,20 +173,20 @@ class BucketStore(BucketListing, StageStore):
         data = manifest.dumps(records.checked("manifest", record, layout.join(directory, MANIFEST))).encode()
         self.fs.pipe_file(f"{self.base}/{self._in(rel, MANIFEST)}", data)
         self._index({**self.objects, self._in(rel, MANIFEST): {"size": len(data),
-                                                               "metadata": {gcs.MTIME_KEY: repr(time.time())}}})
+                                                               "metadata": {MTIME_KEY: repr(time.time())}}})
         if MANIFEST in self._read:
             self._read[MANIFEST][self._in(rel, MANIFEST)] = data
 
     def write_marker(self, path: str, text: str) -> None:
         rel = self._rel(path)
-        self.fs.pipe_file(f"{self.base}/{rel}", text.encode(), metadata={gcs.MTIME_KEY: repr(time.time())})
-        self._index({**self.objects, rel: {"size": len(text.encode()), "metadata": {gcs.MTIME_KEY: repr(time.time())}}})
+        self.fs.pipe_file(f"{self.base}/{rel}", text.encode(), metadata={MTIME_KEY: repr(time.time())})
+        self._index({**self.objects, rel: {"size": len(text.encode()), "metadata": {MTIME_KEY: repr(time.time())}}})
 
     def heartbeat(self, path: str) -> None:
         """Rewritten with its ``waypost-mtime`` now (a new generation: every reader's listing has it)."""
         rel = self._rel(path)
         data = self.fs.cat_file(f"{self.base}/{rel}")
-        self.fs.pipe_file(f"{self.base}/{rel}", data, metadata={gcs.MTIME_KEY: repr(time.time())})
+        self.fs.pipe_file(f"{self.base}/{rel}", data, metadata={MTIME_KEY: repr(time.time())})
 
     def bring(self, source: StageStore, source_dir: str, stage_dir: str,
               outputs: list[dict]) -> tuple[str, dict[str, str]]:
@@ -191,7 +198,7 @@ class BucketStore(BucketListing, StageStore):
 
     def _object(self, directory: str) -> str:
         """The bucket/key of a directory (under the root or not)."""
-        return gcs.filesystem(directory)[1]
+        return self.client.filesystem(directory)[1]
 
     def remove(self, path: str) -> None:
         rel = self._rel(path)
@@ -227,8 +234,8 @@ class BucketStore(BucketListing, StageStore):
                 read.pop(name, None)
 
     def sha256(self, path: str) -> str:
-        """Reads the object (nothing else can: GCS keeps crc32c and md5)."""
-        with self.fs.open(gcs.filesystem(path)[1], "rb") as f:
+        """Reads the object (nothing else can: a bucket lists other digests, GCS its crc32c and md5)."""
+        with self.fs.open(self.client.filesystem(path)[1], "rb") as f:
             return manifest.sha256_stream(f)
 
     def digests(self, path: str) -> tuple[str, str | None]:
@@ -246,10 +253,10 @@ def read_manifest(directory: str) -> records.Manifest | None:
     ``trust.MAX_MANIFEST_BYTES``); None when there is none."""
     url = layout.join(directory.rstrip("/"), MANIFEST)
     try:
-        fs, path = gcs.filesystem(url)
+        fs, path = client_of(url).filesystem(url)
         text = fs.cat_file(path, start=0, end=trust.MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         return None
     except Exception as exc:
-        raise manifest.ManifestError(str(gcs.explain(exc, url))) from None
+        raise manifest.ManifestError(str(explain(exc, url))) from None
     return manifest.parse(text, url)

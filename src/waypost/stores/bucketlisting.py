@@ -9,12 +9,11 @@ from bisect import bisect_left
 
 from waypost.model import layout
 from waypost.model.layout import ATTEMPTS, MANIFEST
-from waypost.stores import gcs
-from waypost.stores.base import walked
+from waypost.stores.base import mtime_of, walked
 
 
 class BucketListing:
-    """A snapshot of the objects below ``root`` (``gs://bucket/prefix``):
+    """A snapshot of the objects below ``root`` (a bucket's URL, ``gs://bucket/prefix``):
     ``_index`` makes it from their infos (relative name → info)."""
 
     root: str
@@ -83,7 +82,7 @@ class BucketListing:
         info = self.objects.get(self._rel(path))
         if info is None:
             raise FileNotFoundError(path)
-        return gcs.mtime_of(info)
+        return mtime_of(info)
 
     def bucket_of(self, directory: str) -> str:
         return directory.rstrip("/")

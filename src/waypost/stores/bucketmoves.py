@@ -10,8 +10,7 @@ import os
 
 from waypost.model import manifest
 from waypost.model.layout import ARCHIVING, ATTEMPTS
-from waypost.model.locations import is_bucket_url
-from waypost.stores import gcs
+from waypost.model.locations import is_bucket_url, object_name
 from waypost.stores.base import StageStore, archive_number
 
 
@@ -84,7 +83,7 @@ def _check_listed(url: str, info: dict, out: dict) -> None:
 
 
 def copy_checked(fs, copies: list[tuple[str, str, dict]]) -> dict[str, str]:
-    """Each (source: a local path or a gs:// URL, target: bucket/key, the
+    """Each (source: a local path or a bucket's URL, target: bucket/key, the
     source's manifest entry): every source checked against its entry (a
     local file: its size and sha256; in a bucket: the size and crc32c its
     listing has, where the manifest records one: nothing downloaded), then
@@ -92,27 +91,27 @@ def copy_checked(fs, copies: list[tuple[str, str, dict]]) -> dict[str, str]:
     its source's crc32c. Nothing is copied unless every source checks out.
     Returns target → crc32c, for the server-side copies."""
     local = [(src, dst, out) for src, dst, out in copies if not is_bucket_url(src)]
-    remote = [(gcs.filesystem(src)[1], dst, out) for src, dst, out in copies if is_bucket_url(src)]
+    remote = [(object_name(src), src, dst, out) for src, dst, out in copies if is_bucket_url(src)]
     for path, _, out in local:
         if os.path.getsize(path) != out.get("size") or manifest.sha256_file(path) != out.get("sha256"):
             raise manifest.ManifestError(f"{path}: differs from its manifest (size or sha256)")
-    found = {src: fs.info(src) for src, _, _ in remote}
-    for src, _, out in remote:
-        _check_listed(gcs.url_of(fs, src), found[src], out)
+    found = {name: fs.info(name) for name, _, _, _ in remote}
+    for name, url, _, out in remote:
+        _check_listed(url, found[name], out)
     if local:
         fs.put([src for src, _, _ in local], [dst for _, dst, _ in local])
-    return _copy_server_side(fs, [(src, dst) for src, dst, _ in remote], found) if remote else {}
+    return _copy_server_side(fs, remote, found) if remote else {}
 
 
-def _copy_server_side(fs, pairs: list[tuple[str, str]], found: dict[str, dict]) -> dict[str, str]:
-    """Copy each (source, target) object in the service, then check each
-    copy's crc32c against its source's as listed (``found``): a copy that
-    differs removes them all. Target → crc32c."""
-    targets = [dst for _, dst in pairs]
-    fs.copy([src for src, _ in pairs], targets)
+def _copy_server_side(fs, remote: list[tuple[str, str, str, dict]], found: dict[str, dict]) -> dict[str, str]:
+    """Copy each (source's name in ``fs``, its URL, target, its entry)
+    object in the service, then check each copy's crc32c against its
+    source's as listed (``found``): a copy that differs removes them all.
+    Target → crc32c."""
+    targets = [dst for _, _, dst, _ in remote]
+    fs.copy([name for name, _, _, _ in remote], targets)
     copied = [fs.info(t) for t in targets]
-    if any(c.get("crc32c") != found[src].get("crc32c") for c, (src, _) in zip(copied, pairs)):
+    if any(c.get("crc32c") != found[name].get("crc32c") for c, (name, _, _, _) in zip(copied, remote)):
         fs.rm(targets)
-        raise manifest.ManifestError(f"{gcs.url_of(fs, pairs[0][0])}: a server-side copy differs from its "
-                                     "source (crc32c)")
-    return {dst: found[src]["crc32c"] for src, dst in pairs if found[src].get("crc32c")}
+        raise manifest.ManifestError(f"{remote[0][1]}: a server-side copy differs from its source (crc32c)")
+    return {dst: found[name]["crc32c"] for name, _, dst, _ in remote if found[name].get("crc32c")}

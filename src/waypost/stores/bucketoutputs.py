@@ -1,5 +1,5 @@
 """The outputs of a job whose outputs are not in its record directory (a
-rule in its own layout) on a ``gs://`` root: where its rule puts them,
+rule in its own layout) on a bucket root (``gs://``): where its rule puts them,
 elsewhere in the bucket (Snakemake's default storage under the root), with
 the side files its attempts leave beside them.
 
@@ -27,7 +27,6 @@ import shutil
 
 from waypost.model import manifest
 from waypost.model.layout import is_in_progress
-from waypost.model.locations import SCHEME
 from waypost.stores.bucketmoves import move_into_archive
 
 
@@ -71,7 +70,7 @@ class OutputsInBucket:
             except FileNotFoundError:
                 continue
             for obj in objects:
-                found[self.workspace.local_of("gs://" + obj)] = obj
+                found[self.workspace.local_of_object(obj)] = obj
         return found
 
     @staticmethod
@@ -149,7 +148,7 @@ def objects_beside(workspace, directories: list[str], declared: list[str]) -> di
         for info in listed:
             if info.get("type") != "file":
                 continue
-            local = workspace.local_of(SCHEME + info["name"])
+            local = workspace.local_of_object(info["name"])
             if local not in declared_set and not is_in_progress(os.path.basename(local)):
                 found[local] = info["name"]
     return found

@@ -1,5 +1,7 @@
-"""The GCS client behind the bucket stores: gcsfs, its endpoint, its errors,
-and the one listing of a root a Snakemake planning answers from.
+"""The client of ``gs://`` URLs (a ``bucketclient.BucketClient``, named in
+``bucketclient.CLIENTS``): gcsfs, its endpoint, its errors. gcsfs lists
+objects as the bucket stores read them (``size``, ``mtime``, ``metadata``,
+``crc32c``, ``generation``).
 
 Credentials come from Google's standard mechanisms (Application Default
 Credentials, ``GOOGLE_APPLICATION_CREDENTIALS``, the metadata server); with
@@ -13,20 +15,10 @@ from __future__ import annotations
 import os
 from functools import cache
 
-from waypost.model.errors import WaypostError
-from waypost.model.locations import SCHEME, is_bucket_url
+# (MTIME_KEY, StorageError and mtime_of: the bucket stores', named here too)
+from waypost.stores.base import MTIME_KEY, StorageError, forget_listings, mtime_of  # noqa: F401
 
-MTIME_KEY = "waypost-mtime"
-
-
-def mtime_of(info: dict) -> float:
-    """An object's mtime: its ``waypost-mtime`` metadata, else when it was written."""
-    stamp = (info.get("metadata") or {}).get(MTIME_KEY)
-    return float(stamp) if stamp else info["mtime"].timestamp()
-
-
-class StorageError(WaypostError, RuntimeError):
-    """A root that cannot be reached: one clear line for the user."""
+SCHEME = "gs://"
 
 
 @cache
@@ -81,8 +73,8 @@ def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     import socket
     from urllib.parse import urlsplit
 
-    if not is_bucket_url(url) or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
-                                                               "all_proxy")):
+    proxied = any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"))
+    if not str(url).startswith(SCHEME) or proxied:
         return None
     where = endpoint()
     parts = urlsplit(where)
@@ -98,7 +90,7 @@ def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     return None
 
 
-def quiet_gcsfs_logging() -> None:
+def quiet_logging() -> None:
     """No gcsfs tracebacks on stderr (it logs one per failed request, with
     no handler configured): the error that reaches the command is reported
     in one line. GCSFS_DEBUG keeps them."""
@@ -112,96 +104,27 @@ def quiet_gcsfs_logging() -> None:
 def reset() -> None:
     """Forget the cached GCS client and listings (tests that start another emulator)."""
     _gcs.cache_clear()
-    _roots.clear()
-    _listings.clear()
+    forget_listings()
     _reached.clear()
 
 
 def filesystem(url: str):
     """(fsspec filesystem, path within it) for a local path or gs:// URI."""
-    if is_bucket_url(url):
+    if str(url).startswith(SCHEME):
         return _gcs(), url[len(SCHEME):].rstrip("/")
     from fsspec.implementations.local import LocalFileSystem
     return LocalFileSystem(), os.path.abspath(url)
-
-
-def url_of(fs, path: str) -> str:
-    """The user-facing name of ``path`` in ``fs`` (gs:// URI or local path)."""
-    from fsspec.implementations.local import LocalFileSystem
-    return path if isinstance(fs, LocalFileSystem) else SCHEME + path
 
 
 def explain(exc: BaseException, url: str) -> StorageError:
     """One line for the errors a user can act on (no bucket, no permission)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, FileNotFoundError):
-        return StorageError(f"{url}: not found (no such bucket?)" if is_bucket_url(url) else f"{url}: not found")
+        return StorageError(f"{url}: not found (no such bucket?)" if str(url).startswith(SCHEME) else f"{url}: not found")
     if isinstance(exc, PermissionError) or "403" in text or "401" in text:
         return StorageError(f"{url}: permission denied; check the credentials "
                             f"(GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`)")
     return StorageError(f"{url}: {text}")
-
-
-def read_many(fs, paths: list[str], batch: int = 1000) -> dict[str, bytes | Exception]:
-    """The contents of many objects (fsspec paths), fetched concurrently in
-    batches; an object that can't be read maps to the exception."""
-    found: dict[str, bytes | Exception] = {}
-    for start in range(0, len(paths), batch):
-        some = paths[start:start + batch]
-        got = fs.cat(some, on_error="return")
-        found.update({path: got.get(path, FileNotFoundError(path)) for path in some})
-    return found
-
-
-# gs:// roots a Snakemake run plans over, and their listings: one listing of
-# the whole root answers every "does this stage file exist?" of a planning
-# (1,000 single requests take seconds; one listing of 5,000 objects ~0.15 s).
-_roots: set[str] = set()
-_listings: dict[str, dict[str, dict]] = {}
-
-
-def register_root(url: str) -> None:
-    _roots.add(url.rstrip("/"))
-
-
-def root_of(url: str) -> str | None:
-    """The registered root that holds ``url``, if any."""
-    found = [r for r in _roots if url == r or url.startswith(r + "/")]
-    return max(found, key=len) if found else None
-
-
-def listing(root: str) -> dict[str, dict]:
-    """Every object under a gs:// root (fsspec name → info), listed once per
-    process: a snapshot for planning, never for deciding anything later.
-    Objects whose names no local path can stand for (``..``, an empty or
-    ``.`` part, a backslash: see ``plain_names``) are not in it."""
-    if root not in _listings:
-        fs, path = filesystem(root)
-        try:
-            found = fs.find(path, detail=True)
-        except FileNotFoundError:
-            found = {}
-        _listings[root] = {name: found[name] for name in plain_names(path, found)}
-    return _listings[root]
-
-
-def plain_names(prefix: str, names) -> list[str]:
-    """The object names (fsspec paths) below ``prefix`` whose part below it
-    is a plain relative path (trust.relative_problem): the ones waypost may
-    turn into a local path or a Snakemake wildcard."""
-    from waypost.model.trust import relative_problem
-    start = len(prefix.rstrip("/")) + 1
-    return [name for name in names if name.startswith(prefix.rstrip("/") + "/") and not relative_problem(name[start:])]
-
-
-def listed(url: str) -> bool:
-    """Is ``url`` in its registered root's listing?"""
-    return filesystem(url)[1] in listing(root_of(url))
-
-
-def listed_info(url: str) -> dict | None:
-    """``url``'s entry in its registered root's listing (None: not there)."""
-    return listing(root_of(url)).get(filesystem(url)[1])
 
 
 def check_bucket(root: str) -> None:
@@ -215,28 +138,3 @@ def check_bucket(root: str) -> None:
                            "buckets; check the name and the project)") from None
     except Exception as exc:
         raise explain(exc, root) from None
-
-
-_directories: dict[int, dict[str, float]] = {}   # id of a listing → its directories (see directories)
-
-
-def directories(root: str) -> dict[str, float]:
-    """The directories of a gs:// root's listing (fsspec name, the root's
-    own and those above it left out) → the newest mtime below each: what
-    a ``directory()`` output is in a bucket (a prefix of objects). Made once
-    per listing."""
-    found = listing(root)
-    if id(found) not in _directories:
-        top = filesystem(root)[1].rstrip("/")
-        dirs: dict[str, float] = {}
-        for name, info in found.items():
-            stamp = mtime_of(info)
-            parent = name.rsplit("/", 1)[0]
-            while parent != top and parent.startswith(top + "/"):
-                if dirs.get(parent, -1.0) >= stamp:
-                    break
-                dirs[parent] = stamp
-                parent = parent.rsplit("/", 1)[0]
-        _directories.clear()
-        _directories[id(found)] = dirs
-    return _directories[id(found)]

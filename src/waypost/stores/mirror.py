@@ -1,4 +1,5 @@
-"""Stage directories on a ``gs://`` root.
+"""Stage directories on a bucket root (``gs://``, or any scheme with a
+client in ``bucketclient.CLIENTS``).
 
 On a gs:// root Snakemake only looks at the bucket (through waypost's storage
 plugin) and gives jobs gs:// URLs. Steps are ordinary programs that read and
@@ -25,8 +26,9 @@ layout) and keeps the bucket in step with it:
 - at the end the outputs go up (only if they count: a success, or the
   placeholders a funnel needs), then ``_manifest.json`` last.
 
-Everything goes through gcsfs: credentials from Google's standard mechanisms,
-transient errors retried with backoff.
+Everything goes through the root's client (``bucketclient``; on gs://,
+gcsfs: credentials from Google's standard mechanisms, transient errors
+retried with backoff).
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ import threading
 from waypost.model import trust
 from waypost.model.job import Job
 from waypost.model.layout import ATTEMPTS, COPY_NOTE, MANIFEST, RUNNING
-from waypost.model.locations import SCHEME, is_bucket_url
+from waypost.model.locations import is_bucket_url, object_name, prefix_of
 from waypost.model.states import SOUND_INPUTS, SUCCESS
-from waypost.stores import gcs
-from waypost.stores.base import StageStore
+from waypost.stores.base import MTIME_KEY, StageStore
+from waypost.stores.bucketclient import client_of
 from waypost.stores.bucketmoves import archive_objects
 from waypost.stores.bucketoutputs import OutputsInBucket, objects_beside
 
@@ -53,18 +55,19 @@ SYNC_SECONDS = float(os.environ.get("WAYPOST_SYNC_SECONDS", "60"))
 
 
 def local_of(mirror: str, url: str) -> str:
-    """Where a gs:// URL is copied locally under ``mirror`` (gs://B/K at
+    """Where a bucket's URL is copied locally under ``mirror`` (gs://B/K at
     MIRROR/B/K, the layout of Snakemake's own local copies of storage files):
     the one mapping the step's command, the runner and the planner share. A
     path is its own."""
-    return os.path.join(mirror, str(url)[len(SCHEME):]) if str(url).startswith(SCHEME) else url
+    return os.path.join(mirror, object_name(url)) if is_bucket_url(url) else url
 
 
-def url_of(mirror: str, local_path: str) -> str:
-    """The gs:// URL of a file in the local copy of the bucket under
-    ``mirror`` (``local_of``'s other way); any other path as it is."""
+def url_of(mirror: str, local_path: str, scheme: str) -> str:
+    """The URL (``scheme``: the root's, which its local copies leave out) of
+    a file in the local copy of the bucket under ``mirror`` (``local_of``'s
+    other way); any other path as it is."""
     path, top = os.path.abspath(local_path), os.path.abspath(mirror)
-    return SCHEME + path[len(top) + 1:] if path.startswith(top + "/") else local_path
+    return scheme + path[len(top) + 1:] if path.startswith(top + "/") else local_path
 
 
 class BucketWorkspace:
@@ -81,7 +84,7 @@ class BucketWorkspace:
                  input_dirs: list[str] = ()):
         self.url = url.rstrip("/")
         self.local = os.path.abspath(local)
-        self.fs, self.path = gcs.filesystem(self.url)
+        self.fs, self.path = client_of(self.url).filesystem(self.url)
         if not self.local.endswith("/" + self.path):
             raise ValueError(f"{local} is not a local copy of {url}")
         self.mirror = self.local[: -len(self.path) - 1]  # gs://B/K is mirrored at MIRROR/B/K
@@ -93,16 +96,20 @@ class BucketWorkspace:
         self.outside = OutputsInBucket(self, elsewhere, list(own_dirs))   # (none for a stage)
 
     def local_of(self, url: str) -> str:
-        """Where a gs:// URL is copied locally."""
+        """Where a bucket's URL is copied locally."""
         return local_of(self.mirror, url)
 
+    def local_of_object(self, name: str) -> str:
+        """Where an object (its name in ``fs``: bucket/key) is copied locally."""
+        return os.path.join(self.mirror, name)
+
     def url_of(self, local_path: str) -> str:
-        """The gs:// URL of a file in the local copy of the bucket."""
-        return url_of(self.mirror, local_path)
+        """The URL of a file in the local copy of the bucket."""
+        return url_of(self.mirror, local_path, prefix_of(self.url))
 
     def object_name(self, local_path: str) -> str:
         """The object name (bucket/key) of a file in the local copy of the bucket."""
-        return self.url_of(local_path)[len(SCHEME):]
+        return object_name(self.url_of(local_path))
 
     def locate(self, inputs: list[dict]) -> list[dict]:
         """Input records (``parents.describe_inputs``) naming where the inputs
@@ -191,7 +198,7 @@ class BucketWorkspace:
                     with open(_temp(local), "wb") as f:
                         f.write(data)
                     os.replace(_temp(local), local)
-                    for url in blocking_manifests(data, SCHEME + self.object_name(local)):
+                    for url in blocking_manifests(data, self.url_of(local)):
                         if trust.inside(os.path.abspath(self.local_of(url)), self.mirror):   # (parse saw to it)
                             upstream.add(self.local_of(url))
             # Past an input that did not succeed: the manifests of the stages
@@ -347,13 +354,13 @@ class BucketWorkspace:
     def put_marker(self, name: str, mtime: float) -> None:
         """Upload a marker file dated ``mtime`` for Snakemake (see the storage plugin)."""
         with open(os.path.join(self.local, name), "rb") as f:
-            self.fs.pipe_file(self._remote(name), f.read(), metadata={gcs.MTIME_KEY: repr(mtime)})
+            self.fs.pipe_file(self._remote(name), f.read(), metadata={MTIME_KEY: repr(mtime)})
 
     def registry(self, url: str, until: float | None) -> None:
-        """Create (dated ``until``) or remove an empty object at ``url`` (a gs:// URL)."""
-        path = gcs.filesystem(url)[1]
+        """Create (dated ``until``) or remove an empty object at ``url`` (a bucket's URL)."""
+        path = client_of(url).filesystem(url)[1]
         if until is not None:
-            self.fs.pipe_file(path, b"", metadata={gcs.MTIME_KEY: repr(until)})
+            self.fs.pipe_file(path, b"", metadata={MTIME_KEY: repr(until)})
         else:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(path)
@@ -371,7 +378,7 @@ class BucketWorkspace:
 
 
 def blocking_manifests(text: bytes, url: str = "manifest") -> list[str]:
-    """The manifests (gs:// URLs) of the inputs that kept a stage from
+    """The manifests (bucket URLs) of the inputs that kept a stage from
     success, from its manifest (at ``url``): none for a SUCCESS stage, or one
     that can't be read or used (``manifest.parse``: every URL it lists is a
     normalised one, so its local copy stays in the mirror)."""

@@ -142,7 +142,7 @@ def bucket_of_source(kind: str, source: str) -> str | None:
 
 def mount_of(path: str) -> Mount | None:
     """The mount ``path`` is on, when it is a FUSE or declared mount."""
-    from waypost.model.locations import SCHEME
+    from waypost.stores.gcs import SCHEME  # (the buckets FUSE mounts serve here are GCS's)
     real = os.path.realpath(path)
     declared = locations.declared_mounts()
     for point in sorted(declared, key=len, reverse=True):
@@ -182,7 +182,7 @@ def _decide(mount: Mount) -> Way:
         return Way(None, f"{how} {what}: {PLAIN} (if it serves a GCS bucket, {declare})")
     problem = api_problem(url)
     if problem and mount.kind == "declared":
-        from waypost.stores.gcs import StorageError
+        from waypost.stores.base import StorageError
         raise StorageError(f"{mount.point}: the config's mounts: has it served through the API of {url}, but this "
                            f"process can't use that API ({problem}): give it credentials and a route to the "
                            f"storage endpoint, or take {mount.point} out of mounts: to work through the mount")
@@ -220,7 +220,8 @@ def api_problem(url: str) -> str | None:
     it reads nothing through the API)."""
     from importlib.util import find_spec
 
-    from waypost.stores.gcs import StorageError, check_bucket, unreachable
+    from waypost.stores.base import StorageError
+    from waypost.stores.gcs import check_bucket, unreachable
     problem = unreachable(url)
     if problem or find_spec("gcsfs") is None:
         return problem

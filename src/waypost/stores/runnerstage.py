@@ -1,5 +1,5 @@
 """The workspace a step runner works in when its record directory is a
-``gs://`` URL (``mirror.BucketWorkspace``): a stage's whole stage directory,
+bucket's URL (``mirror.BucketWorkspace``): a stage's whole stage directory,
 or a rule in its own layout's record with its outputs elsewhere in the
 bucket."""
 
@@ -12,14 +12,14 @@ from waypost.stores.mirror import BucketWorkspace, local_of
 
 
 def for_runner(step) -> tuple[BucketWorkspace | None, list[str], list[str]]:
-    """The remote stage of a runner whose stage directory is a gs:// URL
+    """The remote stage of a runner whose stage directory is a bucket's URL
     (None for a local one), and the paths of the step's inputs and outputs
     it works with: their local copies (the command has them already:
     Snakemake formatted it with these paths)."""
     if not is_bucket_url(step.stage_dir):
         return None, step.inputs, step.outputs
     if not step.mirror:
-        raise SystemExit("waypost.runner: a gs:// stage directory needs the spec's mirror (where to copy it)")
+        raise SystemExit("waypost.runner: a bucket's stage directory needs the spec's mirror (where to copy it)")
 
     def local(url: str) -> str:
         return local_of(step.mirror, url)
