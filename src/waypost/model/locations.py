@@ -16,7 +16,10 @@ _URL = re.compile(r"([a-z][a-z0-9+.-]*)://")
 
 def scheme_of(location: str) -> str:
     """The scheme of a location's URL (``gs``), ``""`` for a path."""
-    found = _URL.match(str(location))
+    text = str(location)
+    if "://" not in text:   # (most locations are paths: no pattern to match)
+        return ""
+    found = _URL.match(text)
     return found.group(1) if found else ""
 
 
