@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and rewrite docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/run.py [--only planning,checkpoints,runner,local_profile,catalog,findpage,status,study_status,study_planning,mount,own_snakefile,slurm,slurm_nodes] [--output PATH]
+    .venv/bin/python benchmarks/run.py [--only planning,checkpoints,runner,local_profile,catalog,findpage,status,study_status,study_planning,study_scale,mount,own_snakefile,slurm,slurm_nodes] [--output PATH]
     .venv/bin/python benchmarks/run.py --render    # re-render the document from benchmarks/results.json
 
 One script per measure (bench_*.py, each runnable alone); this driver runs
@@ -14,7 +14,7 @@ diagnosis of missed targets, written by hand) is included in the document.
 Environment: BENCH_SLURM=0 skips the Slurm part (skipped anyway without an
 idle Slurm node); BENCH_SLURM_JOBS, BENCH_SLURM_BIG, BENCH_SLURM_POINTS, BENCH_SLURM_PARTS, BENCH_BIG_MB,
 BENCH_CATALOG_LOCAL, BENCH_CATALOG_GCS, BENCH_FINDPAGE_ROWS, BENCH_MOUNT_MB,
-BENCH_LOCAL_JOBS, BENCH_OWN_PLAN_LANGS and BENCH_OWN_RUN_LANGS size it;
+BENCH_LOCAL_JOBS, BENCH_SCALE_POINTS, BENCH_SCALE_REPETITIONS, BENCH_OWN_PLAN_LANGS and BENCH_OWN_RUN_LANGS size it;
 BENCH_PROFILE=1 profiles even where the targets are met; BENCH_TMP is where
 the temporary trees go (default: the system's temp dir).
 """
@@ -45,6 +45,7 @@ import bench_runner
 import bench_slurm
 import bench_status
 import bench_study_planning
+import bench_study_scale
 import bench_study_status
 from common import (
     REPO,
@@ -72,6 +73,7 @@ BENCHMARKS = {                      # the issue's order
     "status": bench_status.run,
     "study_status": bench_study_status.run,   # issue 31: status at a study's scale
     "study_planning": bench_study_planning.run,   # issue 31: planning a study at 10,000 points
+    "study_scale": bench_study_scale.run,   # issue 57 item 5: plan, status and find at 100,000 points
     "mount": bench_mount.run,           # issue 29: a bucket mounted as the root
     "own_snakefile": bench_own_snakefile.run,   # issue 40: a user's own Snakefile, with and without waypost
     "slurm": bench_slurm.run,
