@@ -153,9 +153,14 @@ def status_cmd(workdir: Path, *extra: str) -> list[str]:
 # text file and its events file.
 PLAN_PHASES = r"""
 import contextlib, io, json, sys, time
-from waypost import cli, clirun, events, graph, plan
-facts = graph.facts(sys.argv[1], sys.argv[2])
-cfg = graph.load_config(sys.argv[1], sys.argv[2], facts)
+from waypost.cli import main as cli
+from waypost.cli import run as clirun
+from waypost.model import events, graph
+from waypost.ops import plan
+args = cli.build_parser().parse_args(["plan", "--config", sys.argv[1], "--workflow", sys.argv[2]])
+# (read as plan reads them: its dry run leaves them so for the next plan, which reads no more)
+facts = graph.facts(sys.argv[1], sys.argv[2], args.profile)
+cfg = graph.load_config(sys.argv[2], facts)
 text = open(sys.argv[3]).read()
 t0 = time.perf_counter()
 found = events.read(sys.argv[4])
@@ -165,7 +170,6 @@ drifted, unknown = plan.drift(cfg, graph.code_versions(), facts["funnels"])
 groups = plan.collapse(drifted, cfg)
 t2 = time.perf_counter()
 # the tables, as cmd_plan prints them, over these rows (no second dry run)
-args = cli.build_parser().parse_args(["plan", "--config", sys.argv[1], "--workflow", sys.argv[2]])
 plan.dry_run = lambda *a, **kw: (0, text, found)
 with contextlib.redirect_stdout(io.StringIO()) as out:
     clirun.cmd_plan(args)
@@ -174,7 +178,7 @@ print(json.dumps({"jobs": sum(g["count"] for r in rows for g in r["reasons"]), "
                   "lines": out.getvalue().count("\n"),
                   "phases": {"read the dry run's jobs, group them (plan.parse_jobs, next_run)": t1 - t0,
                              "drift over the manifests (plan.drift, collapse)": t2 - t1,
-                             "all of `waypost plan` but the dry run: the config, the above, the tables (clirun.cmd_plan)": t3 - t2}}))
+                             "all of `waypost plan` but the dry run: the config, the above, the tables (cli/run.py's cmd_plan)": t3 - t2}}))
 """
 
 
@@ -204,7 +208,7 @@ def plan_part(workdir: Path, config: dict) -> tuple[list[Row], list[str]]:
             return [], [f"(`waypost plan`'s phases unavailable: {result.output.strip().splitlines()[-1:]})"]
         runs.append(json.loads(result.output.strip().splitlines()[-1]))
     phases = {name: median([r["phases"][name] for r in runs]) for name in runs[0]["phases"]}
-    whole = phases["all of `waypost plan` but the dry run: the config, the above, the tables (clirun.cmd_plan)"]
+    whole = phases["all of `waypost plan` but the dry run: the config, the above, the tables (cli/run.py's cmd_plan)"]
     table = "\n".join(f"| {name} | {1000 * s:.0f} |" for name, s in phases.items())
     note = (f"**`waypost plan` at {jobs:,} jobs**: Snakemake's dry run of the study with nothing done took "
             f"{dry.seconds:.1f} s (once; the planning benchmark measures it). Over its text and the done "

@@ -120,6 +120,20 @@ def test_verify_exits_1_when_it_finds_an_untrusted_stage(shared, tmp_path):
     assert waypost(work, "verify").returncode == 0
 
 
+def test_a_plan_reads_the_workflow_once_and_leaves_its_facts_to_the_next(shared, monkeypatch):
+    """`waypost plan --config F --profile P`: its dry run records the
+    workflow's facts as read with those options, so the next plan (or cron)
+    so given finds them current and reads the workflow once, in its dry run,
+    rather than first in a reading of its own (a Snakemake start more)."""
+    waypost(shared, "plan", "--profile", str(LOCAL_PROFILE), "--json")
+    facts = json.loads((shared / ".waypost" / "stages.json").read_text())
+    wanted = {"configfile": str(shared / "config.yaml"), "profile": str(LOCAL_PROFILE), "workflow_profile": None}
+    assert facts["invocation"] == wanted
+    from waypost.model import graph
+    monkeypatch.chdir(shared)
+    assert graph._current(graph.snakefile_in(str(REPO / "workflow")), wanted, []) is not None
+
+
 def test_plan_check_exits_1_on_drift(shared):
     plan = waypost(shared, "plan", "--profile", str(LOCAL_PROFILE), "--check", "--json", check=False)
     assert plan.returncode == (1 if json.loads(plan.stdout)["drift"] else 0), plan.stderr

@@ -15,6 +15,7 @@ from waypost.cli.args import (
     extra_args,
     load_config,
     reach,
+    snakemake_profile,
     stage_args,
     with_profile_config,
     workflow_facts,
@@ -52,8 +53,13 @@ def plan_report(args, cfg: dict) -> tuple[int, dict | None]:
     extra = extra_args(args)
     wconfig.check_names(cfg, experiments=args.experiment, stages=stage_args(extra))
     reach(cfg["root"])
+    # (with no Snakemake arguments of the user's, the dry run reads the workflow as this
+    # command's facts did: what it records serves the next plan without a reading of its own)
+    reading = None if extra else graph.invocation(args.config, snakemake_profile(args),
+                                                  getattr(args, "workflow_profile", None))
     code, text, found = plan.dry_run(args.profile, args.config, args.workflow,
-                                     [*stores.snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)])
+                                     [*stores.snakemake_options(cfg["root"]), *with_profile_config(args.profile, extra)],
+                                     reading)
     if code != 0:
         print(text[-4000:], file=sys.stderr)
         print("waypost: the dry run failed (above)", file=sys.stderr)

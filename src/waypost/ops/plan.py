@@ -11,6 +11,7 @@ or code changed, so after a mid-study fix this is where a user sees what
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -27,15 +28,21 @@ from waypost.ops.inputdrift import EDITED, InputEdits
 from waypost.state import lifecycle
 
 
-def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str]) -> tuple[int, str, list]:
-    """Snakemake's dry run: (its exit status, its output, its events)."""
+def dry_run(profile: str, config_path: str | None, workflow_dir: str, extra: list[str],
+            reading: dict | None = None) -> tuple[int, str, list]:
+    """Snakemake's dry run: (its exit status, its output, its events).
+    ``reading``: the options it reads the workflow with as the workflow's
+    facts name them (``graph.invocation``), so that the facts it records
+    serve the next command read that way without a reading of its own."""
     with tempfile.TemporaryDirectory(prefix="waypost-plan-") as tmp:
         path = os.path.join(tmp, "events.jsonl")
         cmd = [sys.executable, "-m", "snakemake", "-s", graph.snakefile_in(workflow_dir),
                "--profile", profile, "-n", *(["--configfile", config_path] if config_path else []), *extra,
                *events.snakemake_args(path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              env={**os.environ, events.EVENTS_ENV: path, events.OWN_TRIGGERS_ENV: "1"})
+        env = {**os.environ, events.EVENTS_ENV: path, events.OWN_TRIGGERS_ENV: "1"}
+        if reading is not None:
+            env[graph.INVOCATION_ENV] = json.dumps(reading)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         return proc.returncode, proc.stdout + proc.stderr, events.read(path)
 
 
