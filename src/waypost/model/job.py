@@ -13,7 +13,6 @@ leaves beside its outputs is its workspace or its side files.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -149,12 +148,6 @@ class Job:
         ``outputs_dir``."""
         return {} if self.outputs_in_record else {"outputs_dir": self.outputs_dir}
 
-    def catalog_wildcards(self) -> str | None:
-        """Its wildcards as the catalog keeps them (JSON): a rule in its own
-        layout's job is named by them; a stage's by experiment, pair and
-        instance (None)."""
-        return None if self.outputs_in_record else json.dumps(dict(self.wildcards))
-
     # --- what a reuse brings where ------------------------------------------------------
     def places_of(self, source: str, data: Mapping[str, Any], temporary: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
         """Where each file the record in ``source`` (its manifest, ``data``)
@@ -234,6 +227,15 @@ def outputs_elsewhere(data: Mapping[str, Any] | None) -> bool:
     """Is a record (a manifest, a running marker) a job's whose outputs are
     not in its record directory (a rule in its own layout: ``outputs_dir``)?"""
     return bool((data or {}).get("outputs_dir"))
+
+
+def wildcards_named(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The wildcards a record (a manifest) names its job by: a rule in its
+    own layout's, as Snakemake names it; None for a stage's (named by
+    experiment, pair and instance). Read from the record alone, without
+    making its ``Job``: the catalog asks it of every manifest it reads."""
+    wildcards = (data or {}).get("wildcards")
+    return dict(wildcards) if outputs_elsewhere(data) and isinstance(wildcards, Mapping) else None
 
 
 def outputs_base(record_dir: str, data: Mapping[str, Any] | None) -> str:

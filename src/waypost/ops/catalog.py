@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from waypost import stores
 from waypost.model import layout, manifest
-from waypost.model.job import Job
+from waypost.model.job import wildcards_named
 from waypost.model.layout import CATALOG_DB
 from waypost.model.parallel import chunks, in_workers
 from waypost.model.records import Manifest
@@ -130,7 +130,13 @@ def _row(location: str, root: str, stamp: str, data: Manifest) -> tuple:
             int(bool(data.get("adopted"))), int(bool(data.get("provisional"))),
             _sorted_json(data.get("settings") or {}), archive_of(location),
             (data.get("source_created") or source.get("created")) if data.get("reused_from") else None,
-            json.dumps(inputs) if inputs else "[]", Job.of_record(location, data).catalog_wildcards())
+            json.dumps(inputs) if inputs else "[]", _wildcards(data))
+
+
+def _wildcards(data: Manifest) -> str | None:
+    """A job of a rule in its own layout: the wildcards it is named by, as JSON; else None."""
+    wildcards = wildcards_named(data)
+    return None if wildcards is None else json.dumps(wildcards)
 
 
 def _entries(root: str, read) -> tuple[list[tuple], list[tuple]]:
