@@ -34,12 +34,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_planning import dry_run_cmd
@@ -50,14 +46,17 @@ from common import (
     PYTHON,
     Row,
     Section,
+    Timed,
+    check,
     interleaved,
     job_counts,
     log,
-    measuring_env,
     median,
     own_time_table,
     profile_table,
     show,
+    timed,
+    write_config,
 )
 
 POINTS = int(os.environ.get("BENCH_SCALE_POINTS", "100000"))
@@ -72,37 +71,12 @@ def grid_sides(points: int) -> tuple[int, int]:
     return alphas, round(points / alphas)
 
 
-@dataclass
-class Measured:
-    seconds: float
-    cpu_s: float         # user + system of the command's tree: what a neighbour's load moves least
-    rss_mib: float       # the largest process of the command's tree
-    output: str
-
-
-def measured(cmd: list[str], cwd: Path, what: str, env: dict | None = None) -> Measured:
-    """Run ``cmd`` to completion: its wall time and peak RSS. ``wait4`` on
-    the child gives the rusage of it and every descendant it waited for,
-    whose ``ru_maxrss`` is the largest of them (for `waypost plan`, its
-    Snakemake dry run)."""
-    with tempfile.TemporaryFile(mode="w+b") as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=measuring_env(env), stdout=out, stderr=subprocess.STDOUT)
-        watchdog = threading.Timer(TIMEOUT_S, proc.kill)
-        watchdog.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            watchdog.cancel()
-        seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{text[-4000:]}")
-    cpu = usage.ru_utime + usage.ru_stime
-    log(f"{what}: {seconds:.1f}s ({cpu:.1f} CPU-s), {usage.ru_maxrss / 1024:.0f} MiB")
-    return Measured(seconds, cpu, usage.ru_maxrss / 1024, text)
+def measured(cmd: list[str], cwd: Path, what: str, env: dict | None = None) -> Timed:
+    """Run ``cmd`` to completion (``common.timed``): its wall time, CPU and
+    peak RSS; RuntimeError when it fails."""
+    run = check(timed(cmd, cwd=cwd, env=env, timeout=TIMEOUT_S), what)
+    log(f"{what}: {run.seconds:.1f}s ({run.cpu_s:.1f} CPU-s), {run.rss_mib:.0f} MiB")
+    return run
 
 
 def find_cmd(workdir: Path, db: Path, *extra: str) -> list[str]:
@@ -110,12 +84,7 @@ def find_cmd(workdir: Path, db: Path, *extra: str) -> list[str]:
             "--db", str(db), *extra]
 
 
-def write_config(directory: Path, config: dict) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-
-
-def planning(fresh: Path) -> tuple[Measured, Measured, int]:
+def planning(fresh: Path) -> tuple[Timed, Timed, int]:
     """Plain's and waypost's dry runs of the study with nothing done (plain
     first: the baseline); checked to plan the same jobs by rule."""
     runs = {name: measured(dry_run_cmd(snakefile, fresh), fresh, f"{name} snakemake -n")
@@ -210,7 +179,7 @@ def run(ctx: dict) -> Section:
 
     cheap = {"waypost status": status_cmd(built), "waypost status --failed": status_cmd(built, "--failed"),
              "waypost find --no-refresh (the same query)": find_cmd(built, db, "--no-refresh", *query)}
-    last: dict[str, Measured] = {}
+    last: dict[str, Timed] = {}
 
     def variant(name):
         def once_more() -> float:
@@ -226,7 +195,7 @@ def run(ctx: dict) -> Section:
 
     base = plain.seconds
 
-    def row(measure: str, m: Measured, seconds: float, note: str, sampled: dict | None = None) -> Row:
+    def row(measure: str, m: Timed, seconds: float, note: str, sampled: dict | None = None) -> Row:
         return Row(measure=f"{measure}, {points:,}-point study", value=seconds, unit="s", baseline=base,
                    baseline_label="plain Snakemake's `snakemake -n` of the same DAG",
                    target="(informational)", samples=sampled or {},

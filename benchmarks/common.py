@@ -150,6 +150,7 @@ class Timed:
     returncode: int
     output: str          # stdout + stderr (the tail only, when big)
     cpu_s: float = 0.0   # user + system CPU of the process and every descendant it waited for
+    rss_mib: float = 0.0  # the peak resident memory of the largest of them
 
 
 # Variables some CI environments (this one included) set that a user's shell
@@ -171,37 +172,33 @@ def timed(cmd: list[str], cwd: str | Path | None = None, env: dict | None = None
 
     Output goes to a temporary file (not a pipe the parent must drain), so the
     measured process never waits on us. The wait is a plain blocking
-    ``wait()``: ``subprocess.run(timeout=...)`` polls with sleeps of up to
+    ``wait4()``: ``subprocess.run(timeout=...)`` polls with sleeps of up to
     50 ms, which would add up to 50 ms to every measure. A timer kills the
-    process at ``timeout`` instead.
+    process at ``timeout`` instead. ``wait4`` also gives the rusage of the
+    process and every descendant it waited for: their CPU, and the peak RSS
+    of the largest (for `waypost plan`, its Snakemake dry run).
     """
-    import resource
-    import tempfile
     import threading
 
-    def children_cpu() -> float:
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
-
     with tempfile.TemporaryFile(mode="w+b") as out:
-        cpu_before = children_cpu()
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=measuring_env(env), stdout=out, stderr=subprocess.STDOUT)
         watchdog = threading.Timer(timeout, proc.kill)
         watchdog.start()
         try:
-            returncode = proc.wait()
+            _, status, usage = os.wait4(proc.pid, 0)
         finally:
             watchdog.cancel()
         seconds = time.perf_counter() - start
-        cpu = children_cpu() - cpu_before     # one measured process at a time: all of it is this one's
+        proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
         if seconds >= timeout:
             raise subprocess.TimeoutExpired(cmd, timeout)
         text = ""
         if keep_output:
             out.seek(0)
             text = out.read().decode(errors="replace")
-    return Timed(seconds, returncode, text, cpu)
+    return Timed(seconds, returncode, text, cpu, usage.ru_maxrss / 1024)
 
 
 def check(result: Timed, what: str) -> Timed:
