@@ -15,7 +15,7 @@ from typing import ClassVar
 from fsspec.implementations.memory import MemoryFileSystem
 
 from waypost.model import manifest
-from waypost.stores.base import StorageError, forget_listings
+from waypost.stores.base import StorageError
 
 SCHEME = "mem://"
 _generations = itertools.count(1)
@@ -99,7 +99,6 @@ def quiet_logging() -> None:
 
 
 def reset() -> None:
-    forget_listings()
     ObjectMemoryFS.store.clear()
     ObjectMemoryFS.pseudo_dirs[:] = [""]
     ObjectMemoryFS.written.clear()

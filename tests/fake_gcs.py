@@ -56,8 +56,8 @@ def running(**start_options):
     env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
-    from waypost.stores import gcs
-    gcs.reset()   # no client made for another endpoint
+    from waypost import stores
+    stores.reset()   # no client made for another endpoint, no listing of its buckets
     try:
         yield url
     finally:
@@ -68,7 +68,7 @@ def running(**start_options):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        gcs.reset()
+        stores.reset()
 
 
 def rclone_config(url: str, path: Path) -> Path:

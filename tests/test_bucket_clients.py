@@ -96,7 +96,7 @@ def test_choosing_a_bucket_backend_imports_no_client_library():
     probe = ("import sys\nfrom waypost import stores\n"
              "stores.backend_of('gs://b/x'); stores.bucket_schemes()\n"
              "assert 'waypost.stores.gcs' not in sys.modules\n"
-             "stores.quiet_gcsfs_logging()\n"
+             "stores.quiet_client_logging()\n"
              "assert 'gcsfs' not in sys.modules, 'gcsfs'\n")
     subprocess.run([sys.executable, "-c", probe], check=True)
 

@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from waypost import stores
 from waypost.stores import gcs
 
 
@@ -53,10 +54,10 @@ def flaky(gcs_emulator, monkeypatch):
     proxy = FlakyProxy(gcs_emulator, failures=0)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.server_address[1]}")
-    gcs.reset()
+    stores.reset()
     yield proxy
     proxy.shutdown()
-    gcs.reset()
+    stores.reset()
 
 
 def test_transient_errors_are_retried(gcs_emulator, bucket, flaky):

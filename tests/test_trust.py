@@ -809,7 +809,6 @@ def test_every_bucket_reader_gives_a_valid_record_or_a_clear_error_and_writes_no
     manifests; no object appears outside the stage, no local file outside the mirror."""
     from waypost.ops import catalog
     from waypost.state import reuse, status, verify
-    from waypost.stores import gcs
     from waypost.stores.mirror import BucketWorkspace
 
     root = f"{bucket}/root"
@@ -818,7 +817,7 @@ def test_every_bucket_reader_gives_a_valid_record_or_a_clear_error_and_writes_no
     names = [f"{key(stage)}/{n}" for n in ("out.txt", "sub/model.bin", "_manifest.json", ".attempts/1/_manifest.json")]
     fs().pipe({names[0]: b"out", names[1]: b"model", names[2]: text, names[3]: text,
                f"{key(bucket)}/outside/secret.txt": b"secret"})
-    gcs.reset()
+    stores.reset()
     before = set(fs().find(key(bucket)))
     work = tmp_path / "work"
     shutil.rmtree(work, ignore_errors=True)

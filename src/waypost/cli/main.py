@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "workflow", "") is None:
         args.workflow = graph.default_workflow_dir()
     from waypost import stores
-    stores.quiet_gcsfs_logging()
+    stores.quiet_client_logging()
     try:
         return args.func(args)
     except WaypostError as exc:  # a mistake or fault waypost recognised: its one line (anything else is a bug)

@@ -124,12 +124,20 @@ def bucket_schemes() -> list[str]:
     return sorted(CLIENTS)
 
 
-def quiet_gcsfs_logging() -> None:
+def quiet_client_logging() -> None:
     """No tracebacks on stderr from any bucket client's library (gcsfs's,
     ...): the error that reaches the command is said in one line. Imports
     each client module, never its library."""
-    for scheme in CLIENTS:
-        client_of(scheme + "://").quiet_logging()
+    for load in CLIENTS.values():
+        load().quiet_logging()
+
+
+def reset() -> None:
+    """Forget every bucket client's cached clients and the planning's
+    listings of bucket roots (tests that start another service)."""
+    for load in CLIENTS.values():
+        load().reset()
+    _planlisting().reset()
 
 
 def preload() -> None:

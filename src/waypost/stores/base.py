@@ -31,23 +31,6 @@ class StorageError(WaypostError, RuntimeError):
     """A root that cannot be reached or is not served: one clear line for the user."""
 
 
-_forgetters: list = []   # what forgets a listing kept for the process (``planlisting.reset``)
-
-
-def keeps_listings(forget):
-    """Register ``forget``, which forgets the listings a module keeps for the
-    process (a decorator): ``forget_listings`` calls it."""
-    _forgetters.append(forget)
-    return forget
-
-
-def forget_listings() -> None:
-    """Forget every listing kept for the process (a client's ``reset``:
-    another service, other buckets)."""
-    for forget in _forgetters:
-        forget()
-
-
 def mtime_of(info: dict) -> float:
     """An object's mtime, from its listing info (as a bucket client lists
     it, ``bucketclient.BucketClient``): its ``waypost-mtime`` metadata, else

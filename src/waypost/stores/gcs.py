@@ -16,7 +16,7 @@ import os
 from functools import cache
 
 # (MTIME_KEY, StorageError and mtime_of: the bucket stores', named here too)
-from waypost.stores.base import MTIME_KEY, StorageError, forget_listings, mtime_of  # noqa: F401
+from waypost.stores.base import MTIME_KEY, StorageError, mtime_of  # noqa: F401
 
 SCHEME = "gs://"
 
@@ -102,18 +102,14 @@ def quiet_logging() -> None:
 
 
 def reset() -> None:
-    """Forget the cached GCS client and listings (tests that start another emulator)."""
+    """Forget the cached GCS client (``stores.reset``: tests that start another emulator)."""
     _gcs.cache_clear()
-    forget_listings()
     _reached.clear()
 
 
 def filesystem(url: str):
-    """(fsspec filesystem, path within it) for a local path or gs:// URI."""
-    if str(url).startswith(SCHEME):
-        return _gcs(), url[len(SCHEME):].rstrip("/")
-    from fsspec.implementations.local import LocalFileSystem
-    return LocalFileSystem(), os.path.abspath(url)
+    """(the gcsfs filesystem, the path within it: bucket/key) of a gs:// URL."""
+    return _gcs(), str(url)[len(SCHEME):].rstrip("/")
 
 
 def explain(exc: BaseException, url: str) -> StorageError:

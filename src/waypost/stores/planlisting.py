@@ -6,7 +6,7 @@ planning (1,000 single requests take seconds; one listing of 5,000 objects
 
 from __future__ import annotations
 
-from waypost.stores.base import keeps_listings, mtime_of
+from waypost.stores.base import mtime_of
 from waypost.stores.bucketclient import filesystem
 
 # Bucket roots a Snakemake run plans over, and their listings.
@@ -15,9 +15,8 @@ _listings: dict[str, dict[str, dict]] = {}
 _directories: dict[int, dict[str, float]] = {}   # id of a listing → its directories (see directories)
 
 
-@keeps_listings
 def reset() -> None:
-    """Forget the roots and their listings (a client's reset: another service)."""
+    """Forget the roots and their listings (``stores.reset``: another service)."""
     _roots.clear()
     _listings.clear()
 
