@@ -402,7 +402,7 @@ def param_study(tmp: Path) -> tuple[list[Row], list[str]]:
                                        "cpu": {"cpus": 1, "mem_mb": 500, "runtime": 5}})
     cfg = {"root": "results", "workers": str(workers),
            "experiments": {"sweep": {"grid": {"alpha": {"from": 0.8, "to": 1.0, "count": heavy}, "cells": cells}}},
-           "stages": {"simulate": {"t_end": 0.02, "checkpoint_every": 5000, "policy": {
+           "stages": {"simulate": {"t_end": 0.02, "checkpoint_every": 5000, "bad_node_after": 0, "policy": {
                "max_attempts": 6, "runtime": 1, "runtime_growth": 1.5,
                "cues": [{"action": "restart", "when": "any(cmd.TIMEOUT, cmd.PREEMPTED)"}]}},
                "data_extract": {"policy": {"depends": "all_done"}},
@@ -448,7 +448,8 @@ def big_study(tmp: Path) -> tuple[list[Row], list[str]]:
     cfg = {"root": "results", "workers": str(workers),
            "experiments": {"sweep": {"grid": {"alpha": {"from": 0.5, "to": 1.0, "count": side},
                                               "cells": list(range(5, 5 + side))}}},
-           "stages": {"simulate": {"t_end": 0.01, "policy": {"max_attempts": 2}},
+           "stages": {"simulate": {"t_end": 0.01, "checkpoint_every": 400, "bad_node_after": 0,
+                                        "policy": {"max_attempts": 2}},
                       "data_extract": {"policy": {"depends": "all_done"}},
                       "summary_report": {"policy": {"depends": "all_done"}}}}
     (d / "config.yaml").write_text(json.dumps(cfg))
@@ -457,22 +458,33 @@ def big_study(tmp: Path) -> tuple[list[Row], list[str]]:
     cmd = [PYTHON, "-m", "snakemake", "-s", str(d / "workflow" / "Snakefile"), "-d", str(d), "--profile",
            str(ONPREM_PROFILE), "--configfile", str(d / "config.yaml")]
     speed = machine_speed_ms()
-    seconds = check(timed(cmd, cwd=d, timeout=3 * TIMEOUT_S), "the big parameter study on Slurm").seconds
+    run = check(timed(cmd, cwd=d, timeout=3 * TIMEOUT_S), "the big parameter study on Slurm")
+    seconds = run.seconds
     sweep = d / "results" / "_all" / "sweep"
     states = {p.name: json.loads((p / "_manifest.json").read_text())["state"]
               for p in (sweep / "simulate").iterdir() if p.is_dir()}
     extracts = sum((sweep / "data_extract" / p / "_manifest.json").exists() for p in states)
-    if len(states) != points or extracts != points or not (sweep / "summary_report" / "summary.md").exists():
-        raise RuntimeError(f"{len(states)} points, {extracts} extracts")
     success = sum(s == "SUCCESS" for s in states.values())
+    if len(states) != points or extracts != points or not (sweep / "summary_report" / "summary.md").exists() \
+            or success != points:
+        raise RuntimeError(f"{len(states)} points, {success} SUCCESS, {extracts} extracts")
     jobs = jobs_of(d, -(-2 * points // BUNDLE))
     stages = 2 * points + 1
-    log(f"big study: {points} points ({stages} stages) in {seconds:.1f}s, {success} SUCCESS, {len(jobs)} Slurm jobs")
+    # The CPU the run needed: Snakemake's main process and what it started
+    # (sbatch, sacct), and every Slurm job's (the stages' commands and their
+    # runners); over the node's real cores, the least wall it could take.
+    node_cpu = sum(_seconds(j["TotalCPU"]) for j in jobs)
+    cores = os.cpu_count() or 1
+    budget = (f"CPU: main process and its children {run.cpu_s:,.0f} s, Slurm jobs {node_cpu:,.0f} s "
+              f"({1000 * node_cpu / stages:.0f} ms a stage); {(run.cpu_s + node_cpu) / cores:,.0f} s of "
+              f"wall at the least on this machine's {cores} cores")
+    log(f"big study: {points} points ({stages} stages) in {seconds:.1f}s, {success} SUCCESS, {len(jobs)} Slurm jobs; "
+        + budget)
     row = Row(measure=f"Slurm: examples/param-study, {points:,} points (simulate, data_extract, a summary), "
                       f"bundled (`bundle: {BUNDLE}`), shipped `profiles/onprem`", value=seconds, unit="s",
               target="(informational)", samples={"waypost": [seconds]},
               note=f"{stages / seconds:.1f} stages/s; {success:,} of {points:,} simulations SUCCESS; "
-                   f"{len(jobs):,} Slurm jobs for {stages:,} stages; speed probe {speed:.0f} ms")
+                   f"{len(jobs):,} Slurm jobs for {stages:,} stages; {budget}; speed probe {speed:.0f} ms")
     shutil.rmtree(d, ignore_errors=True)
     return [row], []
 

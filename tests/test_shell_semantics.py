@@ -120,6 +120,33 @@ def test_the_steps_own_exit_status_is_what_waypost_records(side_by_side):
     assert ran["waypost"].returncode != 0 and ran["plain"].returncode != 0
 
 
+# What the command sees of its shell, compared whole with plain Snakemake's:
+# its $0, no script file (BASH_SOURCE), the flags ($-: `c`, as a -c string),
+# and the last command exec'd by the shell rather than forked from it (so its
+# parent is not that shell: the two pids differ).
+SHELL_VIEW = [
+    ("shell_view", 'echo "$0|${{BASH_SOURCE[0]-none}}|$-" > {output}', True),
+    ("last_command_execd", "echo $$ > {output}; sh -c 'echo $PPID >> {output}'", True),
+]
+
+
+def test_the_command_sees_its_shell_as_in_plain_snakemake(tmp_path):
+    plain, wp = tmp_path / "plain", tmp_path / "waypost"
+    _write(plain, waypost=False, snippets=SHELL_VIEW)
+    _write(wp, waypost=True, snippets=SHELL_VIEW)
+    for workdir, waypost in ((plain, False), (wp, True)):
+        proc = _snakemake(workdir, waypost)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = {}
+    for workdir, where in ((plain, "plain/{}/out.txt"), (wp, "results/_all/e1/{}/out.txt")):
+        view = (workdir / where.format("shell_view")).read_text().strip()
+        shell_pid, parent_of_last = (workdir / where.format("last_command_execd")).read_text().split()
+        seen[workdir.name] = (view, shell_pid == parent_of_last)
+    assert seen["waypost"] == seen["plain"]
+    _, source, flags = seen["plain"][0].split("|")
+    assert source == "none" and "c" in flags and seen["plain"][1] is False
+
+
 PREFIXED = [
     ("prefix_sets_a_variable", "echo $FROM_PREFIX > {output}; echo ${{UNSET_BUT_NOT_STRICT}} >> {output}", True),
     ("prefix_keeps_errexit", "false; echo made > {output}", False),

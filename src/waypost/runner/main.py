@@ -24,7 +24,8 @@ One invocation runs one *series* of attempts toward a finished stage:
    don't qualify is SKIPPED.
 3. Each attempt writes its command into ``_logs/attempt-<n>.sh`` with
    Snakemake's shell prefix and suffix (``set -euo pipefail`` for bash) and
-   runs it with Snakemake's shell, in its own process group with the stage's
+   runs that text with Snakemake's shell as its ``-c`` (from the file where
+   it is too long for an argument), in its own process group with the stage's
    env, output teed to ``_logs/attempt-<n>.log`` (grown in a local scratch
    file, written whole into the stage directory: ``steplog``), under the policy's runtime
    (SIGTERM, then SIGKILL after a grace period). How it ended is classified,

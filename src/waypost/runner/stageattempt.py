@@ -22,6 +22,13 @@ from waypost.runner.stagedir import StageDirectory
 from waypost.runner.steplog import StepLog
 
 
+#: Longer than this, a command runs from its kept ``.sh`` rather than as its
+#: shell's ``-c`` argument: Linux takes no single argument over 128 KiB
+#: (``MAX_ARG_STRLEN``), where plain Snakemake's ``-c`` fails; the length is
+#: in characters, each up to 4 bytes.
+LONGEST_ARGUMENT = 32 * 1024
+
+
 class StageAttempt:
     """One attempt (``action``: cmd, restart or rerun) of the series under way."""
 
@@ -43,15 +50,17 @@ class StageAttempt:
             # As Snakemake formatted it with the job's placeholders (wiring.steps.with_restart);
             # as written in a step without it (a runner started by hand).
             command = spec.restart_command if spec.restart_command is not None else policy.restart
-        # The command runs as plain Snakemake runs one: its shell, prefix and
-        # suffix, from a script (of any length) kept beside the attempt's log.
-        # A script Snakemake generated for the job is kept too, and the .sh
-        # names that copy (Snakemake removes its own); this attempt runs
-        # Snakemake's, as plain Snakemake does (its ``__real_file__``).
+        # The command runs as plain Snakemake runs one: its shell's ``-c``,
+        # with Snakemake's prefix and suffix, and the same text kept beside the
+        # attempt's log as what ran. A script Snakemake generated for the job
+        # is kept too, and the .sh names that copy (Snakemake removes its
+        # own); this attempt runs Snakemake's, as plain Snakemake does (its
+        # ``__real_file__``).
         command, generated = keep_generated_scripts(command, directory, number, self._in_stage())
         script_rel = os.path.join(LOGS, f"attempt-{number}.sh")
-        writes.whole(directory.path(script_rel), spec.script(command).encode())
-        running_now = spec.script(generated) if generated != command else None   # (None: the .sh as kept)
+        kept = spec.script(command)
+        writes.whole(directory.path(script_rel), kept.encode())
+        running_now = spec.script(generated) if generated != command else kept
         # The log grows in the stage directory where its root can append to a
         # file; on a bucket mount, in a scratch file written whole into the
         # stage directory now, at each heartbeat and at the end (steplog).
@@ -71,7 +80,7 @@ class StageAttempt:
         return self.policy.workdir == "stage" and self.directory.workspace.runs_in_record
 
     def _run(self, number: int, in_series: int, command: str, log_rel: str, script_rel: str, log: StepLog,
-             running_now: str | None) -> records.Attempt:
+             running_now: str) -> records.Attempt:
         directory, series, action = self.directory, self.series, self.action
         runtime = self._runtime_limit(in_series)
         previous = series.attempts[-1]["state"] if series.attempts else ""
@@ -138,7 +147,7 @@ class StageAttempt:
         return env
 
     def _process(self, env: dict, log: StepLog, runtime: float | None, script_rel: str,
-                 running_now: str | None) -> Attempt:
+                 running_now: str) -> Attempt:
         """The step's process, ready to run (the workspace told that an
         attempt begins)."""
         spec, directory = self.spec, self.directory
@@ -154,7 +163,7 @@ class StageAttempt:
         # layout runs where Snakemake runs its jobs, as its paths say)
         in_stage = self._in_stage()
         directory.workspace.attempt_begins()
-        program = [spec.executable, "-c", running_now] if running_now else \
+        program = [spec.executable, "-c", running_now] if len(running_now) < LONGEST_ARGUMENT else \
             [spec.executable, os.path.abspath(directory.path(script_rel)) if in_stage else directory.path(script_rel)]
         return Attempt(program, env, log.growing, runtime,
                        self.policy.kill_grace, heartbeat,

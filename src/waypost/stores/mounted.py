@@ -28,6 +28,7 @@ from collections import namedtuple
 
 from waypost.model import layout, locations, writes
 from waypost.stores.base import StageStore
+from waypost.stores.gcs import SCHEME   # (the buckets FUSE mounts serve here are GCS's)
 from waypost.stores.local import LocalStore
 
 FUSE_KINDS = {"fuse.gcsfuse": "gcsfuse", "fuse.rclone": "rclone"}
@@ -142,7 +143,6 @@ def bucket_of_source(kind: str, source: str) -> str | None:
 
 def mount_of(path: str) -> Mount | None:
     """The mount ``path`` is on, when it is a FUSE or declared mount."""
-    from waypost.stores.gcs import SCHEME  # (the buckets FUSE mounts serve here are GCS's)
     real = os.path.realpath(path)
     declared = locations.declared_mounts()
     for point in sorted(declared, key=len, reverse=True):
