@@ -21,7 +21,6 @@ from waypost.runner.series import Series
 from waypost.runner.stagedir import StageDirectory
 from waypost.runner.steplog import StepLog
 
-
 #: Longer than this, a command runs from its kept ``.sh`` rather than as its
 #: shell's ``-c`` argument: Linux takes no single argument over 128 KiB
 #: (``MAX_ARG_STRLEN``), where plain Snakemake's ``-c`` fails; the length is

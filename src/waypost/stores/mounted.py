@@ -28,7 +28,7 @@ from collections import namedtuple
 
 from waypost.model import layout, locations, writes
 from waypost.stores.base import StageStore
-from waypost.stores.gcs import SCHEME   # (the buckets FUSE mounts serve here are GCS's)
+from waypost.stores.gcs import SCHEME  # (the buckets FUSE mounts serve here are GCS's)
 from waypost.stores.local import LocalStore
 
 FUSE_KINDS = {"fuse.gcsfuse": "gcsfuse", "fuse.rclone": "rclone"}
