@@ -405,6 +405,13 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 # The modules of plain Snakemake's floor, side by side with it: `make test`
 # runs them beside the others, with Snakemake's own workflows (tests/run.sh).
 FLOOR_MODULES = {"test_own_triggers.py", "test_own_snakefile.py", "test_plain_floor.py", "test_driver_crash.py"}
+# `make test` runs the suite as three pytest processes at once (tests/run.sh).
+# These modules run in the two that mostly wait (on Slurm and its polling;
+# on Snakemake's own workflows, forked one at a time), so that the three end
+# close together: on 2 cores the others' process took 45 minutes to their 32,
+# the last 13 with one core idle. Chosen by what each module took then.
+WITH_SLURM_TESTS = {"test_checkpoints.py", "test_series.py", "test_orphans.py"}
+WITH_CONFORMANCE_TESTS = {"test_own_layout_records.py", "test_directory_outputs.py", "test_control_flow.py"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -412,7 +419,9 @@ def pytest_collection_modifyitems(config, items):
     on a bucket mount the ``mount`` marker: `make test` runs them beside the
     others (tests/run.sh), as they mostly wait on Slurm and on the mounts.
     Those of ``FLOOR_MODULES`` carry ``floor``: they run beside the others
-    too, with Snakemake's own workflows, whose run ends well before theirs."""
+    too, with Snakemake's own workflows. Those of ``WITH_SLURM_TESTS`` and
+    ``WITH_CONFORMANCE_TESTS`` carry ``with_slurm`` and ``with_conformance``:
+    they run in those two processes, for balance."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "slurm_cluster" in fixtures:
@@ -421,6 +430,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.mount)
         if item.path.name in FLOOR_MODULES:
             item.add_marker(pytest.mark.floor)
+        if item.path.name in WITH_SLURM_TESTS:
+            item.add_marker(pytest.mark.with_slurm)
+        if item.path.name in WITH_CONFORMANCE_TESTS:
+            item.add_marker(pytest.mark.with_conformance)
 
 
 @pytest.fixture(scope="session")

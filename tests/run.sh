@@ -5,7 +5,9 @@
 # mount (`mount`) and the soaks (`soak`); Snakemake's own test workflows
 # (`conformance`: one Snakemake process forking each run) with the tests of
 # plain Snakemake's floor beside it (`floor`); and all the others. On 2
-# cores the first two took the tests from 47 minutes to 27.
+# cores the first two took the tests from 47 minutes to 27. Some modules run
+# in the first two processes only for balance (`with_slurm`,
+# `with_conformance`: tests/conftest.py says which).
 # Their output follows the others' (and stays in test-artifacts/). With
 # arguments, one plain pytest run of them.
 #
@@ -23,15 +25,15 @@ mkdir -p test-artifacts
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/waypost-tests.XXXXXX")
 log=test-artifacts/slurm-tests.log
 conformance_log=test-artifacts/conformance-tests.log
-"$PY" -m pytest -q -m "(slurm or mount or soak) and not conformance" -p no:cacheprovider --durations=10 \
+"$PY" -m pytest -q -m "(slurm or mount or soak or with_slurm) and not conformance" -p no:cacheprovider --durations=10 \
     --basetemp="$tmp/slurm" >"$log" 2>&1 &
 slurm=$!
-"$PY" -m pytest -q -m "conformance or (floor and not slurm and not mount and not soak)" -p no:cacheprovider \
+"$PY" -m pytest -q -m "conformance or ((floor or with_conformance) and not slurm and not mount and not soak and not with_slurm)" -p no:cacheprovider \
     --durations=5 -rxXs \
     --basetemp="$tmp/conformance" >"$conformance_log" 2>&1 &
 conformance=$!
 trap 'kill $slurm $conformance 2>/dev/null' EXIT
-"$PY" -m pytest -q -m "not slurm and not mount and not soak and not conformance and not floor" --durations=15 \
+"$PY" -m pytest -q -m "not slurm and not mount and not soak and not conformance and not floor and not with_slurm and not with_conformance" --durations=15 \
     --basetemp="$tmp/rest"
 rest=$?
 wait "$slurm"
