@@ -210,6 +210,14 @@ rule python_block:
     ('''
 bad = wp.setting("n")
 ''', "wp.setting() is used in a rule's input, output or params"),
+    ('''
+rule cube:
+    input: data=wp.stage("make_data", "data.txt")
+    output: cubes=wp.out("cubes.txt")
+    params: power=wp.setting("power")
+    shell: "awk '{{print $1 ^ {params.power}}}' {input.data} > {output.cubes}"
+''', "config/config.yaml: stages.cube has no setting 'power' for stage cube, whose rule asks for it "
+     "(wp.setting('power')): set it in the config's stages.cube (or an experiment's), or give the rule a default"),
 ])
 def test_a_stage_rule_written_wrong_stops_before_any_job(tmp_path, more, expected):
     own_pipeline(tmp_path, more)
@@ -217,6 +225,27 @@ def test_a_stage_rule_written_wrong_stops_before_any_job(tmp_path, more, expecte
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_setting_only_some_experiments_have_is_named_for_a_job_that_lacks_it(tmp_path):
+    cube = '''
+rule cube:
+    input: data=wp.stage("make_data", "data.txt")
+    output: cubes=wp.out("cubes.txt")
+    params: power=wp.setting("power")
+    shell: "awk '{{print $1 ^ {params.power}}}' {input.data} > {output.cubes}"
+'''
+    own_pipeline(tmp_path, cube, config="experiments:\n  e1: {stages: {cube: {power: 3}}}\n  e2: {}\n")
+    proc = snakemake(tmp_path, check=False)
+    assert proc.returncode != 0, proc.stderr
+    assert "config/config.yaml: experiments.e2 has no setting 'power' for stage cube" in proc.stderr, proc.stderr
+    assert not list(tmp_path.glob("results/*/*/cube/cubes.txt"))
+    # With the setting for both, both run with their own value.
+    (tmp_path / "config" / "config.yaml").write_text(
+        "experiments:\n  e1: {stages: {cube: {power: 3}}}\n  e2: {}\nstages:\n  cube: {power: 2}\n")
+    snakemake(tmp_path)
+    assert (tmp_path / "results/_all/e1/cube/cubes.txt").read_text().split()[-1] == "125"
+    assert (tmp_path / "results/_all/e2/cube/cubes.txt").read_text().split()[-1] == "25"
 
 
 @pytest.mark.parametrize("piece, expected", [

@@ -37,7 +37,7 @@ from waypost.model.graph import record as record_facts
 from waypost.model.manifest import write_json_atomic
 from waypost.planning import fanout, owntriggers, points
 from waypost.planning.ownpresence import OwnPresence
-from waypost.planning.resolver import Resolver
+from waypost.planning.resolver import NO_DEFAULT, Resolver
 from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
 from waypost.planning.stepline import StepLines
@@ -311,12 +311,14 @@ class Pipeline:
         dimensions (``params: teacher=wp.dim("teacher")``)."""
         return self.graph.dim(name)
 
-    def setting(self, key: str, default=None):
+    def setting(self, key: str, default=NO_DEFAULT):
         """A param of this rule: one setting of its stage. A plain value when
         it is the same for every experiment, axis value and instance, else a
         function of the job's wildcards (Snakemake calls every function of
         every job: fewer plan faster). A grid axis is a setting of each
-        point: ``wp.setting("nu")`` is the job's point's value."""
+        point: ``wp.setting("nu")`` is the job's point's value. With no
+        ``default``, the config must have the setting: one it lacks is an
+        error before any job runs, never ``None`` in the job's command."""
         return self.resolver.setting(self.graph.declaring("setting").name, key, default)
 
     @property

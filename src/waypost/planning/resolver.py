@@ -22,6 +22,9 @@ from waypost.model.policy import Policy
 from waypost.planning import fanout
 from waypost.planning.stagegraph import StageGraph, presigned
 
+#: ``setting``'s default when the rule gives none: the setting must be in the config
+NO_DEFAULT = object()
+
 REUSE_CLASS = "cpu"   # the worker class reuse jobs get, when the pool has it
 
 
@@ -159,19 +162,35 @@ class Resolver:
         """A scope's settings, once ``stage_settings`` made them."""
         return self._settings[(experiment, scope, stage)]
 
-    def setting(self, stage: str, key: str, default=None):
+    def setting(self, stage: str, key: str, default=NO_DEFAULT):
         """One setting of a stage as a rule's param: a plain value when it is
         the same in every scope (and no grid point or instance override
-        sets it), else a function of the job's wildcards."""
-        values = [self.stage_settings(e, p, stage, i).get(key, default) for e, p, i in self.scopes()]
-        if key not in self._per_point_keys(stage) and values and all(v == values[0] for v in values) \
-                and _literal(values[0]):
+        sets it), else a function of the job's wildcards. With no
+        ``default``, a setting that no scope has is said in one line before
+        any job runs (not passed on as ``None``, which a shell command would
+        take for the text "None"); one that only some scopes have is said
+        for a job of a scope without it, as Snakemake says a params
+        function's error."""
+        scoped = [self.stage_settings(e, p, stage, i) for e, p, i in self.scopes()]
+        per_point = key in self._per_point_keys(stage)
+        if default is NO_DEFAULT and not per_point and scoped and not any(key in s for s in scoped):
+            raise wconfig.ConfigError(self._no_setting(stage, key, f"stages.{stage}"))
+        values = [s.get(key, default) for s in scoped]
+        if not per_point and values and all(v == values[0] for v in values) and _literal(values[0]):
             return values[0]
 
         def value(wildcards):
-            return self.stage_settings(wildcards.experiment, self.graph.pair(wildcards), stage,
-                                       wildcards.get("instance")).get(key, default)
+            settings = self.stage_settings(wildcards.experiment, self.graph.pair(wildcards), stage,
+                                           wildcards.get("instance"))
+            if key not in settings and default is NO_DEFAULT:
+                raise wconfig.ConfigError(self._no_setting(stage, key, f"experiments.{wildcards.experiment}"))
+            return settings.get(key, default)
         return presigned(value)
+
+    def _no_setting(self, stage: str, key: str, where: str) -> str:
+        return (f"{self.source}: {where} has no setting {key!r} for stage {stage}, whose rule asks for it "
+                f"(wp.setting({key!r})): set it in the config's stages.{stage} (or an experiment's), or give the "
+                f"rule a default: wp.setting({key!r}, DEFAULT)")
 
     def _per_point_keys(self, stage: str) -> set[str]:
         if stage not in self._point_keys:
