@@ -409,7 +409,7 @@ FLOOR_MODULES = {"test_own_triggers.py", "test_own_snakefile.py", "test_plain_fl
 # These modules run in the two that mostly wait (on Slurm and its polling;
 # on Snakemake's own workflows, forked one at a time), so that the three end
 # close together: on 2 cores the others' process had taken 45 minutes to
-# their 32, the last 13 with one core idle; with these moved, 38, 39 and 42.
+# their 32, the last 13 with one core idle; with these moved, 35, 35 and 37.
 WITH_SLURM_TESTS = {"test_checkpoints.py", "test_series.py"}
 WITH_CONFORMANCE_TESTS = {"test_own_layout_records.py", "test_directory_outputs.py", "test_control_flow.py"}
 
