@@ -319,7 +319,10 @@ class Pipeline:
         point: ``wp.setting("nu")`` is the job's point's value. With no
         ``default``, the config must have the setting: one it lacks is an
         error before any job runs, never ``None`` in the job's command."""
-        return self.resolver.setting(self.graph.declaring("setting").name, key, default)
+        try:
+            return self.resolver.setting(self.graph.declaring("setting").name, key, default)
+        except (StageError, wconfig.ConfigError) as exc:   # (read with the rule: one line, as finish's)
+            _refuse(exc)
 
     @property
     def grid(self) -> points.Points:
