@@ -218,6 +218,30 @@ rule cube:
     shell: "awk '{{print $1 ^ {params.power}}}' {input.data} > {output.cubes}"
 ''', "config/config.yaml: stages.cube has no setting 'power' for stage cube, whose rule asks for it "
      "(wp.setting('power')): set it in the config's stages.cube (or an experiment's), or give the rule a default"),
+    # A helper's mistake names the Snakefile's line (the rule's output: is line 17 or 16).
+    ('''
+rule outside:
+    input: data=wp.stage("make_data", "data.txt")
+    output: data=wp.out("../data.txt")
+    shell: "cp {input.data} {output.data}"
+''', "workflow/Snakefile, line 17: rule outside: wp.out('../data.txt'): expected a file name inside the stage's "
+     "directory"),
+    ('''
+rule no_dims:
+    output: data=wp.out("x.txt", instances=wp.dims())
+    shell: "touch {output.data}"
+''', "workflow/Snakefile, line 16: rule no_dims: wp.dims(): name at least one dimension"),
+    ('''
+rule bad_parts:
+    output: data=wp.out("x.txt", instances=wp.parts("make_data", "/parts/{part}.txt"))
+    shell: "touch {output.data}"
+''', "workflow/Snakefile, line 16: rule bad_parts: wp.parts('make_data', '/parts/{part}.txt'): expected a path"),
+    ('''
+rule bad_per:
+    output: data=wp.out("x.txt", instances=wp.grid.per())
+    shell: "touch {output.data}"
+''', "workflow/Snakefile, line 16: rule bad_per: wp.grid.per(): expected the names of some of the points' "
+     "parameters"),
 ])
 def test_a_stage_rule_written_wrong_stops_before_any_job(tmp_path, more, expected):
     own_pipeline(tmp_path, more)
@@ -225,6 +249,23 @@ def test_a_stage_rule_written_wrong_stops_before_any_job(tmp_path, more, expecte
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and 'File "' not in proc.stderr, proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_helper_s_mistake_in_an_input_function_is_reported_for_its_job(tmp_path):
+    """Called from a function Snakemake calls for a job (not as it reads the
+    Snakefile), a helper's error is the job's, in Snakemake's own report."""
+    own_pipeline(tmp_path)
+    snakefile = tmp_path / "workflow" / "Snakefile"
+    snakefile.write_text(snakefile.read_text() + '''
+rule late:
+    input: lambda wildcards: wp.path_of("nosuch", "x.txt", "e1")
+    output: "late.txt"
+    shell: "touch {output}"
+''')
+    proc = snakemake(tmp_path, "late.txt", check=False)
+    assert proc.returncode != 0, proc.stderr
+    assert "InputFunctionException in rule late" in proc.stderr, proc.stderr
+    assert "no stage 'nosuch'" in proc.stderr and not (tmp_path / "late.txt").exists()
 
 
 def test_a_setting_only_some_experiments_have_is_named_for_a_job_that_lacks_it(tmp_path):

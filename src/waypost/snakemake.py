@@ -37,6 +37,7 @@ from waypost.model.graph import record as record_facts
 from waypost.model.manifest import write_json_atomic
 from waypost.planning import fanout, owntriggers, points
 from waypost.planning.ownpresence import OwnPresence
+from waypost.planning.reading import in_one_line
 from waypost.planning.resolver import NO_DEFAULT, Resolver
 from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
@@ -221,10 +222,12 @@ class Pipeline:
     def experiments(self) -> list[str]:
         return self.graph.experiments
 
+    @in_one_line
     def axis_values(self, experiment: str) -> list[str]:
         """The experiment's values of the workflow's axis (its ``pairs``, say)."""
         return self.graph.axis_values(experiment)
 
+    @in_one_line
     def instances(self, stage: str, experiment: str, pair: str | None = None) -> list[str]:
         """The instance names of a stage with instances, in an experiment
         (and for one axis value, ``pair``, when the stage's function takes
@@ -233,6 +236,7 @@ class Pipeline:
         return self.graph.instances(stage, experiment, pair)
 
     # --- the helpers, in a rule ------------------------------------------
+    @in_one_line
     def out(self, filename: str, instances=None, funnel: bool = False) -> str:
         """An output of this rule's stage: ``filename`` in its stage directory,
         ``{root}/{pair}/{experiment}/{stage}[/{instance}]/filename``.
@@ -248,6 +252,7 @@ class Pipeline:
         Said on one output, either holds for the rule's others."""
         return self.graph.out(filename, instances, funnel)
 
+    @in_one_line
     def stage(self, stage: str | tuple, filename, instance: str | None = None):
         """An input from another stage: its output ``filename`` for the same
         experiment (and axis value, unless it is a funnel), of the instance
@@ -263,6 +268,7 @@ class Pipeline:
         job's part, ``instance="{teacher}"`` the instance of its teacher."""
         return self.graph.stage(stage, filename, instance)
 
+    @in_one_line
     def each(self, stage: str, filename: str, over=None):
         """An input from every job of another stage in this experiment: each
         of its instances, for this job's axis value, or for all of them when
@@ -276,6 +282,7 @@ class Pipeline:
         teacher). Without it, every instance (both dimensions)."""
         return self.graph.each(stage, filename, over)
 
+    @in_one_line
     def parts(self, stage: str, pattern: str):
         """A stage's instances (``wp.out(..., instances=wp.parts(...))``):
         the files a checkpoint stage (``checkpoint STAGE:``) wrote into its
@@ -287,11 +294,9 @@ class Pipeline:
         job reads its own part as ``wp.stage(stage, "parts/{part}.txt")``.
         Found through Snakemake's ``checkpoints.<stage>.get(...)``: a dry run
         plans the checkpoint, and the jobs of the parts appear once it ran."""
-        try:
-            return fanout.Parts(self, stage, pattern, self.graph.current)
-        except fanout.FanoutError as exc:
-            raise StageError(str(exc)) from None
+        return fanout.Parts(self, stage, pattern, self.graph.current)
 
+    @in_one_line
     def dims(self, **dimensions):
         """A stage's instances over named dimensions
         (``instances=wp.dims(part=wp.parts(...), teacher=teachers)``): one
@@ -301,16 +306,15 @@ class Pipeline:
         axis value), ``wp.parts(...)``. Its value is a placeholder in this
         rule's ``wp.stage`` file names and instance (``instance="{teacher}"``),
         a param (``wp.dim``), and ``wp.each(..., over=...)`` gathers along it."""
-        try:
-            return fanout.Dims(self, dimensions, self.graph.current)
-        except fanout.FanoutError as exc:
-            raise StageError(str(exc)) from None
+        return fanout.Dims(self, dimensions, self.graph.current)
 
+    @in_one_line
     def dim(self, name: str):
         """A param of this rule: the job's value of one of its stage's
         dimensions (``params: teacher=wp.dim("teacher")``)."""
         return self.graph.dim(name)
 
+    @in_one_line
     def setting(self, key: str, default=NO_DEFAULT):
         """A param of this rule: one setting of its stage. A plain value when
         it is the same for every experiment, axis value and instance, else a
@@ -319,10 +323,7 @@ class Pipeline:
         point: ``wp.setting("nu")`` is the job's point's value. With no
         ``default``, the config must have the setting: one it lacks is an
         error before any job runs, never ``None`` in the job's command."""
-        try:
-            return self.resolver.setting(self.graph.declaring("setting").name, key, default)
-        except (StageError, wconfig.ConfigError) as exc:   # (read with the rule: one line, as finish's)
-            _refuse(exc)
+        return self.resolver.setting(self.graph.declaring("setting").name, key, default)
 
     @property
     def grid(self) -> points.Points:
@@ -347,6 +348,7 @@ class Pipeline:
         stage's code version."""
         return "python " + shlex.quote(os.path.normpath(os.path.join(self.snake.current_basedir(), path)))
 
+    @in_one_line
     def path_of(self, stage: str, filename: str, experiment: str, pair: str | None = None,
                 instance: str | None = None) -> str:
         """The path of one stage file (for functions that pick inputs)."""

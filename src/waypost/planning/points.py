@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from waypost.model import layout, paramsets
 from waypost.planning.fanout import FanoutError, Named
+from waypost.planning.reading import in_one_line
 from waypost.planning.stagegraph import StageError
 
 
@@ -77,6 +78,7 @@ class Points(Named):
     def kept_instances(self, kept: list[str]) -> str:
         return f"wp.grid.per({', '.join(map(repr, kept))})"
 
+    @in_one_line
     def per(self, *parameters: str) -> Per:
         """One instance per value of these parameters (see the module's docstring)."""
         rule = self.pipeline.graph.current
