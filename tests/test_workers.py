@@ -99,3 +99,28 @@ def test_waypost_workers_prints_the_pool_a_profile_selects(tmp_path):
     text = subprocess.run([sys.executable, "-m", "waypost.cli", "workers", "--pool", "cloud"],
                           cwd=REPO, capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "150"}).stdout
     assert "cloud-gpu" in text and "constraint=spot" in text
+
+
+def test_nvidia_smi_is_asked_once_per_process_and_its_forks_inherit_it(monkeypatch, tmp_path):
+    """The step server and a bundle ask before they fork runners: a step on
+    a GPU node doesn't wait for nvidia-smi. One that failed is asked again."""
+    asked = tmp_path / "asked"
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\necho >> {asked}\n[ -e {tmp_path}/broken ] && exit 9\n"
+                      "printf '0, GPU-a, 16384\\n'\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "broken").touch()
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert workers.worker_env({}, {})["GPUS_from"] == "pool"
+    assert workers.worker_env({}, {})["GPUS_from"] == "pool"
+    assert len(asked.read_text().splitlines()) == 2   # (failed: asked each time)
+    (tmp_path / "broken").unlink()
+    for _ in range(3):
+        assert workers.worker_env({}, {})["GPUS"] == "0"
+    assert len(asked.read_text().splitlines()) == 3
+    pid = os.fork()
+    if pid == 0:   # a forked runner: the listing is already here
+        os._exit(0 if workers.worker_env({"CUDA_VISIBLE_DEVICES": "0"}, {})["WORKSPACE"] == 12288 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(asked.read_text().splitlines()) == 3

@@ -184,10 +184,29 @@ def detect_workspace(gpus: str, declared: int | None, listed: list | None) -> tu
     return declared, "pool"
 
 
+# PATH → what nvidia-smi listed there: the machine's GPUs don't change under
+# a run, so a process that forks runners (the step server, a bundle) asks
+# once (``gpus_listed`` before the forks) and each step's runner inherits it.
+# A listing that failed is asked again by the next step.
+_LISTED: dict[str, list[list[str]]] = {}
+
+
+def gpus_listed() -> list[list[str]] | None:
+    """What ``nvidia-smi`` lists on this machine (see ``_nvidia_smi``),
+    asked once per process and PATH."""
+    path = os.environ.get("PATH", os.defpath)
+    if path not in _LISTED:
+        listed = _nvidia_smi()
+        if listed is None:
+            return None
+        _LISTED[path] = listed
+    return _LISTED[path]
+
+
 def worker_env(env: dict, declared: dict | None) -> dict:
     """GPUS and WORKSPACE for a step, with their sources (for the manifest)."""
     declared = declared or {}
-    listed = _nvidia_smi()   # once: it takes a while on a GPU node
+    listed = gpus_listed()   # (it takes a while on a GPU node)
     gpus, gpus_from = detect_gpus(env, declared.get("GPUS"), listed)
     workspace, workspace_from = detect_workspace(gpus, declared.get("WORKSPACE"), listed)
     return {"GPUS": gpus, "GPUS_from": gpus_from, "WORKSPACE": workspace, "WORKSPACE_from": workspace_from}

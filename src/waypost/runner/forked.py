@@ -21,15 +21,17 @@ def preload() -> None:
     """Import now, once, what a step imports as it goes, so that no forked
     runner pays for it: the outputs' crc32c (and how a manifest writes
     it), the mount check (and the codec it reads mount points with), the
-    attempt's ``select``."""
+    attempt's ``select``; and this machine's GPUs, as ``nvidia-smi`` lists
+    them (it takes a while on a GPU node)."""
     import binascii  # noqa: F401
     import encodings.unicode_escape  # noqa: F401
     import select  # noqa: F401
 
     from waypost import stores
-    from waypost.model import manifest
+    from waypost.model import manifest, workers
     stores.preload()
     manifest.crc32c_extend()
+    workers.gpus_listed()
 
 
 def forkable(body: bytes) -> bool:
