@@ -20,7 +20,6 @@ stage directory and no other.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import shlex
@@ -36,30 +35,17 @@ from waypost.model.graph import FACTS_ONLY_ENV, invocation
 from waypost.model.graph import record as record_facts
 from waypost.model.manifest import write_json_atomic
 from waypost.planning import fanout, owntriggers, points
-from waypost.planning.ownpresence import OwnPresence
+from waypost.planning.ownlayout import assigned_class, wire_rules_in_own_layout
+from waypost.planning.pipelineconfig import read_config
 from waypost.planning.reading import in_one_line
 from waypost.planning.resolver import NO_DEFAULT, Resolver
 from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
 from waypost.planning.stepline import StepLines
 from waypost.planning.targets import default_targets
-from waypost.planning.wiring.bucket import as_plain_on_the_bucket, fetch_checkpoint_folders, planning_mirror
+from waypost.planning.wiring.bucket import planning_mirror
 from waypost.planning.wiring.internals import after_planning, after_reading
-from waypost.planning.wiring.jobfiles import (
-    flagged_positions,
-    input_dirs_of,
-    input_records_of,
-    log_files_of,
-    own_dirs_of,
-)
-from waypost.planning.wiring.rules import (
-    own_layout_refusal,
-    wire,
-    wire_inputs,
-    wire_own_layout,
-    wire_own_presence,
-    wire_own_reuse,
-)
+from waypost.planning.wiring.rules import wire, wire_inputs
 from waypost.planning.wiring.snake import Snake, WorkflowError, run_identity
 from waypost.planning.wiring.triggers import quiet_triggers, stop_on_request, take_finished_orphans
 from waypost.runner import forked
@@ -111,7 +97,12 @@ class Pipeline:
         # same files when it submitted the job (and jsonschema is slow to import).
         check = not self.snake.remote
         workflow_dir = self.snake.basedir
-        self.config = self._load_config(config, default_configfile, check)
+        try:
+            read = read_config(config, self.snake, default_configfile, check, self.facts_only, self.axis)
+        except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
+            _refuse(exc)
+        self.config, self.configfile, self.source = read.prepared, read.configfile, read.source
+        self.config_files, self.own_presence, self._read = read.files, read.own_presence, read
         self._snakefile_config = config   # the Snakefile's own ``config``: the same keys, kept in step
         config = self.config
         self.root = config["root"]
@@ -161,61 +152,6 @@ class Pipeline:
             print("waypost: the Snakefile never called wp.finish() after its rules: add it at the end "
                   "(before `rule all` where that uses wp.targets); nothing was run", file=sys.stderr)
             raise SystemExit(1)
-
-    def _load_config(self, config: dict, default_configfile: str, check: bool) -> wconfig.Prepared:
-        """waypost's keys of the config Snakemake loaded (its ``configfile:``,
-        ``--configfile``, the profiles' and the command line's ``--config``),
-        or of ``default_configfile`` where Snakemake loaded none and it is
-        there: the config file, then the reuse/ files beside it, then
-        ``--config KEY=VALUE`` (``wconfig.waypost_config``)."""
-        read, given, overrides = self.snake.config_sources()
-        configfile = (given or read or [None])[-1]
-        loaded, read_here = dict(config), configfile is None and os.path.exists(default_configfile)
-        try:
-            if read_here:   # (the reference's layout: no configfile: directive)
-                configfile, read = default_configfile, [default_configfile]
-                loaded = wconfig.merge(wconfig.load_yaml(configfile), overrides)
-            keys, source, top_level = wconfig.waypost_config(loaded, overrides, configfile)
-            prepared = self._prepared(keys, source, check, not top_level)
-        except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
-            _refuse(exc)
-        self.configfile, self.source = wconfig.source_file(source), source
-        # (for the ``waypost`` commands: graph.facts)
-        self.config_files = {"configfiles": [os.path.abspath(p) for p in read],
-                             "given_configfiles": [os.path.abspath(p) for p in given],
-                             # (a YAML date as text: what JSON holds)
-                             "config_overrides": json.loads(json.dumps(overrides, default=str))}
-        # Rules in their own layout follow presence mode only where the config
-        # says so: else plain Snakemake's answer (waypost.planning.ownpresence).
-        self._own_presence = keys.get("rerun_policy") == "presence"
-        # A config with waypost's keys at its top level is read by its
-        # Snakefile with their defaults (the reference's); any other is the
-        # pipeline's own, as plain Snakemake gives it.
-        self._fills_config = top_level
-        self._declared = top_level or wconfig.SECTION in loaded   # (else: no waypost key at all)
-        self._default_configfile = default_configfile
-        if top_level:
-            config.clear()
-            config.update(prepared)   # the Snakefile's ``config``: its keys (the derived values are beside them)
-        elif read_here:
-            config.update(loaded)   # (the file Snakemake would have read with --configfile)
-        return prepared
-
-    def _prepared(self, keys: dict, source: str, check: bool, in_section: bool) -> wconfig.Prepared:
-        """waypost's keys of the config, validated and with their defaults.
-        For the facts pass (only the rules are asked for) it is the real one,
-        unchecked: a Snakefile may read its config while it is loaded, and
-        whoever loads the config next checks it and says what is wrong with
-        it; one too broken to prepare at all gives its place to none, and
-        the rules are still read."""
-        basedir = self.snake.basedir
-        if not self.facts_only:
-            return wconfig.prepare(keys, basedir, source, check=check, axis=self.axis, in_section=in_section)
-        try:
-            return wconfig.prepare(copy.deepcopy(keys), basedir, source, check=False, axis=self.axis,
-                                   in_section=in_section)
-        except (wconfig.ConfigError, AttributeError, KeyError, TypeError, ValueError):
-            return wconfig.prepare({"experiments": {}}, basedir, source, check=False, axis=self.axis)
 
     # --- names -----------------------------------------------------------
     @property
@@ -372,16 +308,16 @@ class Pipeline:
             for stage in graph.stages.values():
                 named = wire(self.snake, stage, runner_line, STEP_PARAM, self.lines.params_function(stage.name),
                              self.mirror)
-                self.lines.default_class[stage.name] = named or self._assigned_class(stage.name)
-            own_layout = self._own_layout = self._wire_own_layout(runner_line)
+                self.lines.default_class[stage.name] = named or assigned_class(self.resolver, self.snake, stage.name)
+            own_layout = self._own_layout = wire_rules_in_own_layout(self, runner_line, STEP_PARAM)
             graph.check(self.snake.is_checkpoint)
             self.fanout.follow(graph.stages)
             if self.facts_only:
                 self._finished = True
                 self._record_graph()
                 return
-            if graph.stages and not self._declared:
-                raise wconfig.ConfigError(self._undeclared_experiments())
+            if graph.stages and not self._read.declared:
+                raise wconfig.ConfigError(self._read.undeclared_experiments())
             instances, self._unchecked = self.resolver.override_instances(self.grid)
             prepared = wconfig.complete(self.config, self.snake.basedir, self.source, self.axis,
                                         [*graph.stages, *own_layout], graph.instanced(), instances)
@@ -389,7 +325,7 @@ class Pipeline:
             _refuse(exc)
         self.config.clear()
         self.config.update(prepared)   # (in place: the resolver and the rest hold it)
-        if self._fills_config:
+        if self._read.fills_config:
             self._snakefile_config.clear()
             self._snakefile_config.update(prepared)
         self.resolver.freeze({**instances, **self._unchecked})
@@ -412,7 +348,7 @@ class Pipeline:
                                 + "\n  ".join(problems))
         # (checked once the rest is: a refused config claims nothing; a config with waypost's keys at
         # its top level names its experiments itself, and may be edited as a copy: plan's drift)
-        if not self.mirror and not self._fills_config:
+        if not self.mirror and not self._read.fills_config:
             _claim_experiments(self.root, self.config["experiments"], self.configfile, self.snake.snakefile)
         for line in self.state.reuse_plan().lines():
             print(f"waypost: {line}", file=sys.stderr)
@@ -422,101 +358,6 @@ class Pipeline:
             after_planning(self.snake.workflow, lambda: owntriggers.report(
                 self.snake, self.root, self.experiments, self._own_layout, STEP_PARAM, events_path))
 
-    def _undeclared_experiments(self) -> str:
-        """Why a workflow with stages (``wp.out``) can't run on a config
-        that says nothing for waypost: its stage directories are named by
-        experiments the config declares (only rules in their own layout
-        have a default one)."""
-        if self.configfile == wconfig.NO_CONFIG_FILE:
-            return (f"{self._default_configfile}: config file not found (a workflow with waypost stages, wp.out, reads "
-                    "its experiments from its config: give it one, or --configfile FILE)")
-        return (f"invalid config:\n  {self.source}: (top level): 'experiments' is required but missing (a workflow "
-                f"with waypost stages, wp.out, names its experiments: at the top level, or under `{wconfig.SECTION}:`)")
-
-    def _wire_own_layout(self, runner_line: str) -> list[str]:
-        """Make each rule in its own layout (a ``shell:``, ``script:`` or
-        ``run:`` rule with outputs that is not a stage;
-        ``own_layout_refusal``) a step with a record of its own: the rules
-        wired. A job's record is in its experiment: the config's one, or,
-        where it declares several, the job's ``{experiment}`` wildcard's (a
-        rule without one stays plain Snakemake's: which experiment its jobs
-        belong to can't be told). On a gs:// root their files are the
-        bucket's, below the root (Snakemake's default storage): the step runs
-        on their local copies and the runner stores the outputs, then the
-        manifest last, as for a stage."""
-        rules = self.snake.job_rules(self.graph.stages)
-        experiments = self.graph.experiments
-        experiment = experiments[0] if len(experiments) == 1 else None
-        wired, plain = [], {}
-        for rule in rules:
-            refusal = own_layout_refusal(self.snake, rule)
-            if refusal is None and experiment is None and "experiment" not in self.snake.wildcards_of(rule):
-                refusal = "no {experiment} wildcard, and the config declares several experiments"
-            if refusal:
-                plain[rule] = refusal
-                if self.mirror:
-                    as_plain_on_the_bucket(self.snake, rule)
-                continue
-            wire_own_layout(self.snake, rule, runner_line, STEP_PARAM, self.mirror,
-                            self.lines.own_layout_function(
-                                rule, experiment, {flag: flagged_positions(self.snake, rule, flag)
-                                                   for flag in ("temp", "touch", "update")},
-                                own_dirs_of(self.snake, rule),
-                                log_files_of(self.snake, rule), self.snake.rule_retries(rule)))
-            self.lines.default_class[rule] = self.snake.worker_class(rule) or self._assigned_class(rule)
-            wired.append(rule)
-        self._say_plain(plain)
-        if self.mirror:   # (a step on a gs:// root gets the side files beside its inputs too)
-            self.lines.input_dirs = input_dirs_of(self.snake, wired)
-            for rule in self.snake.target_rules(self.graph.stages):   # (``touch()`` outputs: Snakemake's)
-                as_plain_on_the_bucket(self.snake, rule, runs=False)
-            fetch_checkpoint_folders()
-        else:   # (an input a job here made is described with its record: parents.describe_inputs)
-            self.lines.input_records = input_records_of(self.snake, wired, self._own_record(experiment))
-        if experiment is None and not self.facts_only:   # one experiment of this config reusing another's jobs
-            for rule in wired:
-                wire_own_reuse(self.snake, rule, self._reused_job(rule))
-        if not self.facts_only:   # (presence mode, and adopted jobs in either mode)
-            done = OwnPresence(self.state, self.root, experiment, self._own_presence).done
-            for rule in wired:
-                wire_own_presence(self.snake, rule, done)
-        return wired
-
-    def _own_record(self, experiment: str | None):
-        """A function of a rule in its own layout and a job's wildcards: the
-        job's record directory (``experiment`` None: its ``{experiment}``
-        wildcard's)."""
-        def record_of(rule: str, values: dict) -> str:
-            job_experiment, instance = layout.own_job(values, experiment)
-            return layout.stage_dir(self.root, layout.ALL_PAIRS, job_experiment, rule, instance)
-        return record_of
-
-    def _reused_job(self, rule: str):
-        """A function of a job's wildcards (a rule in its own layout, the
-        config declaring several experiments): the wildcards of the job of
-        another experiment of this config that its experiment reuses it
-        from (its ``{experiment}`` the source's), or None."""
-        def source_of(values: dict) -> dict | None:
-            experiment = values.get("experiment")
-            if experiment not in self.config["experiments"]:
-                return None
-            source = self.resolver.reuse_experiment(experiment, layout.ALL_PAIRS, rule)
-            return None if source is None else {**values, "experiment": source}
-        return source_of
-
-    def _say_plain(self, plain: dict[str, str]) -> None:
-        """One line, from the run's main process: the rules that run as plain
-        Snakemake runs them, with no record, and why (docs/own-snakefile.md)."""
-        if plain and not self.snake.job_process and not self.facts_only:
-            print("waypost: run as plain Snakemake runs them, with no waypost record: "
-                  + ", ".join(f"{rule} ({why})" for rule, why in plain.items()), file=sys.stderr)
-
-    def _assigned_class(self, rule: str) -> str:
-        """The class of a rule that names none: workers.yaml's ``assign``
-        (by the rule's name, then by its own resources), else the default."""
-        return (wworkers.assigned_class(self.resolver.workers, rule, self.snake.own_resources(rule))
-                or wworkers.DEFAULT_CLASS)
-
     def _place_plain_rules(self) -> None:
         """Give every rule that runs a job and is not a stage (plain Snakemake
         rules beside the stages) its worker class's resources in the pool,
@@ -524,7 +365,7 @@ class Pipeline:
         stays. (No step runner: such a job's GPUS is the rule's own business.)"""
         for rule in self.snake.job_rules(self.graph.stages):
             # (a rule in its own layout: its class was found as it was wired)
-            name = self.lines.default_class.get(rule) or self.snake.worker_class(rule) or self._assigned_class(rule)
+            name = self.lines.default_class.get(rule) or self.snake.worker_class(rule) or assigned_class(self.resolver, self.snake, rule)
             spec = wworkers.worker_class(self.resolver.workers, self.resolver.pool, name, f"rule {rule}")
             self.snake.fill_gaps(rule, wworkers.resources(spec, names=self.resolver.resource_names))
 
