@@ -42,44 +42,61 @@ def wire_rules_in_own_layout(wp, runner_line: str, step_param: str) -> list[str]
     gs:// root their files are the bucket's, below the root (Snakemake's
     default storage): the step runs on their local copies and the runner
     stores the outputs, then the manifest last, as for a stage."""
-    snake, lines, mirror = wp.snake, wp.lines, wp.mirror
     experiments = wp.graph.experiments
     experiment = experiments[0] if len(experiments) == 1 else None
     wired, plain = [], {}
-    for rule in snake.job_rules(wp.graph.stages):
-        refusal = own_layout_refusal(snake, rule)
-        if refusal is None and experiment is None and "experiment" not in snake.wildcards_of(rule):
-            refusal = "no {experiment} wildcard, and the config declares several experiments"
+    for rule in wp.snake.job_rules(wp.graph.stages):
+        refusal = _refusal(wp.snake, rule, experiment)
         if refusal:
             plain[rule] = refusal
-            if mirror:
-                as_plain_on_the_bucket(snake, rule)
+            if wp.mirror:
+                as_plain_on_the_bucket(wp.snake, rule)
             continue
-        wire_own_layout(snake, rule, runner_line, step_param, mirror,
-                        lines.own_layout_function(
-                            rule, experiment, {flag: flagged_positions(snake, rule, flag)
-                                               for flag in ("temp", "touch", "update")},
-                            own_dirs_of(snake, rule), log_files_of(snake, rule), snake.rule_retries(rule)))
-        lines.default_class[rule] = snake.worker_class(rule) or assigned_class(wp.resolver, snake, rule)
+        _wire_one(wp, rule, runner_line, step_param, experiment)
         wired.append(rule)
-    if plain and not snake.job_process and not wp.facts_only:
+    if plain and not wp.snake.job_process and not wp.facts_only:
         print("waypost: run as plain Snakemake runs them, with no waypost record: "
               + ", ".join(f"{rule} ({why})" for rule, why in plain.items()), file=sys.stderr)
-    if mirror:   # (a step on a gs:// root gets the side files beside its inputs too)
-        lines.input_dirs = input_dirs_of(snake, wired)
+    _wire_files_reuse_and_presence(wp, wired, experiment)
+    return wired
+
+
+def _refusal(snake, rule: str, experiment: str | None) -> str | None:
+    """Why ``rule`` stays plain Snakemake's, or None."""
+    refusal = own_layout_refusal(snake, rule)
+    if refusal is None and experiment is None and "experiment" not in snake.wildcards_of(rule):
+        return "no {experiment} wildcard, and the config declares several experiments"
+    return refusal
+
+
+def _wire_one(wp, rule: str, runner_line: str, step_param: str, experiment: str | None) -> None:
+    snake = wp.snake
+    flags = {flag: flagged_positions(snake, rule, flag) for flag in ("temp", "touch", "update")}
+    wire_own_layout(snake, rule, runner_line, step_param, wp.mirror,
+                    wp.lines.own_layout_function(rule, experiment, flags, own_dirs_of(snake, rule),
+                                                 log_files_of(snake, rule), snake.rule_retries(rule)))
+    wp.lines.default_class[rule] = snake.worker_class(rule) or assigned_class(wp.resolver, snake, rule)
+
+
+def _wire_files_reuse_and_presence(wp, wired: list[str], experiment: str | None) -> None:
+    """The wired rules' side files and input records, their reuse from
+    another experiment of the config, and their presence answers."""
+    snake = wp.snake
+    if wp.mirror:   # (a step on a gs:// root gets the side files beside its inputs too)
+        wp.lines.input_dirs = input_dirs_of(snake, wired)
         for rule in snake.target_rules(wp.graph.stages):   # (``touch()`` outputs: Snakemake's)
             as_plain_on_the_bucket(snake, rule, runs=False)
         fetch_checkpoint_folders()
     else:   # (an input a job here made is described with its record: parents.describe_inputs)
-        lines.input_records = input_records_of(snake, wired, _record_of(wp.root, experiment))
-    if experiment is None and not wp.facts_only:   # one experiment of this config reusing another's jobs
+        wp.lines.input_records = input_records_of(snake, wired, _record_of(wp.root, experiment))
+    if wp.facts_only:
+        return
+    if experiment is None:   # one experiment of this config reusing another's jobs
         for rule in wired:
             wire_own_reuse(snake, rule, _reused_job(wp.config, wp.resolver, rule))
-    if not wp.facts_only:   # (presence mode, and adopted jobs in either mode)
-        done = OwnPresence(wp.state, wp.root, experiment, wp.own_presence).done
-        for rule in wired:
-            wire_own_presence(snake, rule, done)
-    return wired
+    done = OwnPresence(wp.state, wp.root, experiment, wp.own_presence).done   # (presence mode, and adopted jobs)
+    for rule in wired:
+        wire_own_presence(snake, rule, done)
 
 
 def _record_of(root: str, experiment: str | None):
