@@ -296,6 +296,7 @@ rule cube:
     ("workers for a cluster pool", "pool 'onprem' is not in"),
     ("axis values", "'points' is required but missing"),
     ("unknown stage", "stages.sqaure: unknown stage 'sqaure' (expected one of the workflow's stages: make_data, square)"),
+    ("axis word", "workflow/Snakefile, line 3: Pipeline(axis='bad word'): expected a word of letters"),
 ])
 def test_each_missing_piece_is_one_clear_error(tmp_path, piece, expected):
     own_pipeline(tmp_path)
@@ -312,11 +313,14 @@ def test_each_missing_piece_is_one_clear_error(tmp_path, piece, expected):
     elif piece == "axis values":
         snakefile.write_text(snakefile.read_text().replace("Pipeline(config, workflow)",
                                                            'Pipeline(config, workflow, axis="point")'))
+    elif piece == "axis word":
+        snakefile.write_text(snakefile.read_text().replace("Pipeline(config, workflow)",
+                                                           'Pipeline(config, workflow, axis="bad word")'))
     elif piece == "unknown stage":
         (tmp_path / "config" / "config.yaml").write_text("experiments:\n  e1: {}\nstages:\n  sqaure: {}\n")
     proc = snakemake(tmp_path, *extra, check=False)
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
+    assert "Traceback" not in proc.stderr and "KeyError" not in proc.stderr and 'File "' not in proc.stderr
     assert not (tmp_path / "results").exists()
     if piece == "workers for a cluster pool":
         assert "add config/workers.yaml" in proc.stderr

@@ -37,7 +37,7 @@ from waypost.model.manifest import write_json_atomic
 from waypost.planning import fanout, owntriggers, points
 from waypost.planning.ownlayout import assigned_class, wire_rules_in_own_layout
 from waypost.planning.pipelineconfig import read_config
-from waypost.planning.reading import in_one_line
+from waypost.planning.reading import in_one_line, refuse_while_reading
 from waypost.planning.resolver import NO_DEFAULT, Resolver
 from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
@@ -90,8 +90,10 @@ class Pipeline:
         self.axis = wconfig.Axis.of(axis, axis_key)
         if self.axis and (not layout.is_valid_name(self.axis.word)
                           or self.axis.word in ("experiment", "instance", STEP_PARAM)):
-            raise WorkflowError(f"Pipeline(axis={axis!r}): expected a word of letters, digits or '_' "
-                                "other than experiment, instance and waypost")
+            mistake = StageError(f"Pipeline(axis={axis!r}): expected a word of letters, digits or '_' "
+                                 "other than experiment, instance and waypost")
+            refuse_while_reading(mistake)
+            raise mistake
         self.facts_only = os.environ.get(FACTS_ONLY_ENV)
         # A cluster job's own Snakemake process: its main process validated the
         # same files when it submitted the job (and jsonschema is slow to import).
