@@ -24,7 +24,6 @@ import json
 import os
 import shlex
 import sys
-from typing import NoReturn
 
 from waypost import stores
 from waypost.model import config as wconfig
@@ -37,7 +36,7 @@ from waypost.model.manifest import write_json_atomic
 from waypost.planning import fanout, owntriggers, points
 from waypost.planning.ownlayout import assigned_class, wire_rules_in_own_layout
 from waypost.planning.pipelineconfig import read_config
-from waypost.planning.reading import in_one_line, refuse_while_reading
+from waypost.planning.reading import in_one_line, refuse, refuse_while_reading
 from waypost.planning.resolver import NO_DEFAULT, Resolver
 from waypost.planning.stagegraph import StageError, StageGraph
 from waypost.planning.stateview import StateView
@@ -102,9 +101,9 @@ class Pipeline:
         try:
             read = read_config(config, self.snake, default_configfile, check, self.facts_only, self.axis)
         except wconfig.ConfigError as exc:   # a clean one-paragraph error from Snakemake, before any job runs
-            _refuse(exc)
+            refuse(exc)
         self.config, self.configfile, self.source = read.prepared, read.configfile, read.source
-        self.config_files, self.own_presence, self._read = read.files, read.own_presence, read
+        self.config_read = read   # (what else reading it told: its files, own-layout presence, ...)
         self._snakefile_config = config   # the Snakefile's own ``config``: the same keys, kept in step
         config = self.config
         self.root = config["root"]
@@ -149,11 +148,9 @@ class Pipeline:
         """Stop with one line where the Snakefile never called ``wp.finish()``
         (asked once Snakemake has read it all, and by ``wp.targets``): its
         rules would run with no record, and nothing would say so."""
-        if not self._finished:
-            # (one line, not an input function's traceback: nothing has run)
-            print("waypost: the Snakefile never called wp.finish() after its rules: add it at the end "
-                  "(before `rule all` where that uses wp.targets); nothing was run", file=sys.stderr)
-            raise SystemExit(1)
+        if not self._finished:   # (one line, not an input function's traceback: nothing has run)
+            refuse("the Snakefile never called wp.finish() after its rules: add it at the end "
+                   "(before `rule all` where that uses wp.targets); nothing was run")
 
     # --- names -----------------------------------------------------------
     @property
@@ -318,16 +315,16 @@ class Pipeline:
                 self._finished = True
                 self._record_graph()
                 return
-            if graph.stages and not self._read.declared:
-                raise wconfig.ConfigError(self._read.undeclared_experiments())
+            if graph.stages and not self.config_read.declared:
+                raise wconfig.ConfigError(self.config_read.undeclared_experiments())
             instances, self._unchecked = self.resolver.override_instances(self.grid)
             prepared = wconfig.complete(self.config, self.snake.basedir, self.source, self.axis,
                                         [*graph.stages, *own_layout], graph.instanced(), instances)
         except (StageError, wconfig.ConfigError) as exc:
-            _refuse(exc)
+            refuse(exc)
         self.config.clear()
         self.config.update(prepared)   # (in place: the resolver and the rest hold it)
-        if self._read.fills_config:
+        if self.config_read.fills_config:
             self._snakefile_config.clear()
             self._snakefile_config.update(prepared)
         self.resolver.freeze({**instances, **self._unchecked})
@@ -340,7 +337,7 @@ class Pipeline:
                     stage, self.lines.default_class[stage], per_job and bool(fanout.checkpoint_parts(spec.instances))))
             self._place_plain_rules()
         except (StageError, wconfig.ConfigError) as exc:   # (an unknown worker class: said before any job runs)
-            _refuse(exc)
+            refuse(exc)
         self._finished = True
         if self.snake.job_process:
             return  # a cluster job: the main process checked the rest already
@@ -350,7 +347,7 @@ class Pipeline:
                                 + "\n  ".join(problems))
         # (checked once the rest is: a refused config claims nothing; a config with waypost's keys at
         # its top level names its experiments itself, and may be edited as a copy: plan's drift)
-        if not self.mirror and not self._read.fills_config:
+        if not self.mirror and not self.config_read.fills_config:
             _claim_experiments(self.root, self.config["experiments"], self.configfile, self.snake.snakefile)
         for line in self.state.reuse_plan().lines():
             print(f"waypost: {line}", file=sys.stderr)
@@ -367,7 +364,8 @@ class Pipeline:
         stays. (No step runner: such a job's GPUS is the rule's own business.)"""
         for rule in self.snake.job_rules(self.graph.stages):
             # (a rule in its own layout: its class was found as it was wired)
-            name = self.lines.default_class.get(rule) or self.snake.worker_class(rule) or assigned_class(self.resolver, self.snake, rule)
+            name = (self.lines.default_class.get(rule) or self.snake.worker_class(rule)
+                    or assigned_class(self.resolver, self.snake, rule))
             spec = wworkers.worker_class(self.resolver.workers, self.resolver.pool, name, f"rule {rule}")
             self.snake.fill_gaps(rule, wworkers.resources(spec, names=self.resolver.resource_names))
 
@@ -376,10 +374,10 @@ class Pipeline:
         own_outputs = {rule: [pattern for pattern, _ in self.snake.output_patterns(rule)]
                        for rule in self._own_layout}   # (for ``waypost adopt`` of such a rule's job)
         sources = self.snake.sources()
-        sources["sources"] = sorted({*sources["sources"], *self.config_files["configfiles"],
-                                     *self.config_files["given_configfiles"]})
+        sources["sources"] = sorted({*sources["sources"], *self.config_read.files["configfiles"],
+                                     *self.config_read.files["given_configfiles"]})
         record_facts({**self.graph.facts(), "own_layout": self._own_layout, "own_outputs": own_outputs,
-                      **sources, **self.config_files, "invocation": invocation(),
+                      **sources, **self.config_read.files, "invocation": invocation(),
                       "code": {stage: self.code.of(stage) for stage in self.graph.stages}}, self.facts_only)
 
     def targets(self, wildcards=None) -> list[str]:
@@ -430,15 +428,6 @@ def _claim_experiments(root: str, experiments, configfile: str, snakefile: str) 
                 f"records (or, if it replaces that config, delete {path})")
 
 
-def _refuse(mistake: Exception) -> NoReturn:
-    """Stop reading the Snakefile for a mistake in the config (its file, its
-    key and what is wrong, in full): said on stderr as waypost's, and no
-    traceback lines (Snakemake prints those under a WorkflowError raised
-    here, as if waypost had a bug); nothing has run."""
-    print(f"waypost: {mistake}", file=sys.stderr)
-    raise SystemExit(1)
-
-
 def _load_workers(pool: str, path: str, check: bool) -> dict:
     try:
         workers = wworkers.load(path, check)
@@ -449,5 +438,5 @@ def _load_workers(pool: str, path: str, check: bool) -> dict:
                                       f"(expected one of: {', '.join(workers['pools'])})")
         wworkers.check_assignments(workers, pool, path)
     except wconfig.ConfigError as exc:
-        _refuse(exc)
+        refuse(exc)
     return workers

@@ -94,7 +94,8 @@ def _wire_files_reuse_and_presence(wp, wired: list[str], experiment: str | None)
     if experiment is None:   # one experiment of this config reusing another's jobs
         for rule in wired:
             wire_own_reuse(snake, rule, _reused_job(wp.config, wp.resolver, rule))
-    done = OwnPresence(wp.state, wp.root, experiment, wp.own_presence).done   # (presence mode, and adopted jobs)
+    # (presence mode, and adopted jobs in either mode)
+    done = OwnPresence(wp.state, wp.root, experiment, wp.config_read.own_presence).done
     for rule in wired:
         wire_own_presence(snake, rule, done)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from typing import NoReturn
 
 from waypost.model.errors import WaypostError
 
@@ -36,6 +37,16 @@ def snakefile_line() -> tuple[str, int] | None:
     return None
 
 
+def refuse(mistake: Exception | str, where: str = "") -> NoReturn:
+    """Stop reading the Snakefile for a mistake (in the config: its file, its
+    key and what is wrong, in full; in the Snakefile: ``where``, its line):
+    said on stderr as waypost's, and no traceback lines (Snakemake prints
+    those under an exception raised here, as if waypost had a bug); nothing
+    has run."""
+    print(f"waypost: {where + ': ' if where else ''}{mistake}", file=sys.stderr)
+    raise SystemExit(1)
+
+
 def refuse_while_reading(mistake: WaypostError) -> None:
     """Stop with ``mistake`` in one line where the Snakefile's own code made
     it; return (for the caller to raise it) where a function did."""
@@ -43,9 +54,8 @@ def refuse_while_reading(mistake: WaypostError) -> None:
     if where is None:
         return
     path, line = where
-    shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
-    print(f"waypost: {shown}, line {line}: {mistake}", file=sys.stderr)
-    raise SystemExit(1)
+    shown = os.path.relpath(path)
+    refuse(mistake, f"{path if shown.startswith('..') else shown}, line {line}")
 
 
 def in_one_line(helper):
